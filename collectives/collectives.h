@@ -1,0 +1,38 @@
+/* collectives.h - the five collectives shardtrain needs, behind one interface.
+ *
+ * The MPI implementation (collectives_mpi.c) works on host fp32 buffers; an
+ * NCCL implementation on device buffers arrives with the CUDA backend. All
+ * calls are blocking and must be made by every rank of the communicator.
+ * Each returns 0, or -1 with st_error naming the collective.
+ */
+#ifndef ST_COLLECTIVES_H
+#define ST_COLLECTIVES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct st_comm st_comm;
+
+struct st_comm {
+  int rank, world;
+  void *impl; /* MPI_Comm* for the MPI backend */
+  const char *backend;
+  /* sum across ranks, in place; count fp32 elements */
+  int (*all_reduce_sum)(st_comm *c, float *buf, size_t count);
+  /* sum across ranks of send[world*count]; rank r receives block r (count) */
+  int (*reduce_scatter_sum)(st_comm *c, const float *send, float *recv, size_t count);
+  /* every rank contributes count elements; recv holds world*count, rank order */
+  int (*all_gather)(st_comm *c, const float *send, float *recv, size_t count);
+  /* bytes from root to all */
+  int (*broadcast)(st_comm *c, void *buf, size_t bytes, int root);
+  int (*barrier)(st_comm *c);
+  /* all-reduce helpers on host scalars (flags, loss sums) */
+  int (*all_reduce_double_sum)(st_comm *c, double *buf, size_t count);
+  int (*all_reduce_int_max)(st_comm *c, int *buf, size_t count);
+};
+
+/* Wrap MPI_COMM_WORLD (or a duplicate of it). MPI must be initialised. */
+int st_comm_mpi_init(st_comm *c);
+void st_comm_mpi_free(st_comm *c);
+
+#endif

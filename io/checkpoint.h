@@ -1,0 +1,74 @@
+/* checkpoint.h - sharded HDF5 checkpoints with a virtual-dataset index.
+ *
+ * Layout (DESIGN.md, "Checkpoint format"):
+ *   RUN/ckpt/step_00001000/rank_00000.h5 ... rank_NNNNN.h5
+ *       each holds, for every tensor, the part of it that falls in the
+ *       rank's partition of the flat vector: /params/<name>, /adam_m/<name>,
+ *       /adam_v/<name>, 1-D float32, chunked, Fletcher-32 checksummed.
+ *   RUN/ckpt/step_00001000/index.h5
+ *       /params/<name>, /adam_m/<name>, /adam_v/<name>: virtual datasets of
+ *       the tensor's full shape mapping every rank file's piece into place;
+ *       root attributes: config (JSON), step, tokens_seen, world_size,
+ *       zero_stage, data_position, rng_state, format_version, build_version,
+ *       rank_files.
+ *   RUN/ckpt/latest: text file holding the step directory name; replaced
+ *       atomically (rename) only after every rank has written and flushed.
+ *
+ * A step is written into RUN/ckpt/.tmp_step_XXXXXXXX and renamed to
+ * step_XXXXXXXX after a barrier, so a crash leaves the previous `latest`.
+ *
+ * The partition is the flat-vector partition of the writing run; readers use
+ * the index only, so any rank count and ZeRO stage can resume.
+ */
+#ifndef ST_CHECKPOINT_H
+#define ST_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "collectives/collectives.h"
+#include "rank/params.h"
+#include "rank/partition.h"
+
+typedef struct {
+  int64_t step;          /* optimizer steps completed */
+  int64_t tokens_seen;   /* training tokens consumed (global) */
+  int64_t data_position; /* next token offset in the train split */
+  uint64_t rng_state[2];
+  int world_size;
+  int zero_stage;
+  char config_json[8192]; /* run configuration (model shape + training) */
+} st_ckpt_meta;
+
+/* Write a checkpoint for `meta.step` under run_dir/ckpt. Collective: every
+ * rank calls it. params: the full flat parameter vector (every rank has it);
+ * adam_m/adam_v: the moments for this rank's partition [part.begin, part.end)
+ * (element 0 is element part.begin of the flat vector). On success `latest`
+ * names the new step. On failure on any rank, no rank updates `latest`, the
+ * temporary directory is removed, and -1 is returned with st_error. */
+int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
+                 const st_partition *part, const float *params,
+                 const float *adam_m, const float *adam_v, const st_ckpt_meta *meta);
+
+/* Resolve what --resume means: "auto" -> run_dir/ckpt/latest's step
+ * directory, or "" with *found=0 when there is none; a path -> that step
+ * directory (must contain index.h5). 0, or -1 with st_error. */
+int st_ckpt_resolve(const char *run_dir, const char *resume, char *step_dir,
+                    int cap, int *found);
+
+/* Read only the metadata (attributes) of a checkpoint step directory. */
+int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta);
+
+/* Verify a checkpoint: index present, every rank file present and readable,
+ * every dataset's checksum good, shapes equal to tab (when tab is not NULL).
+ * 0, or -1 with st_error naming the file, dataset and fix. */
+int st_ckpt_verify(const char *step_dir, const st_param_table *tab);
+
+/* Load through the index: the full params vector (tab->total elements) and
+ * the moments for this rank's partition (part->end - part->begin elements),
+ * reading hyperslabs so the writing run's rank count does not matter.
+ * Fails (-1, st_error) when a tensor's name or shape differs from tab. */
+int st_ckpt_load(const char *step_dir, const st_param_table *tab,
+                 const st_partition *part, float *params, float *adam_m,
+                 float *adam_v, st_ckpt_meta *meta);
+
+#endif

@@ -1,0 +1,398 @@
+/* checkpoint_read.c - resolve, inspect, verify and load checkpoints
+ * (checkpoint.h).
+ *
+ * Readers go through index.h5 only: its virtual datasets present every
+ * tensor whole, so a hyperslab read returns exactly the elements this run's
+ * partition needs whatever rank count wrote the checkpoint.
+ *
+ * HDF5 quietly returns fill values when a virtual dataset's source file is
+ * missing, so verification checks every rank file explicitly and reads each
+ * of its datasets back in full (which is what exercises Fletcher-32).
+ */
+#define _XOPEN_SOURCE 700
+#include "io/checkpoint.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/h5util.h"
+#include "util/error.h"
+#include "util/fsutil.h"
+
+#define VERIFY_BLOCK (1 << 20) /* elements read per call while verifying */
+
+static const char *const k_groups[3] = {"params", "adam_m", "adam_v"};
+static const char k_earlier[] = "resume from an earlier step with --resume PATH";
+static const char k_same_shape[] =
+    "pass the same --model/--layers/--heads/--dim as the run that wrote it, or start a new --out";
+
+/* st_error_set plus the checkpoint exit code. */
+__attribute__((format(printf, 1, 2))) static int ckpt_err(const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  st_error_set("%s", buf);
+  st_error_code(ST_EXIT_CHECKPOINT);
+  return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Resolve --resume
+ * --------------------------------------------------------------------- */
+
+static int copy_out(const char *dir, char *step_dir, int cap, int *found) {
+  if ((int)strlen(dir) >= cap) return st_error_set("checkpoint path too long: %s", dir);
+  snprintf(step_dir, (size_t)cap, "%s", dir);
+  *found = 1;
+  return 0;
+}
+
+static int resolve_auto(const char *run_dir, char *step_dir, int cap, int *found) {
+  char latest[4200], name[256], dir[4500], idx[4600];
+  snprintf(latest, sizeof latest, "%s/ckpt/latest", run_dir);
+  if (!st_path_exists(latest)) return 0; /* a fresh run: nothing to resume */
+  if (st_read_small_file(latest, name, sizeof name) != 0) return ckpt_err("%s", st_error_msg());
+  if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+    return ckpt_err("%s holds '%s', not a step directory name like step_00001000; fix or "
+                    "delete it, or pass --resume PATH", latest, name);
+  snprintf(dir, sizeof dir, "%s/ckpt/%s", run_dir, name);
+  snprintf(idx, sizeof idx, "%s/index.h5", dir);
+  if (!st_path_exists(idx))
+    return ckpt_err("%s names %s, but %s does not exist; %s, or --resume none to start over",
+                    latest, name, idx, k_earlier);
+  return copy_out(dir, step_dir, cap, found);
+}
+
+/* A step directory, or its index.h5. */
+static int resolve_path(const char *resume, char *step_dir, int cap, int *found) {
+  char dir[4200], idx[4300];
+  snprintf(dir, sizeof dir, "%s", resume);
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+  char *base = strrchr(dir, '/');
+  if (strcmp(base ? base + 1 : dir, "index.h5") == 0 && !st_is_dir(dir)) {
+    if (!base) snprintf(dir, sizeof dir, ".");
+    else if (base == dir) dir[1] = 0;
+    else *base = 0;
+  }
+  snprintf(idx, sizeof idx, "%s/index.h5", dir);
+  if (!st_is_dir(dir) || !st_path_exists(idx))
+    return ckpt_err("--resume %s: no checkpoint there (expected a step directory holding "
+                    "index.h5, such as RUN/ckpt/step_00001000; or use --resume auto|none)",
+                    resume);
+  return copy_out(dir, step_dir, cap, found);
+}
+
+int st_ckpt_resolve(const char *run_dir, const char *resume, char *step_dir, int cap,
+                    int *found) {
+  *found = 0;
+  if (cap > 0) step_dir[0] = 0;
+  if (!resume || !resume[0] || strcmp(resume, "none") == 0) return 0;
+  if (strcmp(resume, "auto") == 0) return resolve_auto(run_dir, step_dir, cap, found);
+  return resolve_path(resume, step_dir, cap, found);
+}
+
+/* ------------------------------------------------------------------------
+ * Index and metadata
+ * --------------------------------------------------------------------- */
+
+static hid_t open_h5(const char *path) {
+  hid_t fapl = st_h5_fapl();
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  st_h5_close_plist(fapl);
+  return f;
+}
+
+static hid_t open_index(const char *step_dir) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/index.h5", step_dir);
+  if (!st_path_exists(path)) {
+    ckpt_err("checkpoint %s has no index.h5; the checkpoint is incomplete: %s", step_dir,
+             k_earlier);
+    return -1;
+  }
+  hid_t f = open_h5(path);
+  if (f < 0)
+    ckpt_err("cannot open %s as HDF5 (%s); the checkpoint is corrupted: %s", path, st_h5_why(),
+             k_earlier);
+  return f;
+}
+
+static int read_meta_attrs(hid_t f, const char *step_dir, st_ckpt_meta *m) {
+  int version = 0;
+  const char *missing = NULL;
+  memset(m, 0, sizeof *m);
+  if (st_h5_attr_get_int(f, "format_version", &version)) missing = "format_version";
+  else if (version != 1)
+    return ckpt_err("checkpoint %s has format_version %d; this build of shardtrain reads "
+                    "version 1: use the shardtrain that wrote it", step_dir, version);
+  else if (st_h5_attr_get_str(f, "config", m->config_json, sizeof m->config_json))
+    missing = "config";
+  else if (st_h5_attr_get_i64(f, "step", &m->step)) missing = "step";
+  else if (st_h5_attr_get_i64(f, "tokens_seen", &m->tokens_seen)) missing = "tokens_seen";
+  else if (st_h5_attr_get_i64(f, "data_position", &m->data_position)) missing = "data_position";
+  else if (st_h5_attr_get_u64s(f, "rng_state", m->rng_state, 2)) missing = "rng_state";
+  else if (st_h5_attr_get_int(f, "world_size", &m->world_size)) missing = "world_size";
+  else if (st_h5_attr_get_int(f, "zero_stage", &m->zero_stage)) missing = "zero_stage";
+  if (missing)
+    return ckpt_err("checkpoint %s: index.h5 lacks the root attribute '%s'; it was not "
+                    "written by shardtrain or is damaged: %s", step_dir, missing, k_earlier);
+  return 0;
+}
+
+int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta) {
+  st_h5_quiet();
+  hid_t f = open_index(step_dir);
+  if (f < 0) return -1;
+  int rc = read_meta_attrs(f, step_dir, meta);
+  H5Fclose(f);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Verification of the index: mappings and shapes
+ * --------------------------------------------------------------------- */
+
+static void shape_str(char *buf, size_t cap, int ndim, const int64_t *dims) {
+  if (ndim == 1) snprintf(buf, cap, "[%lld]", (long long)dims[0]);
+  else snprintf(buf, cap, "[%lld,%lld]", (long long)dims[0], (long long)dims[1]);
+}
+
+/* Elements of a virtual dataset covered by its mappings, or -1. */
+static int64_t vds_mapped(hid_t d) {
+  hid_t dcpl = H5Dget_create_plist(d);
+  size_t count = 0;
+  int64_t sum = -1;
+  if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_VIRTUAL && H5Pget_virtual_count(dcpl, &count) >= 0) {
+    sum = 0;
+    for (size_t i = 0; i < count && sum >= 0; i++) {
+      hid_t vs = H5Pget_virtual_vspace(dcpl, i);
+      hssize_t np = vs >= 0 ? H5Sget_select_npoints(vs) : -1;
+      sum = np < 0 ? -1 : sum + np;
+      st_h5_close_space(vs);
+    }
+  }
+  st_h5_close_plist(dcpl);
+  return sum;
+}
+
+/* One index dataset: fully mapped, and (with tab) the same shape as the
+ * run's tensor of that name. */
+static int check_index_dset(hid_t grp, const char *step_dir, const char *gname, const char *name,
+                            const st_param_table *tab) {
+  hid_t d = H5Dopen2(grp, name, H5P_DEFAULT);
+  hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+  hsize_t hd[2] = {0, 1};
+  int ndim = s >= 0 ? H5Sget_simple_extent_dims(s, hd, NULL) : -1;
+  int64_t mapped = ndim >= 1 && ndim <= 2 ? vds_mapped(d) : -1;
+  st_h5_close_space(s);
+  st_h5_close_dset(d);
+  int64_t dims[2] = {(int64_t)hd[0], ndim == 2 ? (int64_t)hd[1] : 1};
+  if (mapped != dims[0] * dims[1])
+    return ckpt_err("checkpoint %s: index.h5 dataset /%s/%s is not a virtual dataset covering "
+                    "the whole tensor; the index is damaged: %s", step_dir, gname, name,
+                    k_earlier);
+  if (!tab) return 0;
+  int i = st_param_find(tab, name);
+  if (i < 0)
+    return ckpt_err("checkpoint %s holds a model of a different shape: it has %s/%s, which "
+                    "this run's model lacks; %s", step_dir, gname, name, k_same_shape);
+  const st_tensor *t = &tab->t[i];
+  if (ndim != t->ndim || dims[0] != t->shape[0] || dims[1] != t->shape[1]) {
+    char have[64], want[64];
+    shape_str(have, sizeof have, ndim, dims);
+    shape_str(want, sizeof want, t->ndim, t->shape);
+    return ckpt_err("checkpoint %s holds a model of a different shape: %s/%s is %s in the "
+                    "checkpoint but %s in this run; %s", step_dir, gname, name, have, want,
+                    k_same_shape);
+  }
+  return 0;
+}
+
+static int check_index_group(hid_t f, const char *step_dir, const char *gname,
+                             const st_param_table *tab) {
+  hid_t grp = H5Gopen2(f, gname, H5P_DEFAULT);
+  H5G_info_t info;
+  if (grp < 0 || H5Gget_info(grp, &info) < 0) {
+    st_h5_close_group(grp);
+    return ckpt_err("checkpoint %s: index.h5 has no group /%s; the index is damaged: %s",
+                    step_dir, gname, k_earlier);
+  }
+  int rc = 0;
+  for (hsize_t k = 0; k < info.nlinks && rc == 0; k++) {
+    char name[256];
+    if (H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name,
+                           H5P_DEFAULT) < 0)
+      rc = ckpt_err("checkpoint %s: cannot list /%s in index.h5 (%s)", step_dir, gname,
+                    st_h5_why());
+    else
+      rc = check_index_dset(grp, step_dir, gname, name, tab);
+  }
+  for (int i = 0; tab && i < tab->n && rc == 0; i++)
+    if (H5Lexists(grp, tab->t[i].name, H5P_DEFAULT) <= 0)
+      rc = ckpt_err("checkpoint %s holds a model of a different shape: %s/%s is missing from "
+                    "the checkpoint but present in this run; %s", step_dir, gname,
+                    tab->t[i].name, k_same_shape);
+  H5Gclose(grp);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Verification of the rank files: present, same step, every byte readable
+ * --------------------------------------------------------------------- */
+
+static int check_rank_files_exist(const char *step_dir, int nfiles) {
+  for (int r = 0; r < nfiles; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank_%05d.h5", step_dir, r);
+    if (!st_path_exists(path))
+      return ckpt_err("checkpoint %s is missing rank file rank_%05d.h5 (written by %d ranks); "
+                      "the checkpoint is incomplete: %s", step_dir, r, nfiles, k_earlier);
+  }
+  return 0;
+}
+
+/* Read a 1-D float dataset back block by block; each chunk read checks its
+ * Fletcher-32 sum. 0, or -1 with *why set from HDF5's error stack. */
+static int read_back(hid_t d, float *buf, const char **why) {
+  hid_t fs = H5Dget_space(d);
+  hsize_t n = 0;
+  int rc = fs >= 0 && H5Sget_simple_extent_ndims(fs) == 1 &&
+                   H5Sget_simple_extent_dims(fs, &n, NULL) == 1 ? 0 : -1;
+  for (hsize_t off = 0; rc == 0 && off < n; off += VERIFY_BLOCK) {
+    hsize_t cnt = n - off < VERIFY_BLOCK ? n - off : VERIFY_BLOCK;
+    hid_t ms = H5Screate_simple(1, &cnt, NULL);
+    if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &cnt, NULL) < 0 ||
+        H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0)
+      rc = -1;
+    st_h5_close_space(ms);
+  }
+  if (rc != 0) *why = st_h5_why();
+  st_h5_close_space(fs);
+  return rc;
+}
+
+static int check_rank_group(hid_t f, const char *step_dir, const char *file, const char *gname,
+                            float *buf) {
+  hid_t grp = H5Gopen2(f, gname, H5P_DEFAULT);
+  H5G_info_t info;
+  if (grp < 0 || H5Gget_info(grp, &info) < 0) {
+    st_h5_close_group(grp);
+    return ckpt_err("checkpoint %s is corrupted: %s has no group /%s: %s", step_dir, file, gname,
+                    k_earlier);
+  }
+  int rc = 0;
+  for (hsize_t k = 0; k < info.nlinks && rc == 0; k++) {
+    char name[256] = "?";
+    const char *why = "";
+    H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT);
+    hid_t d = H5Dopen2(grp, name, H5P_DEFAULT);
+    if (d < 0 || read_back(d, buf, &why) != 0) {
+      if (d < 0) why = st_h5_why();
+      rc = ckpt_err("checkpoint %s is corrupted: %s dataset /%s/%s does not read back (%s); "
+                    "its Fletcher-32 checksum or structure is damaged: %s", step_dir, file,
+                    gname, name, why, k_earlier);
+    }
+    st_h5_close_dset(d);
+  }
+  H5Gclose(grp);
+  return rc;
+}
+
+static int check_rank_file(const char *step_dir, int r, int64_t step, float *buf) {
+  char path[4200], file[32];
+  snprintf(file, sizeof file, "rank_%05d.h5", r);
+  snprintf(path, sizeof path, "%s/%s", step_dir, file);
+  hid_t f = open_h5(path);
+  if (f < 0)
+    return ckpt_err("checkpoint %s is corrupted: %s cannot be opened as HDF5 (%s): %s", step_dir,
+                    file, st_h5_why(), k_earlier);
+  int64_t fstep = -1;
+  int rc = 0;
+  if (st_h5_attr_get_i64(f, "step", &fstep) != 0 || fstep != step)
+    rc = ckpt_err("checkpoint %s: %s belongs to step %lld but index.h5 to step %lld; the "
+                  "directory mixes two checkpoints: %s", step_dir, file, (long long)fstep,
+                  (long long)step, k_earlier);
+  for (int g = 0; g < 3 && rc == 0; g++) rc = check_rank_group(f, step_dir, file, k_groups[g], buf);
+  H5Fclose(f);
+  return rc;
+}
+
+int st_ckpt_verify(const char *step_dir, const st_param_table *tab) {
+  st_h5_quiet();
+  hid_t f = open_index(step_dir);
+  if (f < 0) return -1;
+  int nfiles = 0, rc = 0;
+  int64_t step = -1;
+  if (st_h5_attr_get_int(f, "rank_files", &nfiles) != 0 || nfiles < 1 ||
+      st_h5_attr_get_i64(f, "step", &step) != 0)
+    rc = ckpt_err("checkpoint %s: index.h5 lacks valid 'rank_files' and 'step' attributes; "
+                  "it is damaged: %s", step_dir, k_earlier);
+  if (rc == 0) rc = check_rank_files_exist(step_dir, nfiles);
+  for (int g = 0; g < 3 && rc == 0; g++) rc = check_index_group(f, step_dir, k_groups[g], tab);
+  H5Fclose(f);
+  if (rc != 0) return rc;
+  float *buf = malloc((size_t)VERIFY_BLOCK * sizeof *buf);
+  if (!buf) return st_error_set("out of host memory verifying checkpoint %s", step_dir);
+  for (int r = 0; r < nfiles && rc == 0; r++) rc = check_rank_file(step_dir, r, step, buf);
+  free(buf);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Load through the index
+ * --------------------------------------------------------------------- */
+
+/* Elements [a, b) (row-major within the tensor) of /gname/t into dst. */
+static int read_range(hid_t f, const char *step_dir, const char *gname, const st_tensor *t,
+                      int64_t a, int64_t b, float *dst) {
+  char dname[ST_MAX_NAME + 16];
+  snprintf(dname, sizeof dname, "/%s/%s", gname, t->name);
+  hsize_t n = (hsize_t)(b - a);
+  hid_t d = H5Dopen2(f, dname, H5P_DEFAULT);
+  hid_t fs = d >= 0 ? H5Dget_space(d) : -1;
+  hid_t ms = H5Screate_simple(1, &n, NULL);
+  int rc = -1;
+  if (fs >= 0 && ms >= 0 && st_h5_select_flat(fs, t->ndim, t->shape, a, b) == 0 &&
+      H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, dst) >= 0)
+    rc = 0;
+  else
+    ckpt_err("checkpoint %s: cannot read %s through index.h5 (%s): %s", step_dir, dname,
+             st_h5_why(), k_earlier);
+  st_h5_close_space(ms);
+  st_h5_close_space(fs);
+  st_h5_close_dset(d);
+  return rc;
+}
+
+static int load_tensor(hid_t f, const char *step_dir, const st_tensor *t,
+                       const st_partition *part, float *const dst[3]) {
+  if (read_range(f, step_dir, k_groups[0], t, 0, t->numel, dst[0] + t->offset) != 0) return -1;
+  int64_t lo = t->offset > part->begin ? t->offset : part->begin;
+  int64_t hi = t->offset + t->numel < part->end ? t->offset + t->numel : part->end;
+  if (hi <= lo) return 0; /* outside this rank's optimizer shard */
+  for (int g = 1; g < 3; g++)
+    if (read_range(f, step_dir, k_groups[g], t, lo - t->offset, hi - t->offset,
+                   dst[g] + (lo - part->begin)) != 0)
+      return -1;
+  return 0;
+}
+
+int st_ckpt_load(const char *step_dir, const st_param_table *tab, const st_partition *part,
+                 float *params, float *adam_m, float *adam_v, st_ckpt_meta *meta) {
+  float *const dst[3] = {params, adam_m, adam_v};
+  if (part->total != tab->total)
+    return st_error_set("checkpoint load: partition covers %lld elements, model has %lld",
+                        (long long)part->total, (long long)tab->total);
+  if (st_ckpt_verify(step_dir, tab) != 0 || st_ckpt_read_meta(step_dir, meta) != 0) return -1;
+  hid_t f = open_index(step_dir);
+  if (f < 0) return -1;
+  int rc = 0;
+  for (int i = 0; i < tab->n && rc == 0; i++) rc = load_tensor(f, step_dir, &tab->t[i], part, dst);
+  H5Fclose(f);
+  return rc;
+}

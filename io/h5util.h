@@ -1,0 +1,62 @@
+/* h5util.h - small helpers over the serial HDF5 C API.
+ *
+ * HDF5 prints its own error stack to stderr by default; shardtrain turns
+ * that off (st_h5_quiet) and reports failures through st_error with a
+ * message naming the file and the fix. st_h5_why() recovers the most
+ * specific HDF5 description (e.g. a Fletcher-32 checksum failure) so the
+ * message still carries HDF5's reason.
+ *
+ * Attribute helpers write scalar int/int64/double/string attributes and
+ * small uint64 arrays on any object (file, group, dataset) and read them
+ * back. Strings are variable-length UTF-8 so that h5py returns `str`.
+ */
+#ifndef ST_H5UTIL_H
+#define ST_H5UTIL_H
+
+#include <hdf5.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Turn off HDF5's automatic error printing (idempotent). */
+void st_h5_quiet(void);
+
+/* The innermost description on HDF5's current error stack, or "" when the
+ * stack is empty. Call right after the failing HDF5 call. */
+const char *st_h5_why(void);
+
+/* File access property list: latest-compatible defaults, and file locking
+ * that is used where the filesystem supports it and ignored where it does
+ * not (Lustre/NFS mounts without flock would otherwise refuse to open). */
+hid_t st_h5_fapl(void);
+
+/* Attributes. Writers: 0 or -1 (st_error not set; the caller names the
+ * file). Readers: 0, or -1 when missing or of the wrong kind. */
+int st_h5_attr_put_int(hid_t obj, const char *name, int v);
+int st_h5_attr_put_i64(hid_t obj, const char *name, int64_t v);
+int st_h5_attr_put_double(hid_t obj, const char *name, double v);
+int st_h5_attr_put_str(hid_t obj, const char *name, const char *s);
+int st_h5_attr_put_u64s(hid_t obj, const char *name, const uint64_t *v, int n);
+
+int st_h5_attr_get_int(hid_t obj, const char *name, int *v);
+int st_h5_attr_get_i64(hid_t obj, const char *name, int64_t *v);
+int st_h5_attr_get_double(hid_t obj, const char *name, double *v);
+/* Reads a fixed- or variable-length string attribute into buf (truncated
+ * to cap-1 characters, always NUL-terminated). */
+int st_h5_attr_get_str(hid_t obj, const char *name, char *buf, size_t cap);
+int st_h5_attr_get_u64s(hid_t obj, const char *name, uint64_t *v, int n);
+
+/* Select, on a dataspace of a tensor of shape [rows, cols] (ndim 2) or [n]
+ * (ndim 1), the elements whose row-major flat index lies in [a, b). A flat
+ * range of a 2-D tensor is up to three blocks: the tail of the first row,
+ * whole rows, the head of the last row; they are OR-ed together so the
+ * selection's row-major order equals the flat order. b > a required. */
+int st_h5_select_flat(hid_t space, int ndim, const int64_t *shape, int64_t a, int64_t b);
+
+/* Close helpers that ignore invalid (<0) ids, for cleanup paths. */
+void st_h5_close_file(hid_t f);
+void st_h5_close_group(hid_t g);
+void st_h5_close_dset(hid_t d);
+void st_h5_close_space(hid_t s);
+void st_h5_close_plist(hid_t p);
+
+#endif

@@ -1,0 +1,34 @@
+/* encoder.c - token + position embedding, forward and backward. */
+#include "kernels/cpu/cpu_ops.h"
+
+void cpu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                         int B, int T, int C) {
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      float *o = out + ((int64_t)b * T + t) * C;
+      const float *te = wte + (int64_t)inp[b * T + t] * C, *pe = wpe + (int64_t)t * C;
+      for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+    }
+}
+
+/* The same token can appear many times in a batch, so rows of dwte collide.
+ * Each thread owns a band of columns and walks every position in order:
+ * no atomics, and the summation order does not depend on the thread count. */
+void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                          int B, int T, int C) {
+  const int band = 16;
+#pragma omp parallel for
+  for (int c0 = 0; c0 < C; c0 += band) {
+    int c1 = c0 + band < C ? c0 + band : C;
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        const float *d = dout + ((int64_t)b * T + t) * C;
+        float *te = dwte + (int64_t)inp[b * T + t] * C, *pe = dwpe + (int64_t)t * C;
+        for (int c = c0; c < c1; c++) {
+          te[c] += d[c];
+          pe[c] += d[c];
+        }
+      }
+  }
+}

@@ -1,0 +1,27 @@
+/* gelu.c - GELU with the tanh approximation (Hendrycks & Gimpel 2016), the
+ * form GPT-2 uses: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+#include <math.h>
+
+#include "kernels/cpu/cpu_ops.h"
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+void cpu_gelu_forward(float *out, const float *inp, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+  }
+}
+
+void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_S * (x + 0.044715f * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += grad * dout[i];
+  }
+}

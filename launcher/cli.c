@@ -1,0 +1,258 @@
+/* cli.c - flags of `shardtrain train` (see cli.h). Flag names are part of
+ * the user interface in DESIGN.md ("Commands"); keep them. */
+#include "launcher/cli.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+void st_run_config_defaults(st_run_config *rc) {
+  memset(rc, 0, sizeof *rc);
+  snprintf(rc->model_name, sizeof rc->model_name, "small");
+  st_model_preset("small", &rc->model);
+  rc->model.block_size = 128;
+  rc->model.vocab_size = 0; /* from the data file */
+  rc->micro_batch = 8;
+  rc->global_batch = 16;
+  rc->zero_stage = 1;
+  snprintf(rc->precision, sizeof rc->precision, "auto");
+  snprintf(rc->recompute, sizeof rc->recompute, "none");
+  snprintf(rc->device, sizeof rc->device, "auto");
+  snprintf(rc->out, sizeof rc->out, "runs/default");
+  snprintf(rc->resume, sizeof rc->resume, "auto");
+  rc->steps = 100;
+  rc->optim = (st_optim_config){.lr = 1e-3f, .min_lr_frac = 0.1f, .warmup_steps = 20,
+                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.95f,
+                                .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
+  rc->seed = 1337;
+  rc->ckpt_every = 0;
+  rc->val_every = 0;
+  rc->val_seqs = 256;
+  rc->log_every = 1;
+}
+
+static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end || end == v || x < lo || x > hi) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("%s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi, v);
+  }
+  *out = x;
+  return 0;
+}
+
+static int parse_float(const char *flag, const char *v, double lo, double hi, float *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || *end || end == v || x < lo || x > hi) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("%s expects a number in [%g, %g], got '%s'", flag, lo, hi, v);
+  }
+  *out = (float)x;
+  return 0;
+}
+
+static int copy_str(char *dst, size_t cap, const char *flag, const char *v) {
+  if (strlen(v) >= cap) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("%s value is too long (%zu characters, at most %zu)", flag, strlen(v),
+                        cap - 1);
+  }
+  memcpy(dst, v, strlen(v) + 1);
+  return 0;
+}
+
+static int one_of(const char *flag, const char *v, const char *const *allowed) {
+  for (int i = 0; allowed[i]; i++)
+    if (strcmp(v, allowed[i]) == 0) return 0;
+  char list[256] = "";
+  for (int i = 0; allowed[i]; i++) {
+    strncat(list, allowed[i], sizeof list - strlen(list) - 2);
+    if (allowed[i + 1]) strncat(list, "|", sizeof list - strlen(list) - 1);
+  }
+  st_error_code(ST_EXIT_USAGE);
+  return st_error_set("%s must be one of %s, got '%s'", flag, list, v);
+}
+
+int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
+  int have_shape = 0, have_preset = 0, lr_set_total = 0;
+  long long x;
+  static const char *const k_zero[] = {"0", "1", NULL};
+  static const char *const k_prec[] = {"auto", "fp32", "bf16", "fp16", NULL};
+  static const char *const k_rec[] = {"none", "selective", "full", NULL};
+  static const char *const k_dev[] = {"auto", "cpu", "cuda", NULL};
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (strcmp(f, "--json") == 0) { rc->json = 1; continue; }
+    if (strncmp(f, "--", 2) != 0) {
+      st_error_code(ST_EXIT_USAGE);
+      return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain train --help)", f);
+    }
+    if (i + 1 >= argc) {
+      st_error_code(ST_EXIT_USAGE);
+      return st_error_set("flag %s needs a value", f);
+    }
+    const char *v = argv[++i];
+#define INT_FLAG(name, lo, hi, dst)                          \
+  if (strcmp(f, name) == 0) {                                \
+    if (parse_int(f, v, lo, hi, &x)) return -1;              \
+    dst = x;                                                 \
+    continue;                                                \
+  }
+#define FLOAT_FLAG(name, lo, hi, dst)                        \
+  if (strcmp(f, name) == 0) {                                \
+    if (parse_float(f, v, lo, hi, &dst)) return -1;          \
+    continue;                                                \
+  }
+#define STR_FLAG(name, dst)                                  \
+  if (strcmp(f, name) == 0) {                                \
+    if (copy_str(dst, sizeof dst, f, v)) return -1;          \
+    continue;                                                \
+  }
+    if (strcmp(f, "--model") == 0) {
+      if (st_model_preset(v, &rc->model)) { st_error_code(ST_EXIT_USAGE); return -1; }
+      copy_str(rc->model_name, sizeof rc->model_name, f, v);
+      have_preset = 1;
+      continue;
+    }
+    if (strcmp(f, "--zero") == 0) {
+      if (one_of(f, v, k_zero)) return -1;
+      rc->zero_stage = atoi(v);
+      continue;
+    }
+    if (strcmp(f, "--precision") == 0) {
+      if (one_of(f, v, k_prec)) return -1;
+      copy_str(rc->precision, sizeof rc->precision, f, v);
+      continue;
+    }
+    if (strcmp(f, "--recompute") == 0) {
+      if (one_of(f, v, k_rec)) return -1;
+      copy_str(rc->recompute, sizeof rc->recompute, f, v);
+      continue;
+    }
+    if (strcmp(f, "--device") == 0) {
+      if (one_of(f, v, k_dev)) return -1;
+      copy_str(rc->device, sizeof rc->device, f, v);
+      continue;
+    }
+    if (strcmp(f, "--steps") == 0) {
+      if (parse_int(f, v, 1, 1000000000LL, &x)) return -1;
+      rc->steps = x;
+      continue;
+    }
+    if (strcmp(f, "--lr-decay-steps") == 0) {
+      if (parse_int(f, v, 1, 1000000000LL, &x)) return -1;
+      rc->optim.total_steps = x;
+      lr_set_total = 1;
+      continue;
+    }
+    if (strcmp(f, "--seed") == 0) {
+      if (parse_int(f, v, 0, 9223372036854775807LL, &x)) return -1;
+      rc->seed = (uint64_t)x;
+      continue;
+    }
+    if (strcmp(f, "--layers") == 0 || strcmp(f, "--heads") == 0 || strcmp(f, "--dim") == 0) {
+      if (parse_int(f, v, 1, 100000, &x)) return -1;
+      if (f[2] == 'l') rc->model.n_layer = (int)x;
+      else if (f[2] == 'h') rc->model.n_head = (int)x;
+      else rc->model.n_embd = (int)x;
+      have_shape = 1;
+      continue;
+    }
+    INT_FLAG("--seq-len", 1, 1 << 20, rc->model.block_size)
+    INT_FLAG("--vocab-size", 2, 65536, rc->model.vocab_size)
+    INT_FLAG("--micro-batch", 1, 1 << 20, rc->micro_batch)
+    INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
+    INT_FLAG("--warmup", 0, 1000000000, rc->optim.warmup_steps)
+    INT_FLAG("--ckpt-every", 0, 1000000000, rc->ckpt_every)
+    INT_FLAG("--val-every", 0, 1000000000, rc->val_every)
+    INT_FLAG("--val-seqs", 0, 1 << 30, rc->val_seqs)
+    INT_FLAG("--log-every", 1, 1000000000, rc->log_every)
+    INT_FLAG("--stop-after", 0, 1000000000, rc->stop_after)
+    FLOAT_FLAG("--lr", 0.0, 10.0, rc->optim.lr)
+    FLOAT_FLAG("--min-lr-frac", 0.0, 1.0, rc->optim.min_lr_frac)
+    FLOAT_FLAG("--weight-decay", 0.0, 10.0, rc->optim.weight_decay)
+    FLOAT_FLAG("--grad-clip", 0.0, 1e9, rc->optim.grad_clip)
+    FLOAT_FLAG("--beta1", 0.0, 0.999999, rc->optim.beta1)
+    FLOAT_FLAG("--beta2", 0.0, 0.999999999, rc->optim.beta2)
+    FLOAT_FLAG("--eps", 0.0, 1.0, rc->optim.eps)
+    STR_FLAG("--data", rc->data)
+    STR_FLAG("--val-data", rc->val_data)
+    STR_FLAG("--out", rc->out)
+    STR_FLAG("--resume", rc->resume)
+    STR_FLAG("--dump-params", rc->dump_params)
+#undef INT_FLAG
+#undef FLOAT_FLAG
+#undef STR_FLAG
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("unknown flag '%s' (see shardtrain train --help)", f);
+  }
+  if (have_shape && !have_preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
+  if (!lr_set_total) rc->optim.total_steps = rc->steps;
+  if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps)
+    rc->optim.warmup_steps = (int)rc->optim.total_steps;
+  if (!rc->data[0]) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--data is required: a token file from `shardtrain prep` (.h5) or an "
+                        "llm.c shard (.bin)");
+  }
+  return 0;
+}
+
+void st_cli_print_train_usage(void) {
+  printf(
+      "usage: shardtrain train --data FILE [flags]   (run under mpirun/srun for several ranks)\n"
+      "  model   --model tiny|small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m  (default small)\n"
+      "          --layers N --heads N --dim N   --seq-len T (default 128)  --vocab-size V\n"
+      "  batch   --micro-batch B (sequences per rank per micro-step, default 8)\n"
+      "          --global-batch G (sequences per optimizer step, default 16;\n"
+      "            gradient accumulation = G / (B * ranks))\n"
+      "  system  --zero 0|1 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
+      "          --recompute none|selective|full\n"
+      "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
+      "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
+      "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
+      "          --ckpt-every N  --val-every N  --val-seqs N (256)  --log-every N  --seed S\n"
+      "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n");
+}
+
+char *st_run_config_to_json(const st_run_config *rc) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON *m = cJSON_AddObjectToObject(o, "model");
+  cJSON_AddStringToObject(m, "name", rc->model_name);
+  cJSON_AddNumberToObject(m, "n_layer", rc->model.n_layer);
+  cJSON_AddNumberToObject(m, "n_head", rc->model.n_head);
+  cJSON_AddNumberToObject(m, "n_embd", rc->model.n_embd);
+  cJSON_AddNumberToObject(m, "block_size", rc->model.block_size);
+  cJSON_AddNumberToObject(m, "vocab_size", rc->model.vocab_size);
+  cJSON_AddNumberToObject(m, "padded_vocab_size", rc->model.padded_vocab_size);
+  cJSON *t = cJSON_AddObjectToObject(o, "train");
+  cJSON_AddNumberToObject(t, "micro_batch", rc->micro_batch);
+  cJSON_AddNumberToObject(t, "global_batch", rc->global_batch);
+  cJSON_AddNumberToObject(t, "seq_len", rc->model.block_size);
+  cJSON_AddNumberToObject(t, "zero_stage", rc->zero_stage);
+  cJSON_AddStringToObject(t, "precision", rc->precision);
+  cJSON_AddStringToObject(t, "recompute", rc->recompute);
+  cJSON_AddNumberToObject(t, "steps", (double)rc->steps);
+  cJSON_AddNumberToObject(t, "lr", rc->optim.lr);
+  cJSON_AddNumberToObject(t, "min_lr_frac", rc->optim.min_lr_frac);
+  cJSON_AddNumberToObject(t, "warmup_steps", rc->optim.warmup_steps);
+  cJSON_AddNumberToObject(t, "lr_decay_steps", (double)rc->optim.total_steps);
+  cJSON_AddNumberToObject(t, "beta1", rc->optim.beta1);
+  cJSON_AddNumberToObject(t, "beta2", rc->optim.beta2);
+  cJSON_AddNumberToObject(t, "eps", rc->optim.eps);
+  cJSON_AddNumberToObject(t, "weight_decay", rc->optim.weight_decay);
+  cJSON_AddNumberToObject(t, "grad_clip", rc->optim.grad_clip);
+  cJSON_AddNumberToObject(t, "seed", (double)rc->seed);
+  cJSON_AddStringToObject(t, "data", rc->data);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}

@@ -1,0 +1,156 @@
+/* main.c - `shardtrain COMMAND [flags]`: MPI init, rank identity, dispatch.
+ *
+ *   shardtrain prep   --input TEXT --out FILE.h5 [--val-fraction F]
+ *   shardtrain train  --data FILE [flags]            (under mpirun/srun)
+ *   shardtrain ckpt   info|verify STEP_DIR|RUN_DIR
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/collectives.h"
+#include "io/checkpoint.h"
+#include "io/tokens.h"
+#include "launcher/cli.h"
+#include "launcher/env.h"
+#include "rank/trainer.h"
+#include "util/error.h"
+
+static void usage(void) {
+  printf("shardtrain %s - GPT-2 training with ZeRO, one process per rank\n\n"
+         "usage:\n"
+         "  shardtrain prep  --input TEXT|- --out FILE.h5 [--val-fraction 0.1]\n"
+         "  shardtrain train --data FILE.h5|FILE.bin [flags]   (see shardtrain train --help)\n"
+         "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n",
+         SHARDTRAIN_VERSION);
+}
+
+static int fail(int code) {
+  fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
+  return code ? code : ST_EXIT_ERROR;
+}
+
+static int cmd_prep(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  double frac = 0.1;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      usage();
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      st_error_set("flag %s needs a value (see shardtrain --help)", argv[i]);
+      return fail(ST_EXIT_USAGE);
+    }
+    if (strcmp(argv[i], "--input") == 0) in = argv[++i];
+    else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
+    else if (strcmp(argv[i], "--val-fraction") == 0) frac = atof(argv[++i]);
+    else {
+      st_error_set("unknown flag '%s' for prep (flags: --input, --out, --val-fraction)", argv[i]);
+      return fail(ST_EXIT_USAGE);
+    }
+  }
+  if (!in || !out) {
+    st_error_set("prep needs --input TEXT (or - for stdin) and --out FILE.h5");
+    return fail(ST_EXIT_USAGE);
+  }
+  int64_t ntrain = 0, nval = 0;
+  if (st_prep_bytes(in, out, frac, &ntrain, &nval)) return fail(st_error_exit_code());
+  printf("prep: %s -> %s: byte tokenizer (vocab 256), %lld train + %lld val tokens\n", in, out,
+         (long long)ntrain, (long long)nval);
+  return 0;
+}
+
+static int cmd_ckpt(int argc, char **argv) {
+  if (argc < 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify"))) {
+    st_error_set("usage: shardtrain ckpt info|verify RUN_DIR|STEP_DIR");
+    return fail(ST_EXIT_USAGE);
+  }
+  char dir[1200];
+  int found = 0;
+  /* A run directory means its latest checkpoint. */
+  char latest[1200];
+  snprintf(latest, sizeof latest, "%s/ckpt/latest", argv[2]);
+  FILE *probe = fopen(latest, "r");
+  if (probe) fclose(probe);
+  if (st_ckpt_resolve(argv[2], probe ? "auto" : argv[2], dir, sizeof dir, &found))
+    return fail(ST_EXIT_CHECKPOINT);
+  if (!found) {
+    st_error_set("no checkpoint at %s", argv[2]);
+    return fail(ST_EXIT_CHECKPOINT);
+  }
+  st_ckpt_meta meta;
+  if (st_ckpt_read_meta(dir, &meta)) return fail(ST_EXIT_CHECKPOINT);
+  printf("checkpoint %s\n  step %lld, tokens seen %lld, data position %lld\n"
+         "  written by %d ranks at ZeRO stage %d\n  config %s\n",
+         dir, (long long)meta.step, (long long)meta.tokens_seen, (long long)meta.data_position,
+         meta.world_size, meta.zero_stage, meta.config_json);
+  if (strcmp(argv[1], "verify") == 0) {
+    st_model_config cfg;
+    st_param_table tab;
+    if (st_model_from_json(meta.config_json, &cfg) || st_param_table_build(&cfg, &tab))
+      return fail(ST_EXIT_CHECKPOINT);
+    int rc = st_ckpt_verify(dir, &tab);
+    st_param_table_free(&tab);
+    if (rc) return fail(ST_EXIT_CHECKPOINT);
+    printf("  verify: OK (all rank files present, checksums good, shapes match the config)\n");
+  }
+  return 0;
+}
+
+static int cmd_train(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      int rank;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0) st_cli_print_train_usage();
+      return 0;
+    }
+  st_env env;
+  st_comm comm;
+  int bad = st_env_detect(&env);
+  if (bad) {
+    if (env.rank == 0) fail(ST_EXIT_USAGE);
+    return ST_EXIT_USAGE;
+  }
+  st_run_config rc;
+  st_run_config_defaults(&rc);
+  if (st_cli_parse_train(argc, argv, &rc)) {
+    if (env.rank == 0) fail(st_error_exit_code());
+    return st_error_exit_code();
+  }
+  if (st_comm_mpi_init(&comm)) return fail(ST_EXIT_ERROR);
+  int code = st_train(&rc, &env, &comm);
+  st_comm_mpi_free(&comm);
+  return code;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    usage();
+    return argc < 2 ? ST_EXIT_USAGE : 0;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--version") == 0) {
+    printf("shardtrain %s\n", SHARDTRAIN_VERSION);
+    return 0;
+  }
+  if (strcmp(cmd, "prep") == 0) return cmd_prep(argc - 1, argv + 1);
+  if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
+  if (strcmp(cmd, "train") == 0) {
+    MPI_Init(&argc, &argv);
+    int code = cmd_train(argc - 1, argv + 1);
+    /* A failing rank must not leave the others waiting in MPI_Finalize. */
+    if (code) {
+      fflush(stdout);
+      fflush(stderr);
+      MPI_Finalize();
+      return code;
+    }
+    MPI_Finalize();
+    return 0;
+  }
+  st_error_set("unknown command '%s'; commands: prep, train, ckpt (see shardtrain --help)", cmd);
+  return fail(ST_EXIT_USAGE);
+}

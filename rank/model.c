@@ -1,0 +1,202 @@
+/* model.c - GPT-2 (Radford et al. 2019): the order of ops in forward and
+ * backward, and where each activation lives. Pre-LayerNorm blocks:
+ *   x = x + proj(attn(ln_1(x)));  x = x + mlp.proj(gelu(mlp.fc(ln_2(x))))
+ * then ln_f and an LM head tied to the token embedding. */
+#include "rank/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+static int64_t acts_floats(const st_model_config *c, int B, int T) {
+  const int64_t BT = (int64_t)B * T, C = c->n_embd, L = c->n_layer, NH = c->n_head;
+  int64_t per_block = BT * (C * 7 + 3 * C + 8 * C + 4) + (int64_t)B * NH * T * T;
+  int64_t scratch = BT * (C * 3 + 3 * C + 8 * C) + (int64_t)B * NH * T * T;
+  return BT * C + L * per_block + BT * (C + 2) + BT * c->padded_vocab_size + BT + scratch;
+}
+
+static float *take(float **cursor, int64_t n) {
+  float *p = *cursor;
+  *cursor += n;
+  return p;
+}
+
+int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
+                  int pad_multiple) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  m->ops = ops;
+  m->B = B;
+  m->T = T;
+  if (st_param_table_build(cfg, &m->tab)) return -1;
+  m->padded_total = (m->tab.total + pad_multiple - 1) / pad_multiple * pad_multiple;
+  size_t pbytes = (size_t)m->padded_total * sizeof(float);
+  m->params = calloc(1, pbytes);
+  m->grads = calloc(1, pbytes);
+  int64_t na = acts_floats(cfg, B, T);
+  m->act_mem = calloc((size_t)na, sizeof(float));
+  m->blk = calloc((size_t)cfg->n_layer, sizeof *m->blk);
+  if (!m->params || !m->grads || !m->act_mem || !m->blk) {
+    st_model_free(m);
+    return st_error_set("cannot allocate %.1f MiB of host memory for the model "
+                        "(parameters, gradients, activations); lower --micro-batch or --seq-len",
+                        (2.0 * pbytes + na * 4.0) / 1048576.0);
+  }
+  if (st_param_views_bind(cfg, &m->tab, m->params, &m->p) ||
+      st_param_views_bind(cfg, &m->tab, m->grads, &m->g))
+    return -1;
+  const int64_t BT = (int64_t)B * T, C = cfg->n_embd, NHTT = (int64_t)B * cfg->n_head * T * T;
+  float *cur = m->act_mem;
+  m->encoded = take(&cur, BT * C);
+  for (int l = 0; l < cfg->n_layer; l++) {
+    st_block_acts *a = &m->blk[l];
+    a->ln1 = take(&cur, BT * C);
+    a->ln1_mean = take(&cur, BT);
+    a->ln1_rstd = take(&cur, BT);
+    a->qkv = take(&cur, BT * 3 * C);
+    a->atty = take(&cur, BT * C);
+    a->att = take(&cur, NHTT);
+    a->attproj = take(&cur, BT * C);
+    a->residual2 = take(&cur, BT * C);
+    a->ln2 = take(&cur, BT * C);
+    a->ln2_mean = take(&cur, BT);
+    a->ln2_rstd = take(&cur, BT);
+    a->fch = take(&cur, BT * 4 * C);
+    a->fch_gelu = take(&cur, BT * 4 * C);
+    a->fcproj = take(&cur, BT * C);
+    a->residual3 = take(&cur, BT * C);
+  }
+  m->lnf = take(&cur, BT * C);
+  m->lnf_mean = take(&cur, BT);
+  m->lnf_rstd = take(&cur, BT);
+  m->logits = take(&cur, BT * cfg->padded_vocab_size);
+  m->losses = take(&cur, BT);
+  m->dres = take(&cur, BT * C);
+  m->dln = take(&cur, BT * C);
+  m->datty = take(&cur, BT * C);
+  m->dqkv = take(&cur, BT * 3 * C);
+  m->dfch = take(&cur, BT * 4 * C);
+  m->dfch_gelu = take(&cur, BT * 4 * C);
+  m->datt = take(&cur, NHTT);
+  return 0;
+}
+
+void st_model_free(st_model *m) {
+  st_param_views_free(&m->p);
+  st_param_views_free(&m->g);
+  st_param_table_free(&m->tab);
+  free(m->params);
+  free(m->grads);
+  free(m->act_mem);
+  free(m->blk);
+  memset(m, 0, sizeof *m);
+}
+
+static void fill_normal(float *x, int64_t n, float std, st_rng *rng) {
+  for (int64_t i = 0; i < n; i++) x[i] = std * st_rng_normal(rng);
+}
+
+void st_model_init_weights(st_model *m, st_rng *rng) {
+  const st_model_config *c = &m->cfg;
+  const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
+  memset(m->params, 0, (size_t)m->padded_total * sizeof(float));
+  for (int i = 0; i < m->tab.n; i++) {
+    const st_tensor *t = &m->tab.t[i];
+    float *x = m->params + t->offset;
+    if (t->ndim == 2) {
+      int is_proj = strstr(t->name, "attn.proj.weight") || strstr(t->name, "mlp.proj.weight");
+      int64_t n = t->numel;
+      if (strcmp(t->name, "wte.weight") == 0) n = (int64_t)c->vocab_size * c->n_embd;
+      fill_normal(x, n, is_proj ? proj_std : std, rng);
+    } else if (strstr(t->name, "ln_") && strstr(t->name, ".weight")) {
+      for (int64_t k = 0; k < t->numel; k++) x[k] = 1.0f;
+    }
+  }
+}
+
+void st_model_zero_grad(st_model *m) {
+  memset(m->grads, 0, (size_t)m->padded_total * sizeof(float));
+}
+
+double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
+                        float dloss) {
+  const st_ops *op = m->ops;
+  const st_model_config *c = &m->cfg;
+  const int C = c->n_embd, NH = c->n_head, BT = B * T, Vp = c->padded_vocab_size;
+  op->encoder_forward(m->encoded, inp, m->p.wte, m->p.wpe, B, T, C);
+  const float *x = m->encoded;
+  for (int l = 0; l < c->n_layer; l++) {
+    st_block_acts *a = &m->blk[l];
+    const st_block_params *w = &m->p.h[l];
+    op->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT, C);
+    op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, 3 * C);
+    op->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+    op->matmul_forward(a->attproj, a->atty, w->attproj_w, w->attproj_b, BT, C, C);
+    op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
+    op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b,
+                          BT, C);
+    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
+    op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
+    op->matmul_forward(a->fcproj, a->fch_gelu, w->fcproj_w, w->fcproj_b, BT, 4 * C, C);
+    op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
+    x = a->residual3;
+  }
+  op->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnf_w, m->p.lnf_b, BT, C);
+  op->matmul_forward(m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp);
+  op->softmax_crossentropy(m->losses, dloss > 0 ? m->logits : NULL, m->logits, targets, dloss,
+                           BT, c->vocab_size, Vp);
+  double sum = 0.0;
+  for (int i = 0; i < BT; i++) sum += m->losses[i];
+  return sum;
+}
+
+static void zero(float *x, int64_t n) { memset(x, 0, (size_t)n * sizeof(float)); }
+
+void st_model_backward(st_model *m, const int *inp, int B, int T) {
+  const st_ops *op = m->ops;
+  const st_model_config *c = &m->cfg;
+  const int C = c->n_embd, NH = c->n_head, BT = B * T, Vp = c->padded_vocab_size;
+  const int64_t BTC = (int64_t)BT * C;
+  st_param_views *g = &m->g;
+
+  /* LM head (tied): logits = lnf @ wte^T, so dwte gets the head's share here
+   * and the embedding's share in encoder_backward. */
+  zero(m->dln, BTC);
+  op->matmul_backward(m->dln, g->wte, NULL, m->logits, m->lnf, m->p.wte, BT, C, Vp);
+  zero(m->dres, BTC);
+  const float *xlast = c->n_layer > 0 ? m->blk[c->n_layer - 1].residual3 : m->encoded;
+  op->layernorm_backward(m->dres, g->lnf_w, g->lnf_b, m->dln, xlast, m->p.lnf_w, m->lnf_mean,
+                         m->lnf_rstd, BT, C);
+
+  /* dres carries d(block output); each residual add passes it through to both
+   * branches, so the branches' input gradients accumulate into it. */
+  for (int l = c->n_layer - 1; l >= 0; l--) {
+    st_block_acts *a = &m->blk[l];
+    const st_block_params *w = &m->p.h[l];
+    st_block_params *gw = &g->h[l];
+    const float *x = l == 0 ? m->encoded : m->blk[l - 1].residual3;
+
+    zero(m->dfch_gelu, 4 * BTC);
+    op->matmul_backward(m->dfch_gelu, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,
+                        w->fcproj_w, BT, 4 * C, C);
+    zero(m->dfch, 4 * BTC);
+    op->gelu_backward(m->dfch, a->fch, m->dfch_gelu, 4 * BTC);
+    zero(m->dln, BTC);
+    op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, w->fc_w, BT, C, 4 * C);
+    op->layernorm_backward(m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w,
+                           a->ln2_mean, a->ln2_rstd, BT, C);
+
+    zero(m->datty, BTC);
+    op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty, w->attproj_w,
+                        BT, C, C);
+    zero(m->dqkv, 3 * BTC);
+    op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+    zero(m->dln, BTC);
+    op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, 3 * C);
+    op->layernorm_backward(m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
+                           a->ln1_rstd, BT, C);
+  }
+  op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
+}

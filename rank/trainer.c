@@ -1,0 +1,496 @@
+/* trainer.c - one rank's training job (see trainer.h).
+ *
+ * Step: zero grads -> for each micro-step: read this rank's sequences,
+ * forward, backward (gradients accumulate in fp32) -> ZeRO reduction ->
+ * global grad norm -> AdamW on this rank's partition -> all-gather params.
+ * ZeRO 0 all-reduces whole gradients and every rank updates everything;
+ * ZeRO 1 reduce-scatters, keeps Adam m and v for its 1/N partition only,
+ * and all-gathers the updated parameters.
+ */
+#define _XOPEN_SOURCE 700
+#include "rank/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/tokens.h"
+#include "rank/dataloader.h"
+#include "rank/model.h"
+#include "rank/optimizer.h"
+#include "rank/partition.h"
+#include "rank/rng.h"
+#include "util/error.h"
+#include "util/fsutil.h"
+
+typedef struct {
+  st_run_config *rc;
+  const st_env *env;
+  st_comm *comm;
+  st_token_source *train, *val;
+  int64_t ntrain, nval;
+  int accum;               /* gradient accumulation steps */
+  int64_t step_tokens;     /* global batch in tokens */
+  st_model model;
+  st_partition part;       /* this rank's ZeRO partition */
+  st_partition opt_part;   /* range whose Adam state this rank keeps */
+  float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
+  float *grad_shard;       /* ZeRO 1: reduce-scatter target, part.shard */
+  int *inp, *tgt, *scratch;
+  st_rng rng;
+  int64_t step, data_pos, tokens_seen, epoch;
+  char *config_json;
+  FILE *metrics;
+  double t_start, val_loss;
+  double last_loss;
+} trainer;
+
+/* All ranks learn whether any failed; the lowest failing rank prints its
+ * message once. Returns that rank's exit code, or 0 when none failed. */
+static int agree(trainer *tr, int failed) {
+  st_comm *c = tr->comm;
+  int v[2] = {failed ? c->world - c->rank : 0, 0};
+  c->all_reduce_int_max(c, v, 1);
+  if (!v[0]) return 0;
+  int first = c->world - v[0];
+  int code = failed ? st_error_exit_code() : 0;
+  c->broadcast(c, &code, sizeof code, first);
+  if (c->rank == first) {
+    if (c->world > 1) fprintf(stderr, "shardtrain: error (rank %d): %s\n", c->rank, st_error_msg());
+    else fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
+    fflush(stderr);
+  }
+  return code ? code : ST_EXIT_ERROR;
+}
+
+static int is_bin(const char *path) {
+  size_t n = strlen(path);
+  return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
+}
+
+static int setup_backend(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  if (strcmp(rc->device, "cuda") == 0) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--device cuda: this build has no CUDA backend (built without a CUDA "
+                        "toolkit or with -DSHARDTRAIN_CUDA=OFF); use --device cpu");
+  }
+  snprintf(rc->device, sizeof rc->device, "cpu");
+  if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
+  if (strcmp(rc->precision, "fp32") != 0) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--precision %s: the CPU backend computes in fp32; use --precision fp32 "
+                        "(bf16/fp16 need the CUDA backend)", rc->precision);
+  }
+  if (strcmp(rc->recompute, "none") != 0) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--recompute %s: the CPU backend keeps all activations; use --recompute "
+                        "none (recompute comes with the CUDA backend)", rc->recompute);
+  }
+  return 0;
+}
+
+static int setup_data(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  int file_vocab = 0, val_vocab = 0;
+  st_error_code(ST_EXIT_DATA);
+  tr->train = st_tokens_open(rc->data, "train", &file_vocab);
+  if (!tr->train) return st_error_prefix("--data");
+  tr->ntrain = st_tokens_count(tr->train);
+  const char *val_path = rc->val_data[0] ? rc->val_data : (is_bin(rc->data) ? NULL : rc->data);
+  if (val_path) {
+    tr->val = st_tokens_open(val_path, "val", &val_vocab);
+    if (!tr->val) return st_error_prefix(rc->val_data[0] ? "--val-data" : "--data");
+    tr->nval = st_tokens_count(tr->val);
+  }
+  if (rc->model.vocab_size == 0)
+    rc->model.vocab_size = file_vocab > 0 ? file_vocab : 50257; /* .bin: GPT-2 BPE */
+  else if (file_vocab > rc->model.vocab_size)
+    return st_error_set("--vocab-size %d is smaller than the vocabulary of %s (%d); drop the "
+                        "flag or raise it", rc->model.vocab_size, rc->data, file_vocab);
+  st_error_code(ST_EXIT_ERROR);
+  return 0;
+}
+
+static int setup_batch(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  int world = tr->comm->world, B = rc->micro_batch, T = rc->model.block_size;
+  st_error_code(ST_EXIT_USAGE);
+  if (rc->global_batch % (B * world) != 0) {
+    int lo = rc->global_batch / (B * world) * (B * world), hi = lo + B * world;
+    return st_error_set("--global-batch %d does not divide by --micro-batch %d x %d ranks = %d; "
+                        "use --global-batch %d or %d, or change --micro-batch",
+                        rc->global_batch, B, world, B * world, lo > 0 ? lo : hi, hi);
+  }
+  tr->accum = rc->global_batch / (B * world);
+  tr->step_tokens = (int64_t)rc->global_batch * T;
+  if (tr->ntrain < tr->step_tokens + 1) {
+    st_error_code(ST_EXIT_DATA);
+    return st_error_set("%s holds %lld training tokens, fewer than one global batch needs "
+                        "(%d sequences x %d tokens + 1 = %lld); lower --global-batch or "
+                        "--seq-len, or prepare more text", rc->data, (long long)tr->ntrain,
+                        rc->global_batch, T, (long long)tr->step_tokens + 1);
+  }
+  if (tr->val && tr->nval < (int64_t)T + 1) {
+    st_error_code(ST_EXIT_DATA);
+    return st_error_set("the validation split of %s holds %lld tokens, fewer than one sequence "
+                        "(%d + 1); lower --seq-len or prepare with a larger --val-fraction",
+                        st_tokens_path(tr->val), (long long)tr->nval, T);
+  }
+  st_error_code(ST_EXIT_ERROR);
+  return st_model_validate(&rc->model);
+}
+
+/* Probe that the run directory can take files before any compute is spent. */
+static int setup_outdir(trainer *tr) {
+  const char *out = tr->rc->out;
+  if (st_mkdir_p(out)) return st_error_prefix("--out %s is not usable", out);
+  char probe[1100];
+  snprintf(probe, sizeof probe, "%s/.write_probe_%d", out, tr->comm->rank);
+  FILE *f = fopen(probe, "w");
+  if (!f)
+    return st_error_set("--out %s is not writable (%s); choose a directory you can write to",
+                        out, strerror(errno));
+  fclose(f);
+  unlink(probe);
+  return 0;
+}
+
+static int setup_state(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  st_comm *c = tr->comm;
+  int B = rc->micro_batch, T = rc->model.block_size;
+  if (st_model_init(&tr->model, &rc->model, st_ops_cpu(), B, T, c->world)) return -1;
+  st_partition_make(tr->model.tab.total, c->rank, c->world, &tr->part);
+  /* ZeRO 0 keeps the whole optimizer state on every rank. */
+  if (rc->zero_stage == 0) st_partition_make(tr->model.tab.total, 0, 1, &tr->opt_part);
+  else tr->opt_part = tr->part;
+  size_t n = (size_t)(rc->zero_stage == 0 ? tr->model.padded_total : tr->part.shard);
+  tr->adam_m = calloc(n, sizeof(float));
+  tr->adam_v = calloc(n, sizeof(float));
+  tr->grad_shard = rc->zero_stage == 1 ? calloc((size_t)tr->part.shard, sizeof(float)) : NULL;
+  tr->inp = malloc((size_t)B * T * sizeof(int));
+  tr->tgt = malloc((size_t)B * T * sizeof(int));
+  tr->scratch = malloc(((size_t)B * T + 1) * sizeof(int));
+  if (!tr->adam_m || !tr->adam_v || (rc->zero_stage == 1 && !tr->grad_shard) || !tr->inp ||
+      !tr->tgt || !tr->scratch)
+    return st_error_set("cannot allocate host memory for optimizer state (%zu floats)", n * 2);
+  tr->config_json = st_run_config_to_json(rc);
+  return 0;
+}
+
+/* Resume from a checkpoint or initialise fresh weights. */
+static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
+  st_run_config *rc = tr->rc;
+  int found = 0;
+  *resumed = 0;
+  st_rng_seed(&tr->rng, rc->seed);
+  if (strcmp(rc->resume, "none") == 0) {
+    char latest[1200];
+    snprintf(latest, sizeof latest, "%s/ckpt/latest", rc->out);
+    if (st_path_exists(latest)) {
+      st_error_code(ST_EXIT_USAGE);
+      return st_error_set("--resume none, but %s already holds checkpoints (see %s); pass "
+                          "--resume auto to continue that run, or choose a new --out so "
+                          "nothing is overwritten", rc->out, latest);
+    }
+  } else if (st_ckpt_resolve(rc->out, rc->resume, from, cap, &found)) {
+    st_error_code(ST_EXIT_CHECKPOINT);
+    return st_error_prefix("--resume %s", rc->resume);
+  }
+  if (!found) {
+    st_model_init_weights(&tr->model, &tr->rng);
+    return 0;
+  }
+  st_ckpt_meta meta;
+  st_error_code(ST_EXIT_CHECKPOINT);
+  if (st_ckpt_load(from, &tr->model.tab, &tr->opt_part, tr->model.params, tr->adam_m,
+                   tr->adam_v, &meta))
+    return -1;
+  st_error_code(ST_EXIT_ERROR);
+  tr->step = meta.step;
+  tr->data_pos = meta.data_position;
+  tr->tokens_seen = meta.tokens_seen;
+  tr->rng.s[0] = meta.rng_state[0];
+  tr->rng.s[1] = meta.rng_state[1];
+  *resumed = 1;
+  return 0;
+}
+
+static void print_config(trainer *tr, int resumed, const char *from) {
+  st_run_config *rc = tr->rc;
+  const st_model_config *m = &rc->model;
+  const st_env *e = tr->env;
+  if (tr->comm->rank != 0) return;
+  printf("shardtrain %s | train\n", SHARDTRAIN_VERSION);
+  printf("  model      %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
+         rc->model_name, m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size,
+         m->padded_vocab_size);
+  printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
+         tr->model.tab.total / 1e6);
+  printf("  batch      micro-batch %d x grad-accum %d x %d ranks = global batch %d sequences "
+         "x %d = %lld tokens\n", rc->micro_batch, tr->accum, tr->comm->world, rc->global_batch,
+         m->block_size, (long long)tr->step_tokens);
+  printf("  ranks      %d on %d node(s), launched by %s; backend %s (%d OpenMP threads/rank); "
+         "collectives %s\n", tr->comm->world, e->node_count, e->launcher, tr->model.ops->name,
+         omp_get_max_threads(), tr->comm->backend);
+  printf("  zero       stage %d: %s\n", rc->zero_stage,
+         rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
+                             : "reduce-scatter gradients, Adam m/v for 1/N of the parameters "
+                               "per rank, all-gather parameters");
+  printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
+  if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
+  else printf(", no validation split");
+  printf("\n  optimizer  AdamW lr %g (warmup %d, cosine to %g by step %lld), wd %g, betas "
+         "(%g, %g), clip %g\n", rc->optim.lr, rc->optim.warmup_steps,
+         rc->optim.lr * rc->optim.min_lr_frac, (long long)rc->optim.total_steps,
+         rc->optim.weight_decay, rc->optim.beta1, rc->optim.beta2, rc->optim.grad_clip);
+  printf("  run        %s, %lld steps, seed %llu; ", rc->out, (long long)rc->steps,
+         (unsigned long long)rc->seed);
+  if (resumed) printf("resumed from %s at step %lld\n", from, (long long)tr->step);
+  else if (strcmp(rc->resume, "none") == 0) printf("fresh start (--resume none)\n");
+  else printf("fresh start (no checkpoint in %s/ckpt)\n", rc->out);
+  fflush(stdout);
+}
+
+/* Mean validation loss over the first val_seqs sequences of /val, spread
+ * round-robin over ranks by micro-batch. */
+static int validate(trainer *tr, double *loss_out) {
+  st_run_config *rc = tr->rc;
+  const int T = rc->model.block_size, B = rc->micro_batch;
+  int64_t nseq = (tr->nval - 1) / T;
+  if (rc->val_seqs < nseq) nseq = rc->val_seqs;
+  double acc[2] = {0, 0};
+  int failed = 0;
+  int64_t nbatches = (nseq + B - 1) / B;
+  for (int64_t j = tr->comm->rank; j < nbatches && !failed; j += tr->comm->world) {
+    int b = (int)(nseq - j * B < B ? nseq - j * B : B);
+    if (st_data_micro_batch(tr->val, j * B * T, 0, 0, 1, b, T, rc->model.vocab_size, tr->inp,
+                            tr->tgt, tr->scratch)) {
+      failed = 1;
+      break;
+    }
+    acc[0] += st_model_forward(&tr->model, tr->inp, tr->tgt, b, T, 0.0f);
+    acc[1] += (double)b * T;
+  }
+  int code = agree(tr, failed);
+  if (code) return code;
+  tr->comm->all_reduce_double_sum(tr->comm, acc, 2);
+  *loss_out = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+  return 0;
+}
+
+static int save_checkpoint(trainer *tr) {
+  st_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  meta.step = tr->step;
+  meta.tokens_seen = tr->tokens_seen;
+  meta.data_position = tr->data_pos;
+  meta.rng_state[0] = tr->rng.s[0];
+  meta.rng_state[1] = tr->rng.s[1];
+  meta.world_size = tr->comm->world;
+  meta.zero_stage = tr->rc->zero_stage;
+  snprintf(meta.config_json, sizeof meta.config_json, "%s", tr->config_json);
+  /* The file holds this rank's ZeRO partition whatever the stage, so the
+   * layout on disk depends only on the rank count. */
+  int64_t off = tr->part.begin - tr->opt_part.begin;
+  int rc = st_ckpt_save(tr->rc->out, tr->comm, &tr->model.tab, &tr->part, tr->model.params,
+                        tr->adam_m + off, tr->adam_v + off, &meta);
+  if (rc) st_error_code(ST_EXIT_CHECKPOINT);
+  int code = agree(tr, rc != 0);
+  if (!code && tr->comm->rank == 0) {
+    printf("checkpoint: %s/ckpt/step_%08lld (latest)\n", tr->rc->out, (long long)tr->step);
+    fflush(stdout);
+  }
+  return code;
+}
+
+/* One optimizer step. Returns an exit code (0 = ok). */
+static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
+  st_run_config *rc = tr->rc;
+  st_comm *c = tr->comm;
+  st_model *m = &tr->model;
+  const int B = rc->micro_batch, T = rc->model.block_size;
+  int64_t pos = st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain);
+  if (pos != tr->data_pos) tr->epoch++;
+  const float dloss = 1.0f / (float)((double)rc->global_batch * T);
+  double loss_sum = 0.0;
+  int failed = 0;
+  st_model_zero_grad(m);
+  for (int k = 0; k < tr->accum; k++) {
+    if (st_data_micro_batch(tr->train, pos, k, c->rank, c->world, B, T, rc->model.vocab_size,
+                            tr->inp, tr->tgt, tr->scratch)) {
+      failed = 1;
+      break;
+    }
+    loss_sum += st_model_forward(m, tr->inp, tr->tgt, B, T, dloss);
+    st_model_backward(m, tr->inp, B, T);
+  }
+  int code = agree(tr, failed);
+  if (code) return code;
+
+  const float *g;
+  if (rc->zero_stage == 0) {
+    if (c->all_reduce_sum(c, m->grads, (size_t)m->padded_total)) return agree(tr, 1);
+    g = m->grads + tr->part.begin;
+  } else {
+    if (c->reduce_scatter_sum(c, m->grads, tr->grad_shard, (size_t)tr->part.shard))
+      return agree(tr, 1);
+    g = tr->grad_shard;
+  }
+  /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
+   * and 1, so the two stages agree closely. */
+  double red[2] = {m->ops->sum_squares(g, tr->part.end - tr->part.begin), loss_sum};
+  c->all_reduce_double_sum(c, red, 2);
+  *norm = sqrt(red[0]);
+  *loss = red[1] / ((double)rc->global_batch * T);
+  *lr = st_lr_at(&rc->optim, tr->step);
+  float scale = st_clip_scale(&rc->optim, *norm);
+  int64_t t = tr->step + 1;
+  if (rc->zero_stage == 0) {
+    st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, m->params, m->grads, tr->adam_m,
+                   tr->adam_v, 0, m->tab.total);
+  } else {
+    st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, m->params, tr->grad_shard,
+                   tr->adam_m, tr->adam_v, tr->part.begin, tr->part.end);
+    float *mine = m->params + (int64_t)c->rank * tr->part.shard;
+    if (c->all_gather(c, mine, m->params, (size_t)tr->part.shard)) return agree(tr, 1);
+  }
+  tr->data_pos = pos + tr->step_tokens;
+  tr->tokens_seen += tr->step_tokens;
+  tr->step++;
+  return 0;
+}
+
+static void fmt_time(double s, char *buf, size_t cap) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void log_step(trainer *tr, double loss, double norm, float lr, double dt) {
+  if (tr->comm->rank != 0) return;
+  double el = MPI_Wtime() - tr->t_start;
+  double tps = tr->step_tokens / dt;
+  int64_t left = tr->rc->steps - tr->step;
+  char e1[32], e2[32];
+  fmt_time(el, e1, sizeof e1);
+  fmt_time(left * dt, e2, sizeof e2);
+  if (tr->step % tr->rc->log_every == 0 || tr->step == tr->rc->steps || tr->step == 1) {
+    printf("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1fk tok/s | %s elapsed | "
+           "ETA %s\n", (long long)tr->step, (long long)tr->rc->steps, loss, lr, norm, tps / 1e3,
+           e1, e2);
+    fflush(stdout);
+  }
+  if (tr->metrics) {
+    fprintf(tr->metrics,
+            "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,"
+            "\"tokens_seen\":%lld,\"epoch\":%lld,\"elapsed_s\":%.3f}\n",
+            (long long)tr->step, loss, lr, norm, tps, (long long)tr->tokens_seen,
+            (long long)tr->epoch, el);
+    fflush(tr->metrics);
+  }
+}
+
+static int run_validation(trainer *tr) {
+  if (!tr->val) return 0;
+  double vl;
+  int code = validate(tr, &vl);
+  if (code) return code;
+  tr->val_loss = vl;
+  if (tr->comm->rank == 0) {
+    printf("val    step %lld | val loss %.4f\n", (long long)tr->step, vl);
+    fflush(stdout);
+    if (tr->metrics) {
+      fprintf(tr->metrics, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)tr->step, vl);
+      fflush(tr->metrics);
+    }
+  }
+  return 0;
+}
+
+static int dump_params(trainer *tr) {
+  if (tr->comm->rank != 0 || !tr->rc->dump_params[0]) return 0;
+  FILE *f = fopen(tr->rc->dump_params, "wb");
+  if (!f) return st_error_set("--dump-params %s: %s", tr->rc->dump_params, strerror(errno));
+  size_t n = (size_t)tr->model.tab.total;
+  int ok = fwrite(tr->model.params, sizeof(float), n, f) == n;
+  ok &= fclose(f) == 0;
+  return ok ? 0 : st_error_set("--dump-params %s: write failed", tr->rc->dump_params);
+}
+
+static int train_loop(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  int code = 0;
+  int64_t stop = rc->stop_after > 0 && rc->stop_after < rc->steps ? rc->stop_after : rc->steps;
+  int64_t last_ckpt = tr->step;
+  while (tr->step < stop) {
+    double t0 = MPI_Wtime(), loss = 0, norm = 0;
+    float lr = 0;
+    if ((code = train_step(tr, &loss, &norm, &lr))) return code;
+    tr->last_loss = loss;
+    log_step(tr, loss, norm, lr, MPI_Wtime() - t0);
+    if (rc->val_every > 0 && tr->step % rc->val_every == 0 && tr->step < rc->steps &&
+        (code = run_validation(tr)))
+      return code;
+    if (rc->ckpt_every > 0 && tr->step % rc->ckpt_every == 0) {
+      if ((code = save_checkpoint(tr))) return code;
+      last_ckpt = tr->step;
+    }
+  }
+  if (tr->step == rc->steps && (code = run_validation(tr))) return code;
+  if (tr->step != last_ckpt && (code = save_checkpoint(tr))) return code;
+  return agree(tr, dump_params(tr) != 0);
+}
+
+int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
+  trainer tr;
+  memset(&tr, 0, sizeof tr);
+  tr.rc = rc;
+  tr.env = env;
+  tr.comm = comm;
+  int code, resumed = 0;
+  char from[1200] = "";
+  if ((code = agree(&tr, setup_backend(&tr) != 0))) goto done;
+  if ((code = agree(&tr, setup_data(&tr) != 0))) goto done;
+  if ((code = agree(&tr, setup_batch(&tr) != 0))) goto done;
+  if ((code = agree(&tr, setup_outdir(&tr) != 0))) goto done;
+  if ((code = agree(&tr, setup_state(&tr) != 0))) goto done;
+  if ((code = agree(&tr, setup_resume(&tr, &resumed, from, sizeof from) != 0))) goto done;
+  if (comm->rank == 0) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
+    tr.metrics = fopen(path, resumed ? "a" : "w");
+  }
+  print_config(&tr, resumed, from);
+  tr.t_start = MPI_Wtime();
+  code = train_loop(&tr);
+  if (!code && comm->rank == 0) {
+    double wall = MPI_Wtime() - tr.t_start;
+    printf("done: step %lld, train loss %.4f, val loss %.4f, %.1f s\n", (long long)tr.step,
+           tr.last_loss, tr.val_loss, wall);
+    if (rc->json)
+      printf("{\"step\":%lld,\"train_loss\":%.9g,\"val_loss\":%.9g,\"wall_s\":%.3f}\n",
+             (long long)tr.step, tr.last_loss, tr.val_loss, wall);
+    fflush(stdout);
+  }
+done:
+  if (tr.metrics) fclose(tr.metrics);
+  if (tr.train) st_tokens_close(tr.train);
+  if (tr.val) st_tokens_close(tr.val);
+  if (tr.model.params) st_model_free(&tr.model);
+  free(tr.adam_m);
+  free(tr.adam_v);
+  free(tr.grad_shard);
+  free(tr.inp);
+  free(tr.tgt);
+  free(tr.scratch);
+  free(tr.config_json);
+  return code;
+}

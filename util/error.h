@@ -1,0 +1,31 @@
+/* error.h - one error message per thread, set where the failure is understood.
+ *
+ * Functions that can fail return 0 on success and -1 on failure after calling
+ * st_error_set() with a message that names the file or flag and the fix. The
+ * caller either adds context (st_error_prefix) or prints it and exits.
+ */
+#ifndef ST_ERROR_H
+#define ST_ERROR_H
+
+#include <stddef.h>
+
+/* Exit codes, documented in README.md ("Exit codes"). */
+enum {
+  ST_EXIT_OK = 0,
+  ST_EXIT_ERROR = 1,      /* bad input, I/O failure: message says which */
+  ST_EXIT_USAGE = 2,      /* unknown flag or bad flag value */
+  ST_EXIT_CHECKPOINT = 3, /* checkpoint missing, corrupted or incompatible */
+  ST_EXIT_DATA = 4        /* token data missing, malformed or too small */
+};
+
+/* Set the current error message (printf-style). Always returns -1. */
+int st_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Put "prefix: " in front of the current message. Always returns -1. */
+int st_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The current message ("" when none). */
+const char *st_error_msg(void);
+/* Exit code class attached with st_error_code(); defaults to ST_EXIT_ERROR. */
+void st_error_code(int code);
+int st_error_exit_code(void);
+
+#endif
