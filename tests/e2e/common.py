@@ -1,0 +1,83 @@
+"""Shared helpers for the end-to-end tests: run the real binary under
+mpirun on a small real corpus and read what it wrote."""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", required=True)
+    p.add_argument("--mpirun", default="mpirun")
+    p.add_argument("--work", required=True)
+    a = p.parse_args()
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    return a
+
+
+def corpus(a):
+    """Byte-token HDF5 file from the first books of the KJV (bible-kjv)."""
+    txt = os.path.join(a.work, "corpus.txt")
+    h5 = os.path.join(a.work, "corpus.h5")
+    text = subprocess.run(["bible", "-f", "gen1:1-exo40:38"], capture_output=True,
+                          text=True, check=True).stdout
+    with open(txt, "w") as f:
+        f.write(text)
+    run([a.bin, "prep", "--input", txt, "--out", h5])
+    return h5
+
+
+def run(cmd, env=None, expect_rc=0):
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    e.update(env or {})
+    r = subprocess.run(cmd, capture_output=True, text=True, env=e)
+    if expect_rc is not None and r.returncode != expect_rc:
+        print("command:", " ".join(cmd))
+        print("stdout:", r.stdout[-4000:])
+        print("stderr:", r.stderr[-4000:])
+        sys.exit(f"FAIL: exit code {r.returncode}, expected {expect_rc}")
+    return r
+
+
+def train(a, np, args, expect_rc=0):
+    cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+           "-np", str(np), a.bin, "train"] + [str(x) for x in args]
+    return run(cmd, expect_rc=expect_rc)
+
+
+def losses(run_dir):
+    """step -> loss from metrics.jsonl (training lines only)."""
+    out = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            d = json.loads(line)
+            if "loss" in d:
+                out[d["step"]] = d["loss"]
+    return out
+
+
+def tree_digest(path):
+    """sha256 over every file name and content under path (or one file)."""
+    h = hashlib.sha256()
+    if os.path.isfile(path):
+        h.update(open(path, "rb").read())
+        return h.hexdigest()
+    for root, dirs, files in sorted(os.walk(path)):
+        dirs.sort()
+        for fn in sorted(files):
+            p = os.path.join(root, fn)
+            h.update(os.path.relpath(p, path).encode())
+            h.update(open(p, "rb").read())
+    return h.hexdigest()
+
+
+def check(cond, msg):
+    if not cond:
+        sys.exit("FAIL: " + msg)
+    print("ok:", msg)
