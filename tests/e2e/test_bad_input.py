@@ -1,0 +1,92 @@
+"""Each kind of bad input exits non-zero with one clear message naming the
+file or flag and the fix, and overwrites nothing: the data file and the
+run's previous checkpoint (and `latest`) stay byte-identical."""
+import os
+import shutil
+
+from common import check, corpus, parse_args, run, train, tree_digest
+
+a = parse_args()
+data = corpus(a)
+W = lambda n: os.path.join(a.work, n)
+base = ["--data", data, "--model", "tiny", "--seq-len", 32, "--micro-batch", 2,
+        "--global-batch", 4, "--val-seqs", 4]
+
+# A good run whose checkpoint every case below must leave alone.
+good = W("good")
+train(a, 2, base + ["--steps", 4, "--out", good])
+data_digest = tree_digest(data)
+ckpt_digest = tree_digest(os.path.join(good, "ckpt"))
+
+
+def expect_fail(name, args, rc, words, np=2, out=good):
+    r = train(a, np, args + ["--out", out], expect_rc=None)
+    err = r.stderr
+    check(r.returncode == rc, f"{name}: exit code {r.returncode} == {rc}")
+    for w in words:
+        check(w in err, f"{name}: message mentions '{w}'")
+    check(err.count("shardtrain: error") == 1, f"{name}: exactly one error line, from one rank")
+    check(tree_digest(data) == data_digest, f"{name}: data file unchanged")
+    check(tree_digest(os.path.join(good, "ckpt")) == ckpt_digest,
+          f"{name}: previous checkpoint and latest unchanged")
+
+
+steps = ["--steps", 6]
+# 1. missing data file
+expect_fail("missing data", ["--data", W("nope.h5")] + base[2:] + steps, 4,
+            ["nope.h5", "shardtrain prep"])
+# 2. malformed data file: not HDF5 at all
+bad = W("garbage.h5")
+open(bad, "w").write("this is not an HDF5 file\n" * 100)
+expect_fail("malformed data", ["--data", bad] + base[2:] + steps, 4, ["garbage.h5"])
+# 3. llm.c shard with a wrong magic number
+badbin = W("bad.bin")
+open(badbin, "wb").write(b"\0" * 2048)
+expect_fail("bad .bin header", ["--data", badbin] + base[2:] + steps, 4, ["bad.bin", "magic"])
+# 4. data smaller than one global batch
+small_txt, small = W("small.txt"), W("small.h5")
+open(small_txt, "w").write("In the beginning God created the heaven and the earth. " * 20)
+run([a.bin, "prep", "--input", small_txt, "--out", small])
+expect_fail("data smaller than a global batch", ["--data", small, "--model", "tiny",
+            "--seq-len", 32, "--micro-batch", 2, "--global-batch", 64] + steps, 4,
+            ["small.h5", "fewer than one global batch", "--global-batch"])
+# 5. global batch not divisible by micro-batch x ranks
+expect_fail("indivisible global batch", base[:-4] + ["--global-batch", 6, "--val-seqs", 4] + steps,
+            2, ["--global-batch 6", "--micro-batch 2", "2 ranks", "use --global-batch 4 or 8"])
+# 6. checkpoint of a different model shape
+expect_fail("different model shape", base + ["--dim", 32, "--heads", 4] + steps, 3,
+            ["different shape", "--dim"])
+# 7. corrupted checkpoint (flip bytes inside a rank file's data)
+latest = open(os.path.join(good, "ckpt", "latest")).read().strip()
+corrupt = W("corrupt")
+shutil.copytree(good, corrupt)
+rf = os.path.join(corrupt, "ckpt", latest, "rank_00000.h5")
+blob = bytearray(open(rf, "rb").read())
+for i in range(len(blob) // 2, len(blob) // 2 + 64):
+    blob[i] ^= 0xFF
+open(rf, "wb").write(blob)
+before = tree_digest(os.path.join(corrupt, "ckpt"))
+r = train(a, 2, base + steps + ["--out", corrupt], expect_rc=None)
+check(r.returncode == 3, f"corrupted checkpoint: exit code {r.returncode} == 3")
+check("rank_00000.h5" in r.stderr and ("corrupt" in r.stderr or "checksum" in r.stderr),
+      "corrupted checkpoint: message names the rank file and the checksum")
+check(tree_digest(os.path.join(corrupt, "ckpt")) == before, "corrupted checkpoint: left as it was")
+# 8. a rank file missing
+missing = W("missing")
+shutil.copytree(good, missing)
+os.remove(os.path.join(missing, "ckpt", latest, "rank_00001.h5"))
+before = tree_digest(os.path.join(missing, "ckpt"))
+r = train(a, 2, base + steps + ["--out", missing], expect_rc=None)
+check(r.returncode == 3 and "rank_00001.h5" in r.stderr and "--resume" in r.stderr,
+      "missing rank file: exit 3, names the file and --resume")
+check(tree_digest(os.path.join(missing, "ckpt")) == before, "missing rank file: left as it was")
+# 9. unwritable output directory (a path below a regular file: root ignores modes)
+expect_fail("unwritable --out", base + steps, 1, ["--out"], out=os.path.join(bad, "run"))
+# 10. unknown flag, and a bad flag value
+expect_fail("unknown flag", base + steps + ["--learning-rate", 1], 2, ["--learning-rate"])
+expect_fail("bad flag value", base + ["--steps", "ten"], 2, ["--steps", "ten"])
+# 11. --resume none over existing checkpoints refuses instead of overwriting
+expect_fail("--resume none over a run", base + steps + ["--resume", "none"], 2,
+            ["--resume auto", "new --out"])
+# 12. --device cuda without a CUDA backend
+expect_fail("--device cuda", base + steps + ["--device", "cuda"], 2, ["--device cuda"])
