@@ -90,3 +90,10 @@ expect_fail("--resume none over a run", base + steps + ["--resume", "none"], 2,
             ["--resume auto", "new --out"])
 # 12. --device cuda without a CUDA backend
 expect_fail("--device cuda", base + steps + ["--device", "cuda"], 2, ["--device cuda"])
+# 13. the launcher's variables disagree with MPI (a task that thinks it is
+#     rank 1 of 2 but was started alone): stop before doing anything
+r = run([a.bin, "train"] + [str(x) for x in base + steps] + ["--out", W("env")], expect_rc=None,
+        env={"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"})
+check(r.returncode == 2 and "SLURM_PROCID=1" in r.stderr and "srun --mpi=pmix" in r.stderr,
+      "Slurm variables that disagree with MPI: exit 2 naming SLURM_PROCID and the fix")
+check(not os.path.exists(W("env")), "launcher mismatch: no run directory was created")
