@@ -2,38 +2,12 @@
  * the user interface in DESIGN.md ("Commands"); keep them. */
 #include "launcher/cli.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
-
-void st_run_config_defaults(st_run_config *rc) {
-  memset(rc, 0, sizeof *rc);
-  snprintf(rc->model_name, sizeof rc->model_name, "small");
-  st_model_preset("small", &rc->model);
-  rc->model.block_size = 128;
-  rc->model.vocab_size = 0; /* from the data file */
-  rc->micro_batch = 8;
-  rc->global_batch = 16;
-  rc->zero_stage = 1;
-  snprintf(rc->precision, sizeof rc->precision, "auto");
-  snprintf(rc->recompute, sizeof rc->recompute, "none");
-  snprintf(rc->device, sizeof rc->device, "auto");
-  snprintf(rc->out, sizeof rc->out, "runs/default");
-  snprintf(rc->resume, sizeof rc->resume, "auto");
-  rc->steps = 100;
-  rc->optim = (st_optim_config){.lr = 1e-3f, .min_lr_frac = 0.1f, .warmup_steps = 20,
-                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.95f,
-                                .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
-  rc->seed = 1337;
-  rc->ckpt_every = 0;
-  rc->val_every = 0;
-  rc->val_seqs = 256;
-  rc->log_every = 1;
-}
 
 static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
   char *end;
@@ -221,38 +195,4 @@ void st_cli_print_train_usage(void) {
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
       "          --ckpt-every N  --val-every N  --val-seqs N (256)  --log-every N  --seed S\n"
       "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n");
-}
-
-char *st_run_config_to_json(const st_run_config *rc) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON *m = cJSON_AddObjectToObject(o, "model");
-  cJSON_AddStringToObject(m, "name", rc->model_name);
-  cJSON_AddNumberToObject(m, "n_layer", rc->model.n_layer);
-  cJSON_AddNumberToObject(m, "n_head", rc->model.n_head);
-  cJSON_AddNumberToObject(m, "n_embd", rc->model.n_embd);
-  cJSON_AddNumberToObject(m, "block_size", rc->model.block_size);
-  cJSON_AddNumberToObject(m, "vocab_size", rc->model.vocab_size);
-  cJSON_AddNumberToObject(m, "padded_vocab_size", rc->model.padded_vocab_size);
-  cJSON *t = cJSON_AddObjectToObject(o, "train");
-  cJSON_AddNumberToObject(t, "micro_batch", rc->micro_batch);
-  cJSON_AddNumberToObject(t, "global_batch", rc->global_batch);
-  cJSON_AddNumberToObject(t, "seq_len", rc->model.block_size);
-  cJSON_AddNumberToObject(t, "zero_stage", rc->zero_stage);
-  cJSON_AddStringToObject(t, "precision", rc->precision);
-  cJSON_AddStringToObject(t, "recompute", rc->recompute);
-  cJSON_AddNumberToObject(t, "steps", (double)rc->steps);
-  cJSON_AddNumberToObject(t, "lr", rc->optim.lr);
-  cJSON_AddNumberToObject(t, "min_lr_frac", rc->optim.min_lr_frac);
-  cJSON_AddNumberToObject(t, "warmup_steps", rc->optim.warmup_steps);
-  cJSON_AddNumberToObject(t, "lr_decay_steps", (double)rc->optim.total_steps);
-  cJSON_AddNumberToObject(t, "beta1", rc->optim.beta1);
-  cJSON_AddNumberToObject(t, "beta2", rc->optim.beta2);
-  cJSON_AddNumberToObject(t, "eps", rc->optim.eps);
-  cJSON_AddNumberToObject(t, "weight_decay", rc->optim.weight_decay);
-  cJSON_AddNumberToObject(t, "grad_clip", rc->optim.grad_clip);
-  cJSON_AddNumberToObject(t, "seed", (double)rc->seed);
-  cJSON_AddStringToObject(t, "data", rc->data);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
 }

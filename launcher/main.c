@@ -141,15 +141,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "train") == 0) {
     MPI_Init(&argc, &argv);
     int code = cmd_train(argc - 1, argv + 1);
-    /* A failing rank must not leave the others waiting in MPI_Finalize. */
-    if (code) {
-      fflush(stdout);
-      fflush(stderr);
-      MPI_Finalize();
-      return code;
-    }
+    fflush(stdout);
+    fflush(stderr);
     MPI_Finalize();
-    return 0;
+    return code;
   }
   st_error_set("unknown command '%s'; commands: prep, train, ckpt (see shardtrain --help)", cmd);
   return fail(ST_EXIT_USAGE);

@@ -4,7 +4,7 @@
 #define ST_TRAINER_H
 
 #include "collectives/collectives.h"
-#include "launcher/cli.h"
+#include "rank/run_config.h"
 #include "launcher/env.h"
 
 /* Run `shardtrain train` on this rank. Collective over comm. Returns an exit

@@ -1,0 +1,73 @@
+/* run_config.c - run configuration defaults and JSON (see run_config.h). */
+#include "rank/run_config.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A float as the decimal a person typed (2e-3, not 0.0020000000949949026). */
+static double dec(float x) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.7g", x);
+  return strtod(buf, NULL);
+}
+
+void st_run_config_defaults(st_run_config *rc) {
+  memset(rc, 0, sizeof *rc);
+  snprintf(rc->model_name, sizeof rc->model_name, "small");
+  st_model_preset("small", &rc->model);
+  rc->model.block_size = 128;
+  rc->model.vocab_size = 0; /* from the data file */
+  rc->micro_batch = 8;
+  rc->global_batch = 16;
+  rc->zero_stage = 1;
+  snprintf(rc->precision, sizeof rc->precision, "auto");
+  snprintf(rc->recompute, sizeof rc->recompute, "none");
+  snprintf(rc->device, sizeof rc->device, "auto");
+  snprintf(rc->out, sizeof rc->out, "runs/default");
+  snprintf(rc->resume, sizeof rc->resume, "auto");
+  rc->steps = 100;
+  rc->optim = (st_optim_config){.lr = 1e-3f, .min_lr_frac = 0.1f, .warmup_steps = 20,
+                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.95f,
+                                .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
+  rc->seed = 1337;
+  rc->ckpt_every = 0;
+  rc->val_every = 0;
+  rc->val_seqs = 256;
+  rc->log_every = 1;
+}
+
+char *st_run_config_to_json(const st_run_config *rc) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON *m = cJSON_AddObjectToObject(o, "model");
+  cJSON_AddStringToObject(m, "name", rc->model_name);
+  cJSON_AddNumberToObject(m, "n_layer", rc->model.n_layer);
+  cJSON_AddNumberToObject(m, "n_head", rc->model.n_head);
+  cJSON_AddNumberToObject(m, "n_embd", rc->model.n_embd);
+  cJSON_AddNumberToObject(m, "block_size", rc->model.block_size);
+  cJSON_AddNumberToObject(m, "vocab_size", rc->model.vocab_size);
+  cJSON_AddNumberToObject(m, "padded_vocab_size", rc->model.padded_vocab_size);
+  cJSON *t = cJSON_AddObjectToObject(o, "train");
+  cJSON_AddNumberToObject(t, "micro_batch", rc->micro_batch);
+  cJSON_AddNumberToObject(t, "global_batch", rc->global_batch);
+  cJSON_AddNumberToObject(t, "seq_len", rc->model.block_size);
+  cJSON_AddNumberToObject(t, "zero_stage", rc->zero_stage);
+  cJSON_AddStringToObject(t, "precision", rc->precision);
+  cJSON_AddStringToObject(t, "recompute", rc->recompute);
+  cJSON_AddNumberToObject(t, "steps", (double)rc->steps);
+  cJSON_AddNumberToObject(t, "lr", dec(rc->optim.lr));
+  cJSON_AddNumberToObject(t, "min_lr_frac", dec(rc->optim.min_lr_frac));
+  cJSON_AddNumberToObject(t, "warmup_steps", rc->optim.warmup_steps);
+  cJSON_AddNumberToObject(t, "lr_decay_steps", (double)rc->optim.total_steps);
+  cJSON_AddNumberToObject(t, "beta1", dec(rc->optim.beta1));
+  cJSON_AddNumberToObject(t, "beta2", dec(rc->optim.beta2));
+  cJSON_AddNumberToObject(t, "eps", dec(rc->optim.eps));
+  cJSON_AddNumberToObject(t, "weight_decay", dec(rc->optim.weight_decay));
+  cJSON_AddNumberToObject(t, "grad_clip", dec(rc->optim.grad_clip));
+  cJSON_AddNumberToObject(t, "seed", (double)rc->seed);
+  cJSON_AddStringToObject(t, "data", rc->data);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}

@@ -1,0 +1,44 @@
+/* run_config.h - everything one training run is configured with: model
+ * shape, batch layout, ZeRO stage, optimizer, data and run directory. Filled
+ * from flags by launcher/cli.c, stored as JSON in every checkpoint. */
+#ifndef ST_RUN_CONFIG_H
+#define ST_RUN_CONFIG_H
+
+#include <stdint.h>
+
+#include "rank/config.h"
+#include "rank/optimizer.h"
+
+typedef struct {
+  st_model_config model;
+  char model_name[64];      /* preset name or "custom" */
+  int micro_batch;          /* sequences per rank per micro-step */
+  int global_batch;         /* sequences per optimizer step */
+  int zero_stage;           /* 0 or 1 on CPU */
+  char precision[8];        /* fp32 on CPU */
+  char recompute[16];       /* none on CPU */
+  char device[8];           /* cpu | cuda | auto */
+  char data[1024];          /* train tokens (.h5 or .bin) */
+  char val_data[1024];      /* validation tokens for .bin data ("" = /val of .h5) */
+  char out[1024];           /* run directory */
+  char resume[1024];        /* auto | none | PATH */
+  char dump_params[1024];   /* write final params as raw float32 (tests) */
+  int64_t steps;
+  st_optim_config optim;
+  uint64_t seed;
+  int ckpt_every;           /* steps between checkpoints; 0 = only at the end */
+  int val_every;            /* steps between validations; 0 = only at the end */
+  int val_seqs;             /* validation sequences (all ranks together) */
+  int log_every;
+  int stop_after;           /* exit after this step (for resume tests); 0 = off */
+  int json;                 /* rank 0 prints one JSON summary line at the end */
+} st_run_config;
+
+/* Defaults: the "small" preset, T=128, micro-batch 8, global batch 16. */
+void st_run_config_defaults(st_run_config *rc);
+
+/* The run config as a malloc'ed JSON object string (model shape + training);
+ * the caller frees it. */
+char *st_run_config_to_json(const st_run_config *rc);
+
+#endif
