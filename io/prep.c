@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/h5util.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 
@@ -33,16 +33,6 @@
  * so other readers (h5py) also decompress each chunk once, not per slice. */
 #define CHUNK_TOKENS ((int64_t)1 << 18)
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  char msg[1800];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  st_error_code(code);
-  return st_error_set("%s", msg);
-}
 
 /* ---- input ---------------------------------------------------------------- */
 
@@ -58,13 +48,13 @@ typedef struct {
 static int read_all(int fd, const char *label, text_input *in) {
   size_t cap = 1 << 20, n = 0;
   unsigned char *buf = malloc(cap);
-  if (!buf) return fail(ST_EXIT_ERROR, "out of memory reading %s", label);
+  if (!buf) return st_error_setc(ST_EXIT_ERROR, "out of memory reading %s", label);
   for (;;) {
     if (n == cap) {
       unsigned char *bigger = realloc(buf, cap * 2);
       if (!bigger) {
         free(buf);
-        return fail(ST_EXIT_ERROR, "out of memory reading %s (%zu bytes so far)", label, n);
+        return st_error_setc(ST_EXIT_ERROR, "out of memory reading %s (%zu bytes so far)", label, n);
       }
       buf = bigger;
       cap *= 2;
@@ -73,7 +63,7 @@ static int read_all(int fd, const char *label, text_input *in) {
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
       free(buf);
-      return fail(ST_EXIT_DATA, "cannot read input %s: %s", label, strerror(errno));
+      return st_error_setc(ST_EXIT_DATA, "cannot read input %s: %s", label, strerror(errno));
     }
     if (got == 0) break;
     n += (size_t)got;
@@ -91,24 +81,24 @@ static int load_input(const char *path, const char *label, text_input *in) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT)
-      return fail(ST_EXIT_DATA, "input %s does not exist; pass --input with a text file, "
+      return st_error_setc(ST_EXIT_DATA, "input %s does not exist; pass --input with a text file, "
                                 "or - for stdin", path);
-    return fail(ST_EXIT_DATA, "cannot open input %s: %s", path, strerror(errno));
+    return st_error_setc(ST_EXIT_DATA, "cannot open input %s: %s", path, strerror(errno));
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     close(fd);
-    return fail(ST_EXIT_DATA, "cannot stat input %s: %s", path, strerror(errno));
+    return st_error_setc(ST_EXIT_DATA, "cannot stat input %s: %s", path, strerror(errno));
   }
   if (S_ISDIR(st.st_mode)) {
     close(fd);
-    return fail(ST_EXIT_DATA, "input %s is a directory; pass --input with a text file", path);
+    return st_error_setc(ST_EXIT_DATA, "input %s is a directory; pass --input with a text file", path);
   }
   int rc = 0;
   if (S_ISREG(st.st_mode) && st.st_size > 0) {
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED)
-      rc = fail(ST_EXIT_DATA, "cannot map input %s: %s", path, strerror(errno));
+      rc = st_error_setc(ST_EXIT_DATA, "cannot map input %s: %s", path, strerror(errno));
     else {
       in->map = map;
       in->data = map;
@@ -146,13 +136,13 @@ static int plan_split(const char *label, int64_t n, double val_fraction, int64_t
                       int64_t *val) {
   int64_t need = min_input_tokens(val_fraction);
   if (n == 0)
-    return fail(ST_EXIT_DATA, "input %s is empty; prep needs text to tokenize (at least %lld "
+    return st_error_setc(ST_EXIT_DATA, "input %s is empty; prep needs text to tokenize (at least %lld "
                               "bytes with --val-fraction %g)", label, (long long)need,
                 val_fraction);
   *val = val_tokens_for(n, val_fraction);
   *train = n - *val;
   if (*val < MIN_SPLIT_TOKENS || *train < MIN_SPLIT_TOKENS)
-    return fail(ST_EXIT_DATA, "input %s holds %lld bytes, which gives %lld train and %lld val "
+    return st_error_setc(ST_EXIT_DATA, "input %s holds %lld bytes, which gives %lld train and %lld val "
                               "tokens with --val-fraction %g; each split needs at least %d: "
                               "give at least %lld bytes of text or raise --val-fraction",
                 label, (long long)n, (long long)*train, (long long)*val, val_fraction,
@@ -184,16 +174,16 @@ static int has_h5_extension(const char *path) {
 static int check_out_dir(const char *out_path) {
   char dir[4096];
   if (strlen(out_path) + 5 >= sizeof dir)
-    return fail(ST_EXIT_USAGE, "output path is too long: %s", out_path);
+    return st_error_setc(ST_EXIT_USAGE, "output path is too long: %s", out_path);
   if (st_is_dir(out_path))
-    return fail(ST_EXIT_USAGE, "output %s is a directory; pass --out with a file name such as "
+    return st_error_setc(ST_EXIT_USAGE, "output %s is a directory; pass --out with a file name such as "
                                "%s/tokens.h5", out_path, out_path);
   dir_of(out_path, dir, sizeof dir);
   if (!st_is_dir(dir))
-    return fail(ST_EXIT_ERROR, "output directory %s for %s does not exist; create it "
+    return st_error_setc(ST_EXIT_ERROR, "output directory %s for %s does not exist; create it "
                                "(mkdir -p %s) or choose another --out", dir, out_path, dir);
   if (access(dir, W_OK | X_OK) != 0)
-    return fail(ST_EXIT_ERROR, "output directory %s for %s is not writable (%s); fix its "
+    return st_error_setc(ST_EXIT_ERROR, "output directory %s for %s is not writable (%s); fix its "
                                "permissions or choose another --out", dir, out_path,
                 strerror(errno));
   return 0;
@@ -208,14 +198,14 @@ static int commit_tmp(const char *tmp, const char *path) {
     int err = errno;
     if (fd >= 0) close(fd);
     unlink(tmp);
-    return fail(ST_EXIT_ERROR, "cannot flush %s to disk: %s; %s was not changed", tmp,
+    return st_error_setc(ST_EXIT_ERROR, "cannot flush %s to disk: %s; %s was not changed", tmp,
                 strerror(err), path);
   }
   close(fd);
   if (rename(tmp, path) != 0) {
     int err = errno;
     unlink(tmp);
-    return fail(ST_EXIT_ERROR, "cannot rename %s to %s: %s", tmp, path, strerror(err));
+    return st_error_setc(ST_EXIT_ERROR, "cannot rename %s to %s: %s", tmp, path, strerror(err));
   }
   dir_of(path, dir, sizeof dir);
   st_fsync_dir(dir);
@@ -323,12 +313,12 @@ int st_prep_bytes(const char *input_path, const char *out_path, double val_fract
   int64_t train = 0, val = 0;
 
   if (!(val_fraction > 0.0 && val_fraction <= 0.5)) /* also rejects NaN */
-    return fail(ST_EXIT_USAGE, "--val-fraction %g is out of range; use a value in (0, 0.5], "
+    return st_error_setc(ST_EXIT_USAGE, "--val-fraction %g is out of range; use a value in (0, 0.5], "
                                "e.g. 0.1", val_fraction);
   if (!input_path || !input_path[0])
-    return fail(ST_EXIT_USAGE, "no input given; pass --input TEXT (or - for stdin)");
+    return st_error_setc(ST_EXIT_USAGE, "no input given; pass --input TEXT (or - for stdin)");
   if (!out_path || !has_h5_extension(out_path))
-    return fail(ST_EXIT_USAGE, "output %s must end in .h5 or .hdf5 (the trainer picks the "
+    return st_error_setc(ST_EXIT_USAGE, "output %s must end in .h5 or .hdf5 (the trainer picks the "
                                "format by extension)", out_path ? out_path : "(none)");
   if (check_out_dir(out_path) != 0) return -1;
 
@@ -339,13 +329,13 @@ int st_prep_bytes(const char *input_path, const char *out_path, double val_fract
     return -1;
   }
 
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  st_h5_quiet();
   snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
   int rc = write_token_file(tmp, label, in.data, train, val, val_fraction);
   free_input(&in);
   if (rc != 0) {
     unlink(tmp);
-    return fail(ST_EXIT_ERROR, "cannot write HDF5 token file %s (disk full or I/O error?); "
+    return st_error_setc(ST_EXIT_ERROR, "cannot write HDF5 token file %s (disk full or I/O error?); "
                                "%s was not changed", tmp, out_path);
   }
   if (commit_tmp(tmp, out_path) != 0) return -1;
@@ -386,16 +376,16 @@ static int write_bin_body(FILE *f, const uint16_t *tokens, int64_t n) {
 
 int st_write_llmc_bin(const char *path, const uint16_t *tokens, int64_t n) {
   char tmp[4200];
-  if (!path || !path[0]) return fail(ST_EXIT_USAGE, "no output path for the llm.c shard");
+  if (!path || !path[0]) return st_error_setc(ST_EXIT_USAGE, "no output path for the llm.c shard");
   if (n < 0 || n > INT32_MAX || (n > 0 && !tokens))
-    return fail(ST_EXIT_USAGE, "cannot write %lld tokens to %s: an llm.c shard holds 0 to "
+    return st_error_setc(ST_EXIT_USAGE, "cannot write %lld tokens to %s: an llm.c shard holds 0 to "
                                "%d tokens; split the data into several shards",
                 (long long)n, path, INT32_MAX);
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-    return fail(ST_EXIT_USAGE, "output path is too long: %s", path);
+    return st_error_setc(ST_EXIT_USAGE, "output path is too long: %s", path);
   FILE *f = fopen(tmp, "wb");
   if (!f)
-    return fail(ST_EXIT_ERROR, "cannot create %s (for %s): %s; check that the directory exists "
+    return st_error_setc(ST_EXIT_ERROR, "cannot create %s (for %s): %s; check that the directory exists "
                                "and is writable", tmp, path, strerror(errno));
   int rc = write_bin_body(f, tokens, n);
   int err = errno;
@@ -405,7 +395,7 @@ int st_write_llmc_bin(const char *path, const uint16_t *tokens, int64_t n) {
   }
   if (rc != 0) {
     unlink(tmp);
-    return fail(ST_EXIT_ERROR, "cannot write %s: %s; %s was not changed", tmp, strerror(err),
+    return st_error_setc(ST_EXIT_ERROR, "cannot write %s: %s; %s was not changed", tmp, strerror(err),
                 path);
   }
   return commit_tmp(tmp, path);

@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/h5util.h"
 #include "util/error.h"
 
 #define LLMC_MAGIC 20240520
@@ -44,28 +44,12 @@ struct st_token_source {
 
 /* Data problems share one exit code (ST_EXIT_DATA) so scripts can tell a bad
  * data file from a crash. */
-static int data_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int data_error(const char *fmt, ...) {
-  char msg[1800];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  st_error_code(ST_EXIT_DATA);
-  return st_error_set("%s", msg);
-}
+#define data_error(...) st_error_setc(ST_EXIT_DATA, __VA_ARGS__)
 
-/* HDF5's error stack is silenced (we print our own messages), but its
- * innermost entry often says exactly what broke, e.g. a checksum mismatch. */
-static herr_t innermost_error(unsigned n, const H5E_error2_t *e, void *buf) {
-  if (n == 0 && e->desc) snprintf(buf, 256, "%s", e->desc);
-  return 0;
-}
-
+/* HDF5's innermost error (e.g. a checksum mismatch), copied out before a
+ * close call clears the stack. */
 static const char *h5_reason(char buf[256]) {
-  buf[0] = 0;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_error, buf);
-  if (!buf[0]) snprintf(buf, 256, "unknown HDF5 error");
+  snprintf(buf, 256, "%s", st_h5_why()[0] ? st_h5_why() : "unknown HDF5 error");
   return buf;
 }
 
@@ -313,7 +297,7 @@ st_token_source *st_tokens_open(const char *path, const char *split, int *vocab_
   if (check_readable(path, format) != 0) return NULL;
 
   /* Our messages replace HDF5's stack dump on stderr. */
-  if (format == FMT_HDF5) H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (format == FMT_HDF5) st_h5_quiet();
 
   st_token_source *s = calloc(1, sizeof *s);
   if (!s || !(s->path = strdup(path))) {

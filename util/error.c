@@ -16,6 +16,15 @@ int st_error_set(const char *fmt, ...) {
   return -1;
 }
 
+int st_error_setc(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+  va_end(ap);
+  g_code = code;
+  return -1;
+}
+
 int st_error_prefix(const char *fmt, ...) {
   char prefix[1024], old[sizeof g_msg];
   va_list ap;

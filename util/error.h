@@ -20,6 +20,8 @@ enum {
 
 /* Set the current error message (printf-style). Always returns -1. */
 int st_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* st_error_set plus the exit-code class (ST_EXIT_*). Always returns -1. */
+int st_error_setc(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Put "prefix: " in front of the current message. Always returns -1. */
 int st_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The current message ("" when none). */
