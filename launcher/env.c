@@ -16,12 +16,36 @@ static int env_int(const char *name) {
   return v && *v ? atoi(v) : -1;
 }
 
-static int expect(const char *var, int got_env, int got_mpi, const char *what) {
+static int expect(const char *var, int got_env, int got_mpi, const char *what, const char *fix) {
   if (got_env < 0 || got_env == got_mpi) return 0;
-  return st_error_set("%s=%d but MPI reports %s %d: the launcher and MPI disagree. Under Slurm "
-                      "launch with `srun --mpi=pmix` (Open MPI built with PMIx) or with mpirun "
-                      "inside the allocation, not plain srun of an MPI program without PMI",
-                      var, got_env, what, got_mpi);
+  return st_error_set("%s=%d but MPI reports %s %d: the launcher and MPI disagree. %s", var,
+                      got_env, what, got_mpi, fix);
+}
+
+static const char *k_srun_fix =
+    "Under Slurm launch with `srun --mpi=pmix` (Open MPI needs PMIx: check `srun --mpi=list` "
+    "shows pmix), or with mpirun inside the allocation; a plain srun of an MPI program starts "
+    "N separate 1-rank jobs";
+
+/* Node id = number of nodes whose lowest rank is below this node's lowest
+ * rank, so nodes are numbered in rank order like Slurm's block distribution.
+ * (The split key is the world rank, so local rank 0 is the node's lowest.) */
+static void node_ids(st_env *env, MPI_Comm node) {
+  int leader = env->local_rank == 0, before = 0;
+  MPI_Allreduce(&leader, &env->node_count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (env->rank == 0) before = 0; /* MPI_Exscan leaves rank 0's result undefined */
+  MPI_Bcast(&before, 1, MPI_INT, 0, node);
+  env->node_id = before;
+}
+
+static void read_slurm(st_env *env) {
+  const char *v = getenv("SLURM_JOB_ID");
+  env->slurm_job_id = v && *v ? atoll(v) : -1;
+  env->slurm_restart_count = env_int("SLURM_RESTART_COUNT");
+  if (env->slurm_restart_count < 0) env->slurm_restart_count = 0;
+  v = getenv("SLURM_JOB_NODELIST");
+  snprintf(env->slurm_nodelist, sizeof env->slurm_nodelist, "%s", v ? v : "");
 }
 
 int st_env_detect(st_env *env) {
@@ -32,26 +56,30 @@ int st_env_detect(st_env *env) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, env->rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &env->local_rank);
   MPI_Comm_size(node, &env->local_world);
-  /* Node count: number of node-local rank-0 processes. */
-  int leader = env->local_rank == 0;
-  MPI_Allreduce(&leader, &env->node_count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  node_ids(env, node);
   MPI_Comm_free(&node);
   gethostname(env->hostname, sizeof env->hostname - 1);
+  read_slurm(env);
 
   int bad = 0;
   if (getenv("OMPI_COMM_WORLD_SIZE")) {
     env->launcher = "mpirun";
-    bad |= expect("OMPI_COMM_WORLD_RANK", env_int("OMPI_COMM_WORLD_RANK"), env->rank, "rank") ||
-           expect("OMPI_COMM_WORLD_SIZE", env_int("OMPI_COMM_WORLD_SIZE"), env->world, "world size") ||
-           expect("OMPI_COMM_WORLD_LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK"),
-                  env->local_rank, "node-local rank");
+    const char *fix = "Launch every rank with the same mpirun, and do not set OMPI_* by hand";
+    bad = expect("OMPI_COMM_WORLD_RANK", env_int("OMPI_COMM_WORLD_RANK"), env->rank, "rank", fix) ||
+          expect("OMPI_COMM_WORLD_SIZE", env_int("OMPI_COMM_WORLD_SIZE"), env->world,
+                 "world size", fix) ||
+          expect("OMPI_COMM_WORLD_LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK"),
+                 env->local_rank, "node-local rank", fix);
   } else if (getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID")) {
     /* Only a task of an srun step carries its own SLURM_PROCID; an mpirun
      * inside an allocation sets OMPI_* and is handled above. */
     env->launcher = "srun";
-    bad |= expect("SLURM_PROCID", env_int("SLURM_PROCID"), env->rank, "rank") ||
-           expect("SLURM_NTASKS", env_int("SLURM_NTASKS"), env->world, "world size") ||
-           expect("SLURM_LOCALID", env_int("SLURM_LOCALID"), env->local_rank, "node-local rank");
+    bad = expect("SLURM_NTASKS", env_int("SLURM_NTASKS"), env->world, "world size", k_srun_fix) ||
+          expect("SLURM_PROCID", env_int("SLURM_PROCID"), env->rank, "rank", k_srun_fix) ||
+          expect("SLURM_LOCALID", env_int("SLURM_LOCALID"), env->local_rank, "node-local rank",
+                 k_srun_fix) ||
+          expect("SLURM_NNODES", env_int("SLURM_NNODES"), env->node_count, "node count",
+                 k_srun_fix);
   } else {
     env->launcher = env->world == 1 ? "single" : "mpi";
   }
@@ -60,4 +88,39 @@ int st_env_detect(st_env *env) {
   if (any_bad && !bad)
     return st_error_set("another rank found its launcher environment inconsistent with MPI");
   return any_bad ? -1 : 0;
+}
+
+typedef struct {
+  char host[64];
+  int node_id, local_rank;
+} rank_info;
+
+void st_env_print_map(const st_env *env, const char *device) {
+  rank_info me, *all = NULL;
+  memset(&me, 0, sizeof me);
+  snprintf(me.host, sizeof me.host, "%s", env->hostname);
+  me.node_id = env->node_id;
+  me.local_rank = env->local_rank;
+  if (env->rank == 0) all = calloc((size_t)env->world, sizeof *all);
+  MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (env->rank != 0) return;
+  if (env->slurm_job_id >= 0)
+    printf("  slurm      job %lld, nodes %s, restart %d\n", env->slurm_job_id,
+           env->slurm_nodelist[0] ? env->slurm_nodelist : "?", env->slurm_restart_count);
+  /* One line per node: its ranks are listed with their local rank/device. */
+  for (int n = 0; n < env->node_count; n++) {
+    char line[1024];
+    int len = 0, shown = 0;
+    const char *host = "?";
+    for (int r = 0; r < env->world && len < (int)sizeof line - 64; r++) {
+      if (all[r].node_id != n) continue;
+      host = all[r].host;
+      if (shown++ < 16)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%s%d->%s:%d", shown > 1 ? " " : "",
+                        r, device, all[r].local_rank);
+    }
+    if (shown > 16) snprintf(line + len, sizeof line - (size_t)len, " ... (%d ranks)", shown);
+    printf("  node %-5d %s: rank->device %s\n", n, host, line);
+  }
+  free(all);
 }

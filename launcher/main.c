@@ -14,6 +14,7 @@
 #include "io/tokens.h"
 #include "launcher/cli.h"
 #include "launcher/env.h"
+#include "launcher/signals.h"
 #include "rank/trainer.h"
 #include "util/error.h"
 
@@ -121,6 +122,7 @@ static int cmd_train(int argc, char **argv) {
     return st_error_exit_code();
   }
   if (st_comm_mpi_init(&comm)) return fail(ST_EXIT_ERROR);
+  st_signals_install();
   int code = st_train(&rc, &env, &comm);
   st_comm_mpi_free(&comm);
   return code;

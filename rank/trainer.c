@@ -14,6 +14,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 #include "io/checkpoint.h"
 #include "io/tokens.h"
+#include "launcher/signals.h"
 #include "rank/dataloader.h"
 #include "rank/model.h"
 #include "rank/optimizer.h"
@@ -160,6 +162,36 @@ static int setup_outdir(trainer *tr) {
   fclose(f);
   unlink(probe);
   return 0;
+}
+
+/* On several nodes the run directory must be one shared filesystem, or each
+ * node would write rank files the others (and the index) cannot see. Each
+ * node's first rank leaves a marker; every node's first rank looks for all
+ * of them. Collective; 0 or -1 with st_error. */
+static int check_outdir_shared(trainer *tr) {
+  const st_env *e = tr->env;
+  if (e->node_count < 2) return 0;
+  char mine[1200], other[1200];
+  snprintf(mine, sizeof mine, "%s/.node_probe_%d", tr->rc->out, e->node_id);
+  int failed = 0;
+  if (e->local_rank == 0) {
+    FILE *f = fopen(mine, "w");
+    if (!f || fprintf(f, "%s\n", e->hostname) < 0 || fclose(f) != 0)
+      failed = st_error_set("--out %s: cannot write on node %s: %s", tr->rc->out, e->hostname,
+                            strerror(errno)) != 0;
+  }
+  tr->comm->barrier(tr->comm);
+  for (int n = 0; n < e->node_count && e->local_rank == 0 && !failed; n++) {
+    snprintf(other, sizeof other, "%s/.node_probe_%d", tr->rc->out, n);
+    if (!st_path_exists(other))
+      failed = st_error_set("--out %s is not shared between nodes: node %d (%s) cannot see the "
+                            "file node %d wrote there. Put the run directory on a filesystem "
+                            "every node mounts (a cluster home or Lustre/NFS path), not /tmp or "
+                            "node-local scratch", tr->rc->out, e->node_id, e->hostname, n) != 0;
+  }
+  tr->comm->barrier(tr->comm);
+  if (e->local_rank == 0) unlink(mine);
+  return failed ? -1 : 0;
 }
 
 static int setup_state(trainer *tr) {
@@ -425,6 +457,24 @@ static int dump_params(trainer *tr) {
   return ok ? 0 : st_error_set("--dump-params %s: write failed", tr->rc->dump_params);
 }
 
+/* At a step boundary: if any rank got SIGUSR1/SIGTERM, all ranks agree,
+ * checkpoint (unless this step was just saved) and stop with
+ * ST_EXIT_PREEMPTED. One tiny all-reduce per step. */
+static int check_preempted(trainer *tr, int64_t last_ckpt) {
+  int sig = st_signals_pending();
+  tr->comm->all_reduce_int_max(tr->comm, &sig, 1);
+  if (!sig) return 0;
+  int code = tr->step != last_ckpt ? save_checkpoint(tr) : 0;
+  if (code) return code;
+  if (tr->comm->rank == 0) {
+    printf("preempted: %s received; checkpoint of step %lld is latest; exiting with code %d "
+           "so the job is requeued (resume with --resume auto)\n",
+           sig == SIGTERM ? "SIGTERM" : "SIGUSR1", (long long)tr->step, ST_EXIT_PREEMPTED);
+    fflush(stdout);
+  }
+  return ST_EXIT_PREEMPTED;
+}
+
 static int train_loop(trainer *tr) {
   st_run_config *rc = tr->rc;
   int code = 0;
@@ -443,6 +493,7 @@ static int train_loop(trainer *tr) {
       if ((code = save_checkpoint(tr))) return code;
       last_ckpt = tr->step;
     }
+    if ((code = check_preempted(tr, last_ckpt))) return code;
   }
   if (tr->step == rc->steps && (code = run_validation(tr))) return code;
   if (tr->step != last_ckpt && (code = save_checkpoint(tr))) return code;
@@ -461,6 +512,7 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   if ((code = agree(&tr, setup_data(&tr) != 0))) goto done;
   if ((code = agree(&tr, setup_batch(&tr) != 0))) goto done;
   if ((code = agree(&tr, setup_outdir(&tr) != 0))) goto done;
+  if ((code = agree(&tr, check_outdir_shared(&tr) != 0))) goto done;
   if ((code = agree(&tr, setup_state(&tr) != 0))) goto done;
   if ((code = agree(&tr, setup_resume(&tr, &resumed, from, sizeof from) != 0))) goto done;
   if (comm->rank == 0) {
@@ -469,6 +521,8 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
     tr.metrics = fopen(path, resumed ? "a" : "w");
   }
   print_config(&tr, resumed, from);
+  st_env_print_map(env, "cpu");
+  fflush(stdout);
   tr.t_start = MPI_Wtime();
   code = train_loop(&tr);
   if (!code && comm->rank == 0) {

@@ -15,7 +15,10 @@ enum {
   ST_EXIT_ERROR = 1,      /* bad input, I/O failure: message says which */
   ST_EXIT_USAGE = 2,      /* unknown flag or bad flag value */
   ST_EXIT_CHECKPOINT = 3, /* checkpoint missing, corrupted or incompatible */
-  ST_EXIT_DATA = 4        /* token data missing, malformed or too small */
+  ST_EXIT_DATA = 4,       /* token data missing, malformed or too small */
+  /* Stopped by SIGUSR1/SIGTERM after writing a checkpoint: requeue and the
+   * run continues with --resume auto. 75 is sysexits' EX_TEMPFAIL. */
+  ST_EXIT_PREEMPTED = 75
 };
 
 /* Set the current error message (printf-style). Always returns -1. */
