@@ -74,7 +74,14 @@ int st_env_detect(st_env *env) {
     /* Only a task of an srun step carries its own SLURM_PROCID; an mpirun
      * inside an allocation sets OMPI_* and is handled above. */
     env->launcher = "srun";
-    bad = expect("SLURM_NTASKS", env_int("SLURM_NTASKS"), env->world, "world size", k_srun_fix) ||
+    if (env->world == 1 && env_int("SLURM_NTASKS") > 1) {
+      /* The classic: srun without a working PMI plugin starts N singletons. */
+      bad = st_error_set("srun started SLURM_NTASKS=%d tasks but MPI sees a world of 1 in each: "
+                         "srun launched them without PMIx, so they cannot find each other. Use "
+                         "`srun --mpi=pmix` (and check `srun --mpi=list` lists pmix; on Debian "
+                         "install libpmix-dev on the compute nodes), or mpirun inside the "
+                         "allocation", env_int("SLURM_NTASKS")) != 0;
+    } else bad = expect("SLURM_NTASKS", env_int("SLURM_NTASKS"), env->world, "world size", k_srun_fix) ||
           expect("SLURM_PROCID", env_int("SLURM_PROCID"), env->rank, "rank", k_srun_fix) ||
           expect("SLURM_LOCALID", env_int("SLURM_LOCALID"), env->local_rank, "node-local rank",
                  k_srun_fix) ||

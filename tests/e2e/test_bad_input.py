@@ -94,6 +94,10 @@ expect_fail("--device cuda", base + steps + ["--device", "cuda"], 2, ["--device 
 #     rank 1 of 2 but was started alone): stop before doing anything
 r = run([a.bin, "train"] + [str(x) for x in base + steps] + ["--out", W("env")], expect_rc=None,
         env={"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"})
-check(r.returncode == 2 and "SLURM_PROCID=1" in r.stderr and "srun --mpi=pmix" in r.stderr,
-      "Slurm variables that disagree with MPI: exit 2 naming SLURM_PROCID and the fix")
+check(r.returncode == 2 and "SLURM_NTASKS=2" in r.stderr and "srun --mpi=pmix" in r.stderr,
+      "srun without PMIx (2 tasks, MPI world of 1): exit 2 naming SLURM_NTASKS and the fix")
+r = run([a.bin, "train"] + [str(x) for x in base + steps] + ["--out", W("env")], expect_rc=None,
+        env={"SLURM_PROCID": "1", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0"})
+check(r.returncode == 2 and "SLURM_PROCID=1" in r.stderr and "rank 0" in r.stderr,
+      "Slurm rank that disagrees with MPI: exit 2 naming SLURM_PROCID")
 check(not os.path.exists(W("env")), "launcher mismatch: no run directory was created")
