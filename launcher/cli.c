@@ -193,6 +193,7 @@ void st_cli_print_train_usage(void) {
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
-      "          --ckpt-every N  --val-every N  --val-seqs N (256)  --log-every N  --seed S\n"
+      "          --ckpt-every N (0: only at the end)  --val-every N (0: only at the end)\n"
+      "          --val-seqs N (256)  --log-every N (1)  --seed S (1337)\n"
       "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n");
 }

@@ -17,6 +17,7 @@
 #include "launcher/signals.h"
 #include "rank/trainer.h"
 #include "util/error.h"
+#include "util/fsutil.h"
 
 static void usage(void) {
   printf("shardtrain %s - GPT-2 training with ZeRO, one process per rank\n\n"
@@ -28,6 +29,7 @@ static void usage(void) {
 }
 
 static int fail(int code) {
+  fflush(stdout); /* keep what was printed before the error in order */
   fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
   return code ? code : ST_EXIT_ERROR;
 }
@@ -75,6 +77,13 @@ static int cmd_ckpt(int argc, char **argv) {
   snprintf(latest, sizeof latest, "%s/ckpt/latest", argv[2]);
   FILE *probe = fopen(latest, "r");
   if (probe) fclose(probe);
+  char index[1300];
+  snprintf(index, sizeof index, "%s/index.h5", argv[2]);
+  if (!probe && !st_path_exists(index)) {
+    st_error_set("no checkpoint at %s: give a run directory (one with ckpt/latest, as --out "
+                 "wrote it) or a step directory such as RUN/ckpt/step_00001000", argv[2]);
+    return fail(ST_EXIT_CHECKPOINT);
+  }
   if (st_ckpt_resolve(argv[2], probe ? "auto" : argv[2], dir, sizeof dir, &found))
     return fail(ST_EXIT_CHECKPOINT);
   if (!found) {

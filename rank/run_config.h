@@ -4,6 +4,7 @@
 #ifndef ST_RUN_CONFIG_H
 #define ST_RUN_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rank/config.h"
@@ -40,5 +41,10 @@ void st_run_config_defaults(st_run_config *rc);
 /* The run config as a malloc'ed JSON object string (model shape + training);
  * the caller frees it. */
 char *st_run_config_to_json(const st_run_config *rc);
+
+/* Describe how the "train" settings of two run-config JSON strings differ,
+ * as "global_batch 32 -> 36, steps 30 -> 40" in out (empty when equal or
+ * when either string does not parse). */
+void st_run_config_diff(const char *old_json, const char *new_json, char *out, size_t cap);
 
 #endif

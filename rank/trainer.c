@@ -48,6 +48,8 @@ typedef struct {
   st_rng rng;
   int64_t step, data_pos, tokens_seen, epoch;
   char *config_json;
+  char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
+  int trained, validated;  /* did this invocation train / validate at all */
   FILE *metrics;
   double t_start, val_loss;
   double last_loss;
@@ -80,8 +82,8 @@ static int setup_backend(trainer *tr) {
   st_run_config *rc = tr->rc;
   if (strcmp(rc->device, "cuda") == 0) {
     st_error_code(ST_EXIT_USAGE);
-    return st_error_set("--device cuda: this build has no CUDA backend (built without a CUDA "
-                        "toolkit or with -DSHARDTRAIN_CUDA=OFF); use --device cpu");
+    return st_error_set("--device cuda: this version of shardtrain has no CUDA backend yet "
+                        "(it trains on the CPU); use --device cpu or --device auto");
   }
   snprintf(rc->device, sizeof rc->device, "cpu");
   if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
@@ -152,7 +154,9 @@ static int setup_batch(trainer *tr) {
 /* Probe that the run directory can take files before any compute is spent. */
 static int setup_outdir(trainer *tr) {
   const char *out = tr->rc->out;
-  if (st_mkdir_p(out)) return st_error_prefix("--out %s is not usable", out);
+  if (st_mkdir_p(out))
+    return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
+                           "is writable)", out);
   char probe[1100];
   snprintf(probe, sizeof probe, "%s/.write_probe_%d", out, tr->comm->rank);
   FILE *f = fopen(probe, "w");
@@ -246,6 +250,13 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
                    tr->adam_v, &meta))
     return -1;
   st_error_code(ST_EXIT_ERROR);
+  if (meta.step > rc->steps) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--steps %lld is below the step of the checkpoint %s (%lld); pass "
+                        "--steps above %lld to train further", (long long)rc->steps, from,
+                        (long long)meta.step, (long long)meta.step);
+  }
+  snprintf(tr->ckpt_config, sizeof tr->ckpt_config, "%s", meta.config_json);
   tr->step = meta.step;
   tr->data_pos = meta.data_position;
   tr->tokens_seen = meta.tokens_seen;
@@ -285,7 +296,12 @@ static void print_config(trainer *tr, int resumed, const char *from) {
          rc->optim.weight_decay, rc->optim.beta1, rc->optim.beta2, rc->optim.grad_clip);
   printf("  run        %s, %lld steps, seed %llu; ", rc->out, (long long)rc->steps,
          (unsigned long long)rc->seed);
-  if (resumed) printf("resumed from %s at step %lld\n", from, (long long)tr->step);
+  if (resumed) {
+    char diff[2048];
+    printf("resumed from %s at step %lld\n", from, (long long)tr->step);
+    st_run_config_diff(tr->ckpt_config, tr->config_json, diff, sizeof diff);
+    if (diff[0]) printf("  notice     settings differ from the checkpoint's: %s\n", diff);
+  }
   else if (strcmp(rc->resume, "none") == 0) printf("fresh start (--resume none)\n");
   else printf("fresh start (no checkpoint in %s/ckpt)\n", rc->out);
   fflush(stdout);
@@ -436,6 +452,7 @@ static int run_validation(trainer *tr) {
   int code = validate(tr, &vl);
   if (code) return code;
   tr->val_loss = vl;
+  tr->validated = 1;
   if (tr->comm->rank == 0) {
     printf("val    step %lld | val loss %.4f\n", (long long)tr->step, vl);
     fflush(stdout);
@@ -485,6 +502,7 @@ static int train_loop(trainer *tr) {
     float lr = 0;
     if ((code = train_step(tr, &loss, &norm, &lr))) return code;
     tr->last_loss = loss;
+    tr->trained = 1;
     log_step(tr, loss, norm, lr, MPI_Wtime() - t0);
     if (rc->val_every > 0 && tr->step % rc->val_every == 0 && tr->step < rc->steps &&
         (code = run_validation(tr)))
@@ -494,6 +512,12 @@ static int train_loop(trainer *tr) {
       last_ckpt = tr->step;
     }
     if ((code = check_preempted(tr, last_ckpt))) return code;
+  }
+  if (!tr->trained) {
+    if (tr->comm->rank == 0)
+      printf("nothing to train: the checkpoint is at step %lld and training stops at step %lld "
+             "(raise --steps to continue)\n", (long long)tr->step, (long long)stop);
+    return agree(tr, dump_params(tr) != 0);
   }
   if (tr->step == rc->steps && (code = run_validation(tr))) return code;
   if (tr->step != last_ckpt && (code = save_checkpoint(tr))) return code;
@@ -527,11 +551,20 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   code = train_loop(&tr);
   if (!code && comm->rank == 0) {
     double wall = MPI_Wtime() - tr.t_start;
-    printf("done: step %lld, train loss %.4f, val loss %.4f, %.1f s\n", (long long)tr.step,
-           tr.last_loss, tr.val_loss, wall);
+    char tl[32] = "n/a", vl[32] = "n/a", tlj[32] = "null", vlj[32] = "null";
+    if (tr.trained) {
+      snprintf(tl, sizeof tl, "%.4f", tr.last_loss);
+      snprintf(tlj, sizeof tlj, "%.9g", tr.last_loss);
+    }
+    if (tr.validated) {
+      snprintf(vl, sizeof vl, "%.4f", tr.val_loss);
+      snprintf(vlj, sizeof vlj, "%.9g", tr.val_loss);
+    }
+    printf("done: step %lld, train loss %s, val loss %s, %.1f s\n", (long long)tr.step, tl, vl,
+           wall);
     if (rc->json)
-      printf("{\"step\":%lld,\"train_loss\":%.9g,\"val_loss\":%.9g,\"wall_s\":%.3f}\n",
-             (long long)tr.step, tr.last_loss, tr.val_loss, wall);
+      printf("{\"step\":%lld,\"train_loss\":%s,\"val_loss\":%s,\"wall_s\":%.3f}\n",
+             (long long)tr.step, tlj, vlj, wall);
     fflush(stdout);
   }
 done:

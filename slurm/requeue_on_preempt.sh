@@ -32,6 +32,7 @@ fi
 
 child=""
 trapped=0
+# shellcheck disable=SC2317  # called from the traps below
 forward() {
   trapped=1
   echo "$me: $(date '+%F %T') SIG$1 received; forwarding it to the launcher (pid ${child:-none})"
@@ -60,10 +61,10 @@ if [ "${REQUEUE_ON_PREEMPT:-1}" = 0 ] || [ -z "${SLURM_JOB_ID:-}" ]; then
   exit "$rc"
 fi
 # RUNNING: the ranks were warned (sbatch --signal, scancel --signal) and
-# stopped on their own: requeue. COMPLETING: Slurm is already ending the job
-# (scancel, preemption, the time limit): requeue only at the time limit,
-# since a cancelled job must stay cancelled and a preempted one is requeued
-# by Slurm itself when PreemptMode=REQUEUE.
+# stopped on their own: requeue. Otherwise (COMPLETING, CANCELLED, ...) Slurm
+# is already ending the job (scancel, preemption, the time limit): requeue
+# only at the time limit, since a cancelled job must stay cancelled and a
+# preempted one is requeued by Slurm itself when PreemptMode=REQUEUE.
 to_s() { # [D-]HH:MM:SS | MM:SS -> seconds; UNLIMITED etc. -> empty
   local t=$1 d=0 h=0 m=0 s=0
   case $t in *[!0-9:-]*|'') return ;; esac
@@ -74,7 +75,7 @@ to_s() { # [D-]HH:MM:SS | MM:SS -> seconds; UNLIMITED etc. -> empty
 }
 info=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null)
 state=$(sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' <<<"$info")
-if [ "$state" = COMPLETING ] || [ "$state" = CANCELLED ]; then
+if [ -n "$state" ] && [ "$state" != RUNNING ]; then
   run=$(to_s "$(sed -n 's/.* RunTime=\([^ ]*\).*/\1/p' <<<"$info")")
   limit=$(to_s "$(sed -n 's/.* TimeLimit=\([^ ]*\).*/\1/p' <<<"$info")")
   if [ -z "$run" ] || [ -z "$limit" ] || [ "$run" -lt "$limit" ]; then
@@ -87,8 +88,9 @@ fi
 echo "$me: $(date '+%F %T') preempted (exit $EXIT_PREEMPTED): checkpoint written;" \
      "requeueing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0} -> $(( ${SLURM_RESTART_COUNT:-0} + 1 )))"
 if ! scontrol requeue "$SLURM_JOB_ID"; then
-  echo "$me: scontrol requeue $SLURM_JOB_ID failed (submitted with --no-requeue, or" \
-       "MaxBatchRequeue reached?); resubmit the same script and --resume auto continues" >&2
+  echo "$me: scontrol requeue $SLURM_JOB_ID failed (\"presently disabled\": the job was" \
+       "submitted with --no-requeue, or without --requeue where JobRequeue=0); resubmit the" \
+       "same script and --resume auto continues" >&2
   exit "$rc"
 fi
 exit 0
