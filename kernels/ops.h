@@ -11,10 +11,20 @@
 #ifndef ST_OPS_H
 #define ST_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
   const char *name;
+
+  /* Memory the ops read and write: host memory for the CPU backend, device
+   * memory for CUDA. alloc returns zeroed memory or NULL. Copies are
+   * synchronous from the caller's point of view. */
+  void *(*alloc)(size_t bytes);
+  void (*free)(void *p);
+  void (*zero)(void *p, size_t bytes);
+  void (*to_device)(void *dst, const void *host_src, size_t bytes);
+  void (*to_host)(void *host_dst, const void *src, size_t bytes);
 
   /* out[B,T,C] = wte[inp[b,t]] + wpe[t].  inp: token ids in [0, V). */
   void (*encoder_forward)(float *out, const int *inp, const float *wte,

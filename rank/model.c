@@ -33,16 +33,17 @@ int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, in
   if (st_param_table_build(cfg, &m->tab)) return -1;
   m->padded_total = (m->tab.total + pad_multiple - 1) / pad_multiple * pad_multiple;
   size_t pbytes = (size_t)m->padded_total * sizeof(float);
-  m->params = calloc(1, pbytes);
-  m->grads = calloc(1, pbytes);
+  m->params = ops->alloc(pbytes);
+  m->grads = ops->alloc(pbytes);
   int64_t na = acts_floats(cfg, B, T);
-  m->act_mem = calloc((size_t)na, sizeof(float));
+  m->act_mem = ops->alloc((size_t)na * sizeof(float));
+  m->losses_host = calloc((size_t)B * T, sizeof(float));
   m->blk = calloc((size_t)cfg->n_layer, sizeof *m->blk);
-  if (!m->params || !m->grads || !m->act_mem || !m->blk) {
+  if (!m->params || !m->grads || !m->act_mem || !m->losses_host || !m->blk) {
     st_model_free(m);
-    return st_error_set("cannot allocate %.1f MiB of host memory for the model "
+    return st_error_set("cannot allocate %.1f MiB of %s memory for the model "
                         "(parameters, gradients, activations); lower --micro-batch or --seq-len",
-                        (2.0 * pbytes + na * 4.0) / 1048576.0);
+                        (2.0 * pbytes + na * 4.0) / 1048576.0, ops->name);
   }
   if (st_param_views_bind(cfg, &m->tab, m->params, &m->p) ||
       st_param_views_bind(cfg, &m->tab, m->grads, &m->g))
@@ -87,9 +88,12 @@ void st_model_free(st_model *m) {
   st_param_views_free(&m->p);
   st_param_views_free(&m->g);
   st_param_table_free(&m->tab);
-  free(m->params);
-  free(m->grads);
-  free(m->act_mem);
+  if (m->ops) {
+    m->ops->free(m->params);
+    m->ops->free(m->grads);
+    m->ops->free(m->act_mem);
+  }
+  free(m->losses_host);
   free(m->blk);
   memset(m, 0, sizeof *m);
 }
@@ -98,13 +102,15 @@ static void fill_normal(float *x, int64_t n, float std, st_rng *rng) {
   for (int64_t i = 0; i < n; i++) x[i] = std * st_rng_normal(rng);
 }
 
-void st_model_init_weights(st_model *m, st_rng *rng) {
+int st_model_init_weights(st_model *m, st_rng *rng) {
   const st_model_config *c = &m->cfg;
   const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
-  memset(m->params, 0, (size_t)m->padded_total * sizeof(float));
+  size_t bytes = (size_t)m->padded_total * sizeof(float);
+  float *host = calloc(1, bytes);
+  if (!host) return st_error_set("cannot allocate %zu bytes of host memory for initial weights", bytes);
   for (int i = 0; i < m->tab.n; i++) {
     const st_tensor *t = &m->tab.t[i];
-    float *x = m->params + t->offset;
+    float *x = host + t->offset;
     if (t->ndim == 2) {
       int is_proj = strstr(t->name, "attn.proj.weight") || strstr(t->name, "mlp.proj.weight");
       int64_t n = t->numel;
@@ -114,10 +120,13 @@ void st_model_init_weights(st_model *m, st_rng *rng) {
       for (int64_t k = 0; k < t->numel; k++) x[k] = 1.0f;
     }
   }
+  m->ops->to_device(m->params, host, bytes);
+  free(host);
+  return 0;
 }
 
 void st_model_zero_grad(st_model *m) {
-  memset(m->grads, 0, (size_t)m->padded_total * sizeof(float));
+  m->ops->zero(m->grads, (size_t)m->padded_total * sizeof(float));
 }
 
 double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
@@ -147,15 +156,15 @@ double st_model_forward(st_model *m, const int *inp, const int *targets, int B, 
   op->matmul_forward(m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp);
   op->softmax_crossentropy(m->losses, dloss > 0 ? m->logits : NULL, m->logits, targets, dloss,
                            BT, c->vocab_size, Vp);
+  m->ops->to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float));
   double sum = 0.0;
-  for (int i = 0; i < BT; i++) sum += m->losses[i];
+  for (int i = 0; i < BT; i++) sum += m->losses_host[i];
   return sum;
 }
 
-static void zero(float *x, int64_t n) { memset(x, 0, (size_t)n * sizeof(float)); }
-
 void st_model_backward(st_model *m, const int *inp, int B, int T) {
   const st_ops *op = m->ops;
+#define zero(x, n) op->zero((x), (size_t)(n) * sizeof(float))
   const st_model_config *c = &m->cfg;
   const int C = c->n_embd, NH = c->n_head, BT = B * T, Vp = c->padded_vocab_size;
   const int64_t BTC = (int64_t)BT * C;
@@ -199,4 +208,5 @@ void st_model_backward(st_model *m, const int *inp, int B, int T) {
                            a->ln1_rstd, BT, C);
   }
   op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
+#undef zero
 }

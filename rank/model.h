@@ -41,12 +41,15 @@ typedef struct {
   float *lnf, *lnf_mean, *lnf_rstd;
   float *logits;          /* [B,T,Vp]; holds dlogits after a training forward */
   float *losses;          /* [B,T] */
+  float *losses_host;     /* [B,T] host copy for the loss sum */
   /* backward scratch, reused by every layer */
   float *dres, *dln, *dqkv, *datty, *datt, *dfch, *dfch_gelu;
 } st_model;
 
 /* Build the parameter table and allocate parameters, gradients (padded to a
- * multiple of pad_multiple elements) and activations for micro-batch B x T.
+ * multiple of pad_multiple elements) and activations for micro-batch B x T,
+ * all in the memory of `ops` (host for CPU, device for CUDA). Pointers passed
+ * to forward/backward (inp, targets) must live in that memory too.
  * 0, or -1 with st_error (names the bytes that could not be allocated). */
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
                   int pad_multiple);
@@ -54,8 +57,9 @@ void st_model_free(st_model *m);
 
 /* GPT-2 initialisation (Radford et al. 2019 / nanoGPT): weights N(0, 0.02),
  * residual output projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm
- * gain 1; padded vocabulary rows 0. Deterministic in the rng's state. */
-void st_model_init_weights(st_model *m, st_rng *rng);
+ * gain 1; padded vocabulary rows 0. Deterministic in the rng's state; drawn
+ * on the host and copied to the backend's memory. 0, or -1 with st_error. */
+int st_model_init_weights(st_model *m, st_rng *rng);
 
 /* Forward over inp[B,T] (token ids < vocab_size) with targets[B,T]. Returns
  * the SUM of per-token losses (double). When dloss > 0 the gradient of the

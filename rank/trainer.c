@@ -42,9 +42,11 @@ typedef struct {
   st_model model;
   st_partition part;       /* this rank's ZeRO partition */
   st_partition opt_part;   /* range whose Adam state this rank keeps */
+  const st_ops *ops;       /* the backend: its memory holds everything below but inp/tgt */
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
   float *grad_shard;       /* ZeRO 1: reduce-scatter target, part.shard */
-  int *inp, *tgt, *scratch;
+  int *inp, *tgt, *scratch; /* host: what the data loader fills */
+  int *d_inp, *d_tgt;      /* the same in backend memory */
   st_rng rng;
   int64_t step, data_pos, tokens_seen, epoch;
   char *config_json;
@@ -202,21 +204,26 @@ static int setup_state(trainer *tr) {
   st_run_config *rc = tr->rc;
   st_comm *c = tr->comm;
   int B = rc->micro_batch, T = rc->model.block_size;
-  if (st_model_init(&tr->model, &rc->model, st_ops_cpu(), B, T, c->world)) return -1;
+  const st_ops *ops = tr->ops = st_ops_cpu();
+  if (st_model_init(&tr->model, &rc->model, ops, B, T, c->world)) return -1;
   st_partition_make(tr->model.tab.total, c->rank, c->world, &tr->part);
   /* ZeRO 0 keeps the whole optimizer state on every rank. */
   if (rc->zero_stage == 0) st_partition_make(tr->model.tab.total, 0, 1, &tr->opt_part);
   else tr->opt_part = tr->part;
   size_t n = (size_t)(rc->zero_stage == 0 ? tr->model.padded_total : tr->part.shard);
-  tr->adam_m = calloc(n, sizeof(float));
-  tr->adam_v = calloc(n, sizeof(float));
-  tr->grad_shard = rc->zero_stage == 1 ? calloc((size_t)tr->part.shard, sizeof(float)) : NULL;
-  tr->inp = malloc((size_t)B * T * sizeof(int));
-  tr->tgt = malloc((size_t)B * T * sizeof(int));
-  tr->scratch = malloc(((size_t)B * T + 1) * sizeof(int));
+  size_t bt = (size_t)B * T;
+  tr->adam_m = ops->alloc(n * sizeof(float));
+  tr->adam_v = ops->alloc(n * sizeof(float));
+  tr->grad_shard = rc->zero_stage == 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float)) : NULL;
+  tr->d_inp = ops->alloc(bt * sizeof(int));
+  tr->d_tgt = ops->alloc(bt * sizeof(int));
+  tr->inp = malloc(bt * sizeof(int));
+  tr->tgt = malloc(bt * sizeof(int));
+  tr->scratch = malloc((bt + 1) * sizeof(int));
   if (!tr->adam_m || !tr->adam_v || (rc->zero_stage == 1 && !tr->grad_shard) || !tr->inp ||
-      !tr->tgt || !tr->scratch)
-    return st_error_set("cannot allocate host memory for optimizer state (%zu floats)", n * 2);
+      !tr->tgt || !tr->scratch || !tr->d_inp || !tr->d_tgt)
+    return st_error_set("cannot allocate %s memory for optimizer state (%zu floats) and batches",
+                        ops->name, n * 2);
   tr->config_json = st_run_config_to_json(rc);
   return 0;
 }
@@ -240,15 +247,25 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
     st_error_code(ST_EXIT_CHECKPOINT);
     return st_error_prefix("--resume %s", rc->resume);
   }
-  if (!found) {
-    st_model_init_weights(&tr->model, &tr->rng);
-    return 0;
-  }
+  if (!found) return st_model_init_weights(&tr->model, &tr->rng);
+  /* Read into host staging buffers, then hand them to the backend. */
   st_ckpt_meta meta;
+  size_t np = (size_t)tr->model.padded_total, nm = (size_t)(tr->opt_part.end - tr->opt_part.begin);
+  float *hp = calloc(np, sizeof(float)), *hm = calloc(nm + 1, sizeof(float)),
+        *hv = calloc(nm + 1, sizeof(float));
+  int rc_load = -1;
+  if (!hp || !hm || !hv) st_error_set("cannot allocate host memory to load %s", from);
+  else rc_load = st_ckpt_load(from, &tr->model.tab, &tr->opt_part, hp, hm, hv, &meta);
+  if (!rc_load) {
+    tr->ops->to_device(tr->model.params, hp, np * sizeof(float));
+    tr->ops->to_device(tr->adam_m, hm, nm * sizeof(float));
+    tr->ops->to_device(tr->adam_v, hv, nm * sizeof(float));
+  }
+  free(hp);
+  free(hm);
+  free(hv);
   st_error_code(ST_EXIT_CHECKPOINT);
-  if (st_ckpt_load(from, &tr->model.tab, &tr->opt_part, tr->model.params, tr->adam_m,
-                   tr->adam_v, &meta))
-    return -1;
+  if (rc_load) return -1;
   st_error_code(ST_EXIT_ERROR);
   if (meta.step > rc->steps) {
     st_error_code(ST_EXIT_USAGE);
@@ -324,7 +341,9 @@ static int validate(trainer *tr, double *loss_out) {
       failed = 1;
       break;
     }
-    acc[0] += st_model_forward(&tr->model, tr->inp, tr->tgt, b, T, 0.0f);
+    tr->ops->to_device(tr->d_inp, tr->inp, (size_t)b * T * sizeof(int));
+    tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)b * T * sizeof(int));
+    acc[0] += st_model_forward(&tr->model, tr->d_inp, tr->d_tgt, b, T, 0.0f);
     acc[1] += (double)b * T;
   }
   int code = agree(tr, failed);
@@ -346,12 +365,31 @@ static int save_checkpoint(trainer *tr) {
   meta.zero_stage = tr->rc->zero_stage;
   snprintf(meta.config_json, sizeof meta.config_json, "%s", tr->config_json);
   /* The file holds this rank's ZeRO partition whatever the stage, so the
-   * layout on disk depends only on the rank count. */
+   * layout on disk depends only on the rank count. Staged through host
+   * memory, which also takes the backend's copy off the device. */
   int64_t off = tr->part.begin - tr->opt_part.begin;
-  int rc = st_ckpt_save(tr->rc->out, tr->comm, &tr->model.tab, &tr->part, tr->model.params,
-                        tr->adam_m + off, tr->adam_v + off, &meta);
+  size_t np = (size_t)tr->model.tab.total, nm = (size_t)(tr->part.end - tr->part.begin);
+  float *hp = malloc(np * sizeof(float)), *hm = malloc((nm + 1) * sizeof(float)),
+        *hv = malloc((nm + 1) * sizeof(float));
+  int staged = hp && hm && hv;
+  if (!staged)
+    st_error_set("cannot allocate host memory to stage checkpoint step %lld", (long long)tr->step);
+  int code = agree(tr, !staged); /* collective: no rank enters the save alone */
+  if (code) {
+    free(hp);
+    free(hm);
+    free(hv);
+    return code;
+  }
+  tr->ops->to_host(hp, tr->model.params, np * sizeof(float));
+  tr->ops->to_host(hm, tr->adam_m + off, nm * sizeof(float));
+  tr->ops->to_host(hv, tr->adam_v + off, nm * sizeof(float));
+  int rc = st_ckpt_save(tr->rc->out, tr->comm, &tr->model.tab, &tr->part, hp, hm, hv, &meta);
+  free(hp);
+  free(hm);
+  free(hv);
   if (rc) st_error_code(ST_EXIT_CHECKPOINT);
-  int code = agree(tr, rc != 0);
+  code = agree(tr, rc != 0);
   if (!code && tr->comm->rank == 0) {
     printf("checkpoint: %s/ckpt/step_%08lld (latest)\n", tr->rc->out, (long long)tr->step);
     fflush(stdout);
@@ -377,8 +415,10 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
       failed = 1;
       break;
     }
-    loss_sum += st_model_forward(m, tr->inp, tr->tgt, B, T, dloss);
-    st_model_backward(m, tr->inp, B, T);
+    tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
+    tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
+    loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
+    st_model_backward(m, tr->d_inp, B, T);
   }
   int code = agree(tr, failed);
   if (code) return code;
@@ -469,7 +509,13 @@ static int dump_params(trainer *tr) {
   FILE *f = fopen(tr->rc->dump_params, "wb");
   if (!f) return st_error_set("--dump-params %s: %s", tr->rc->dump_params, strerror(errno));
   size_t n = (size_t)tr->model.tab.total;
-  int ok = fwrite(tr->model.params, sizeof(float), n, f) == n;
+  float *host = malloc(n * sizeof(float));
+  int ok = host != NULL;
+  if (ok) {
+    tr->ops->to_host(host, tr->model.params, n * sizeof(float));
+    ok = fwrite(host, sizeof(float), n, f) == n;
+  }
+  free(host);
   ok &= fclose(f) == 0;
   return ok ? 0 : st_error_set("--dump-params %s: write failed", tr->rc->dump_params);
 }
@@ -572,9 +618,13 @@ done:
   if (tr.train) st_tokens_close(tr.train);
   if (tr.val) st_tokens_close(tr.val);
   if (tr.model.params) st_model_free(&tr.model);
-  free(tr.adam_m);
-  free(tr.adam_v);
-  free(tr.grad_shard);
+  if (tr.ops) {
+    tr.ops->free(tr.adam_m);
+    tr.ops->free(tr.adam_v);
+    tr.ops->free(tr.grad_shard);
+    tr.ops->free(tr.d_inp);
+    tr.ops->free(tr.d_tgt);
+  }
   free(tr.inp);
   free(tr.tgt);
   free(tr.scratch);

@@ -1,9 +1,25 @@
 /* ops_table.c - the CPU backend's op table (see kernels/ops.h). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
+/* Host memory: the "device" of the CPU backend. */
+static void *cpu_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void cpu_free(void *p) { free(p); }
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+  if (dst != src) memcpy(dst, src, bytes);
+}
+
 static const st_ops k_cpu_ops = {
     .name = "cpu-fp32",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
