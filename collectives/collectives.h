@@ -17,6 +17,7 @@ struct st_comm {
   int rank, world;
   void *impl; /* MPI_Comm* for the MPI backend */
   const char *backend;
+  long long step; /* the training step, for error messages (set by the trainer) */
   /* sum across ranks, in place; count fp32 elements */
   int (*all_reduce_sum)(st_comm *c, float *buf, size_t count);
   /* sum across ranks of send[world*count]; rank r receives block r (count) */

@@ -150,6 +150,16 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     INT_FLAG("--val-seqs", 0, 1 << 30, rc->val_seqs)
     INT_FLAG("--log-every", 1, 1000000000, rc->log_every)
     INT_FLAG("--stop-after", 0, 1000000000, rc->stop_after)
+    INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
+    INT_FLAG("--nccl-cga", -1, 8, rc->nccl_cga)
+    INT_FLAG("--nccl-min-ctas", 0, 64, rc->nccl_min_ctas)
+    INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)
+    if (strcmp(f, "--nccl-timeout") == 0) {
+      float t;
+      if (parse_float(f, v, 0.0, 1e6, &t)) return -1;
+      rc->nccl_timeout_s = t;
+      continue;
+    }
     FLOAT_FLAG("--lr", 0.0, 10.0, rc->optim.lr)
     FLOAT_FLAG("--min-lr-frac", 0.0, 1.0, rc->optim.min_lr_frac)
     FLOAT_FLAG("--weight-decay", 0.0, 10.0, rc->optim.weight_decay)
@@ -195,5 +205,7 @@ void st_cli_print_train_usage(void) {
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
       "          --ckpt-every N (0: only at the end)  --val-every N (0: only at the end)\n"
       "          --val-seqs N (256)  --log-every N (1)  --seed S (1337)\n"
-      "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n");
+      "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n"
+      "  nccl    --nccl-timeout S (600; 0 = no watchdog)  --nccl-buffsize BYTES  --nccl-cga N\n"
+      "          --nccl-min-ctas N  --nccl-max-ctas N   (GPU runs; NCCL_* variables you set win)\n");
 }

@@ -36,6 +36,8 @@ void st_run_config_defaults(st_run_config *rc) {
   rc->val_every = 0;
   rc->val_seqs = 256;
   rc->log_every = 1;
+  rc->nccl_timeout_s = 600;
+  rc->nccl_cga = -1;
 }
 
 char *st_run_config_to_json(const st_run_config *rc) {

@@ -33,6 +33,10 @@ typedef struct {
   int log_every;
   int stop_after;           /* exit after this step (for resume tests); 0 = off */
   int json;                 /* rank 0 prints one JSON summary line at the end */
+  /* NCCL (GPU runs): watchdog and communicator config */
+  double nccl_timeout_s;    /* init and each collective; 0 = no watchdog */
+  long long nccl_buffsize;  /* NCCL_BUFFSIZE unless set in the environment; 0 = NCCL's */
+  int nccl_cga, nccl_min_ctas, nccl_max_ctas; /* -1/0 = NCCL's defaults */
 } st_run_config;
 
 /* Defaults: the "small" preset, T=128, micro-batch 8, global batch 16. */

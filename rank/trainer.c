@@ -21,6 +21,10 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "collectives/collectives_nccl.h"
+#include "kernels/ops_cuda.h"
+#endif
 #include "io/tokens.h"
 #include "launcher/signals.h"
 #include "rank/dataloader.h"
@@ -43,6 +47,10 @@ typedef struct {
   st_partition part;       /* this rank's ZeRO partition */
   st_partition opt_part;   /* range whose Adam state this rank keeps */
   const st_ops *ops;       /* the backend: its memory holds everything below but inp/tgt */
+  st_comm *dcomm;          /* collectives on backend memory: comm itself, or NCCL on GPUs */
+  st_comm nccl;            /* storage for the NCCL communicator when used */
+  char device_name[128];   /* "cpu" or "cuda:N (NVIDIA H200)" */
+  int device_index;        /* CUDA device of this rank, -1 on CPU */
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
   float *grad_shard;       /* ZeRO 1: reduce-scatter target, part.shard */
   int *inp, *tgt, *scratch; /* host: what the data loader fills */
@@ -80,25 +88,70 @@ static int is_bin(const char *path) {
   return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
 }
 
+/* Pick CPU or CUDA, bind this rank's GPU by node-local rank, and check the
+ * precision and recompute choices the backend supports. */
 static int setup_backend(trainer *tr) {
   st_run_config *rc = tr->rc;
-  if (strcmp(rc->device, "cuda") == 0) {
-    st_error_code(ST_EXIT_USAGE);
-    return st_error_set("--device cuda: this version of shardtrain has no CUDA backend yet "
-                        "(it trains on the CPU); use --device cpu or --device auto");
+  const st_env *e = tr->env;
+  (void)e; /* used only by the CUDA checks */
+  int ngpu = 0;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  ngpu = st_cuda_device_count();
+#endif
+  st_error_code(ST_EXIT_USAGE);
+  if (strcmp(rc->device, "cuda") == 0 && ngpu == 0) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    return st_error_set("--device cuda, but no CUDA device is visible on %s "
+                        "(CUDA_VISIBLE_DEVICES=%s); use --device cpu, or run where a GPU is",
+                        e->hostname, vis ? vis : "unset");
+#else
+    return st_error_set("--device cuda: this build has no CUDA backend (it was configured "
+                        "without a CUDA toolkit); use --device cpu, or rebuild where nvcc is");
+#endif
   }
-  snprintf(rc->device, sizeof rc->device, "cpu");
+  int cuda = strcmp(rc->device, "cuda") == 0 || (strcmp(rc->device, "auto") == 0 && ngpu > 0);
+  tr->device_index = -1;
+  snprintf(tr->device_name, sizeof tr->device_name, "cpu");
+  tr->ops = st_ops_cpu();
+  if (cuda) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+    if (e->local_world > ngpu)
+      return st_error_set("%d ranks run on node %s but it has %d visible GPU(s): launch at most "
+                          "%d ranks per node (srun --ntasks-per-node=%d / mpirun -npernode %d), "
+                          "or use --device cpu", e->local_world, e->hostname, ngpu, ngpu, ngpu,
+                          ngpu);
+    char name[96];
+    tr->device_index = st_cuda_bind_device(e->local_rank, name, sizeof name);
+    if (tr->device_index < 0) return -1;
+    snprintf(tr->device_name, sizeof tr->device_name, "cuda:%d (%s)", tr->device_index, name);
+    tr->ops = st_ops_cuda();
+#endif
+  }
+  snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
   if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
-  if (strcmp(rc->precision, "fp32") != 0) {
-    st_error_code(ST_EXIT_USAGE);
-    return st_error_set("--precision %s: the CPU backend computes in fp32; use --precision fp32 "
-                        "(bf16/fp16 need the CUDA backend)", rc->precision);
-  }
-  if (strcmp(rc->recompute, "none") != 0) {
-    st_error_code(ST_EXIT_USAGE);
-    return st_error_set("--recompute %s: the CPU backend keeps all activations; use --recompute "
-                        "none (recompute comes with the CUDA backend)", rc->recompute);
-  }
+  if (strcmp(rc->precision, "fp32") != 0)
+    return st_error_set("--precision %s: this version computes in fp32 on %s; use --precision "
+                        "fp32 (bf16/fp16 mixed precision comes with the next CUDA version)",
+                        rc->precision, rc->device);
+  if (strcmp(rc->recompute, "none") != 0)
+    return st_error_set("--recompute %s: this version keeps all activations; use --recompute "
+                        "none", rc->recompute);
+  st_error_code(ST_EXIT_ERROR);
+  return 0;
+}
+
+/* Collectives on backend memory: MPI on host buffers, NCCL on GPUs. */
+static int setup_collectives(trainer *tr) {
+  tr->dcomm = tr->comm;
+  if (tr->device_index < 0) return 0;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  st_nccl_options o = {.timeout_s = tr->rc->nccl_timeout_s, .cga_cluster_size = tr->rc->nccl_cga,
+                       .min_ctas = tr->rc->nccl_min_ctas, .max_ctas = tr->rc->nccl_max_ctas,
+                       .buffsize = tr->rc->nccl_buffsize};
+  if (st_comm_nccl_init(&tr->nccl, &o)) return -1;
+  tr->dcomm = &tr->nccl;
+#endif
   return 0;
 }
 
@@ -204,7 +257,7 @@ static int setup_state(trainer *tr) {
   st_run_config *rc = tr->rc;
   st_comm *c = tr->comm;
   int B = rc->micro_batch, T = rc->model.block_size;
-  const st_ops *ops = tr->ops = st_ops_cpu();
+  const st_ops *ops = tr->ops;
   if (st_model_init(&tr->model, &rc->model, ops, B, T, c->world)) return -1;
   st_partition_make(tr->model.tab.total, c->rank, c->world, &tr->part);
   /* ZeRO 0 keeps the whole optimizer state on every rank. */
@@ -297,9 +350,13 @@ static void print_config(trainer *tr, int resumed, const char *from) {
   printf("  batch      micro-batch %d x grad-accum %d x %d ranks = global batch %d sequences "
          "x %d = %lld tokens\n", rc->micro_batch, tr->accum, tr->comm->world, rc->global_batch,
          m->block_size, (long long)tr->step_tokens);
-  printf("  ranks      %d on %d node(s), launched by %s; backend %s (%d OpenMP threads/rank); "
-         "collectives %s\n", tr->comm->world, e->node_count, e->launcher, tr->model.ops->name,
-         omp_get_max_threads(), tr->comm->backend);
+  printf("  ranks      %d on %d node(s), launched by %s; backend %s on %s", tr->comm->world,
+         e->node_count, e->launcher, tr->model.ops->name, tr->device_name);
+  if (tr->device_index < 0) printf(" (%d OpenMP threads/rank)", omp_get_max_threads());
+  printf("; collectives %s\n", tr->dcomm->backend);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (tr->dcomm == &tr->nccl) printf("  nccl       %s\n", st_comm_nccl_describe(tr->dcomm));
+#endif
   printf("  zero       stage %d: %s\n", rc->zero_stage,
          rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
                              : "reduce-scatter gradients, Adam m/v for 1/N of the parameters "
@@ -404,6 +461,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   st_model *m = &tr->model;
   const int B = rc->micro_batch, T = rc->model.block_size;
   int64_t pos = st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain);
+  tr->dcomm->step = tr->comm->step = tr->step + 1;
   if (pos != tr->data_pos) tr->epoch++;
   const float dloss = 1.0f / (float)((double)rc->global_batch * T);
   double loss_sum = 0.0;
@@ -425,10 +483,11 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
 
   const float *g;
   if (rc->zero_stage == 0) {
-    if (c->all_reduce_sum(c, m->grads, (size_t)m->padded_total)) return agree(tr, 1);
+    if (tr->dcomm->all_reduce_sum(tr->dcomm, m->grads, (size_t)m->padded_total))
+      return agree(tr, 1);
     g = m->grads + tr->part.begin;
   } else {
-    if (c->reduce_scatter_sum(c, m->grads, tr->grad_shard, (size_t)tr->part.shard))
+    if (tr->dcomm->reduce_scatter_sum(tr->dcomm, m->grads, tr->grad_shard, (size_t)tr->part.shard))
       return agree(tr, 1);
     g = tr->grad_shard;
   }
@@ -448,7 +507,8 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
     st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, m->params, tr->grad_shard,
                    tr->adam_m, tr->adam_v, tr->part.begin, tr->part.end);
     float *mine = m->params + (int64_t)c->rank * tr->part.shard;
-    if (c->all_gather(c, mine, m->params, (size_t)tr->part.shard)) return agree(tr, 1);
+    if (tr->dcomm->all_gather(tr->dcomm, mine, m->params, (size_t)tr->part.shard))
+      return agree(tr, 1);
   }
   tr->data_pos = pos + tr->step_tokens;
   tr->tokens_seen += tr->step_tokens;
@@ -579,6 +639,7 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   int code, resumed = 0;
   char from[1200] = "";
   if ((code = agree(&tr, setup_backend(&tr) != 0))) goto done;
+  if ((code = agree(&tr, setup_collectives(&tr) != 0))) goto done;
   if ((code = agree(&tr, setup_data(&tr) != 0))) goto done;
   if ((code = agree(&tr, setup_batch(&tr) != 0))) goto done;
   if ((code = agree(&tr, setup_outdir(&tr) != 0))) goto done;
@@ -591,7 +652,7 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
     tr.metrics = fopen(path, resumed ? "a" : "w");
   }
   print_config(&tr, resumed, from);
-  st_env_print_map(env, "cpu");
+  st_env_print_map(env, tr.device_index < 0 ? "cpu" : "cuda");
   fflush(stdout);
   tr.t_start = MPI_Wtime();
   code = train_loop(&tr);
@@ -618,6 +679,9 @@ done:
   if (tr.train) st_tokens_close(tr.train);
   if (tr.val) st_tokens_close(tr.val);
   if (tr.model.params) st_model_free(&tr.model);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (tr.dcomm == &tr.nccl) st_comm_nccl_free(&tr.nccl);
+#endif
   if (tr.ops) {
     tr.ops->free(tr.adam_m);
     tr.ops->free(tr.adam_v);

@@ -1,0 +1,181 @@
+/* collectives_nccl.c - NCCL collectives with an init/collective watchdog
+ * (see collectives_nccl.h). */
+#define _XOPEN_SOURCE 700
+#include "collectives/collectives_nccl.h"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/error.h"
+
+typedef struct {
+  MPI_Comm mpi;
+  ncclComm_t nccl;
+  cudaStream_t stream;
+  double timeout_s;
+  char describe[512];
+} nccl_impl;
+
+static nccl_impl *impl_of(st_comm *c) { return (nccl_impl *)c->impl; }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Wait until the communicator's pending work (init, or a collective on the
+ * stream) completes; abort it past the timeout. */
+static int wait_done(st_comm *c, const char *what, size_t count, int check_stream) {
+  nccl_impl *n = impl_of(c);
+  double t0 = now_s();
+  for (;;) {
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(n->nccl, &async);
+    if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+      ncclResult_t e = r != ncclSuccess ? r : async;
+      ncclCommAbort(n->nccl);
+      n->nccl = NULL;
+      return st_error_set("NCCL %s of %zu elements failed on rank %d at step %lld: %s", what,
+                          count, c->rank, c->step, ncclGetErrorString(e));
+    }
+    int done = async == ncclSuccess;
+    if (done && check_stream) {
+      cudaError_t q = cudaStreamQuery(n->stream);
+      if (q != cudaSuccess && q != cudaErrorNotReady)
+        return st_error_set("CUDA error during NCCL %s on rank %d: %s", what, c->rank,
+                            cudaGetErrorString(q));
+      done = q == cudaSuccess;
+    }
+    if (done) return 0;
+    if (n->timeout_s > 0 && now_s() - t0 > n->timeout_s) {
+      ncclCommAbort(n->nccl);
+      n->nccl = NULL;
+      return st_error_set("NCCL %s of %zu elements did not finish within %.0f s on rank %d at "
+                          "step %lld; the communicator was aborted. A rank may have died or "
+                          "hung, or the network between nodes is blocked: check every rank's "
+                          "log and NCCL_SOCKET_IFNAME / NCCL_IB_HCA (raise the limit with "
+                          "--nccl-timeout)", what, count, n->timeout_s, c->rank, c->step);
+    }
+    usleep(50);
+  }
+}
+
+static int issued(st_comm *c, ncclResult_t r, const char *what, size_t count) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    return st_error_set("NCCL %s of %zu elements failed on rank %d at step %lld: %s", what,
+                        count, c->rank, c->step, ncclGetErrorString(r));
+  return wait_done(c, what, count, 1);
+}
+
+static int nccl_all_reduce_sum(st_comm *c, float *buf, size_t count) {
+  nccl_impl *n = impl_of(c);
+  return issued(c, ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->nccl, n->stream),
+                "all-reduce", count);
+}
+
+static int nccl_reduce_scatter_sum(st_comm *c, const float *send, float *recv, size_t count) {
+  nccl_impl *n = impl_of(c);
+  return issued(c, ncclReduceScatter(send, recv, count, ncclFloat, ncclSum, n->nccl, n->stream),
+                "reduce-scatter", count);
+}
+
+static int nccl_all_gather(st_comm *c, const float *send, float *recv, size_t count) {
+  nccl_impl *n = impl_of(c);
+  return issued(c, ncclAllGather(send, recv, count, ncclFloat, n->nccl, n->stream),
+                "all-gather", count);
+}
+
+/* Host-side operations stay on MPI. */
+static int mpi_broadcast(st_comm *c, void *buf, size_t bytes, int root) {
+  return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, impl_of(c)->mpi) == MPI_SUCCESS
+             ? 0 : st_error_set("MPI broadcast failed");
+}
+static int mpi_barrier(st_comm *c) {
+  return MPI_Barrier(impl_of(c)->mpi) == MPI_SUCCESS ? 0 : st_error_set("MPI barrier failed");
+}
+static int mpi_double_sum(st_comm *c, double *buf, size_t count) {
+  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, MPI_SUM, impl_of(c)->mpi) ==
+                 MPI_SUCCESS ? 0 : st_error_set("MPI all-reduce failed");
+}
+static int mpi_int_max(st_comm *c, int *buf, size_t count) {
+  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_INT, MPI_MAX, impl_of(c)->mpi) ==
+                 MPI_SUCCESS ? 0 : st_error_set("MPI all-reduce failed");
+}
+
+/* NCCL reads its buffer settings from the environment at init: set ours
+ * only where the user has not, so an explicit NCCL_BUFFSIZE always wins. */
+static void set_env_default(const char *name, long long v) {
+  if (v <= 0 || getenv(name)) return;
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", v);
+  setenv(name, buf, 0);
+}
+
+int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
+  nccl_impl *n = calloc(1, sizeof *n);
+  if (!n) return st_error_set("out of host memory");
+  c->impl = n;
+  MPI_Comm_dup(MPI_COMM_WORLD, &n->mpi);
+  MPI_Comm_rank(n->mpi, &c->rank);
+  MPI_Comm_size(n->mpi, &c->world);
+  c->backend = "nccl";
+  c->step = 0;
+  n->timeout_s = o->timeout_s;
+  set_env_default("NCCL_BUFFSIZE", o->buffsize);
+
+  ncclUniqueId id;
+  int ok = 1;
+  if (c->rank == 0) ok = ncclGetUniqueId(&id) == ncclSuccess;
+  MPI_Bcast(&ok, 1, MPI_INT, 0, n->mpi);
+  if (!ok) return st_error_set("ncclGetUniqueId failed on rank 0 (is a network interface up? "
+                               "see NCCL_SOCKET_IFNAME)");
+  MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, n->mpi);
+  if (cudaStreamCreate(&n->stream) != cudaSuccess)
+    return st_error_set("cannot create a CUDA stream on rank %d", c->rank);
+
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0; /* non-blocking: init can be bounded and aborted */
+  if (o->cga_cluster_size >= 0) cfg.cgaClusterSize = o->cga_cluster_size;
+  if (o->min_ctas > 0) cfg.minCTAs = o->min_ctas;
+  if (o->max_ctas > 0) cfg.maxCTAs = o->max_ctas;
+  ncclResult_t r = ncclCommInitRankConfig(&n->nccl, c->world, id, c->rank, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return st_error_set("ncclCommInitRankConfig failed on rank %d: %s", c->rank,
+                        ncclGetErrorString(r));
+  if (wait_done(c, "init", 0, 0)) return -1;
+
+  const char *bs = getenv("NCCL_BUFFSIZE");
+  snprintf(n->describe, sizeof n->describe,
+           "NCCL %d.%d.%d, non-blocking init, watchdog %.0f s, NCCL_BUFFSIZE=%s, cgaClusterSize=%s, "
+           "CTAs %d..%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, o->timeout_s, bs ? bs : "default",
+           o->cga_cluster_size >= 0 ? "set" : "default", o->min_ctas, o->max_ctas);
+  c->all_reduce_sum = nccl_all_reduce_sum;
+  c->reduce_scatter_sum = nccl_reduce_scatter_sum;
+  c->all_gather = nccl_all_gather;
+  c->broadcast = mpi_broadcast;
+  c->barrier = mpi_barrier;
+  c->all_reduce_double_sum = mpi_double_sum;
+  c->all_reduce_int_max = mpi_int_max;
+  return 0;
+}
+
+void st_comm_nccl_free(st_comm *c) {
+  nccl_impl *n = impl_of(c);
+  if (!n) return;
+  if (n->nccl) ncclCommDestroy(n->nccl);
+  if (n->stream) cudaStreamDestroy(n->stream);
+  MPI_Comm_free(&n->mpi);
+  free(n);
+  c->impl = NULL;
+}
+
+const char *st_comm_nccl_describe(const st_comm *c) {
+  return ((nccl_impl *)c->impl)->describe;
+}
