@@ -26,6 +26,9 @@
 #include <cmocka.h>
 
 #include "kernels/ops.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "kernels/ops_cuda.h"
+#endif
 #include "rank/model.h"
 #include "rank/optimizer.h"
 
@@ -37,7 +40,16 @@ static hid_t g_file;
 static st_model g_model;
 static st_model_config g_cfg;
 static int g_B, g_T;
-static int *g_inp, *g_tgt;
+static int *g_inp, *g_tgt;    /* host */
+static int *d_inp, *d_tgt;    /* backend memory */
+static const st_ops *g_ops;   /* the backend under test */
+
+/* A host copy of n floats of backend memory (caller frees). */
+static float *host_copy(const float *src, int64_t n) {
+  float *h = malloc((size_t)n * sizeof *h);
+  g_ops->to_host(h, src, (size_t)n * sizeof *h);
+  return h;
+}
 
 static double attr_d(const char *name) {
   double v = 0;
@@ -64,12 +76,15 @@ static double *read_tensor(const char *group, const st_tensor *t) {
 
 /* Load the initial weights of the fixture into the model. */
 static void load_initial_params(void) {
+  float *h = calloc((size_t)g_model.padded_total, sizeof *h);
   for (int i = 0; i < g_model.tab.n; i++) {
     const st_tensor *t = &g_model.tab.t[i];
     double *x = read_tensor("params", t);
-    for (int64_t k = 0; k < t->numel; k++) g_model.params[t->offset + k] = (float)x[k];
+    for (int64_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)x[k];
     free(x);
   }
+  g_ops->to_device(g_model.params, h, (size_t)g_model.padded_total * sizeof *h);
+  free(h);
 }
 
 static int setup(void **state) {
@@ -87,8 +102,9 @@ static int setup(void **state) {
   g_cfg.vocab_size = (int)attr_d("vocab_size");
   g_B = (int)attr_d("batch");
   g_T = g_cfg.block_size;
-  if (st_model_validate(&g_cfg) || st_model_init(&g_model, &g_cfg, st_ops_cpu(), g_B, g_T, 1))
+  if (st_model_validate(&g_cfg) || st_model_init(&g_model, &g_cfg, g_ops, g_B, g_T, 1))
     return -1;
+  printf("backend: %s\n", g_ops->name);
   g_inp = malloc(sizeof(int) * g_B * g_T);
   g_tgt = malloc(sizeof(int) * g_B * g_T);
   hid_t d = H5Dopen2(g_file, "tokens", H5P_DEFAULT);
@@ -97,12 +113,19 @@ static int setup(void **state) {
   d = H5Dopen2(g_file, "targets", H5P_DEFAULT);
   H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, g_tgt);
   H5Dclose(d);
+  size_t bytes = sizeof(int) * g_B * g_T;
+  d_inp = g_ops->alloc(bytes);
+  d_tgt = g_ops->alloc(bytes);
+  g_ops->to_device(d_inp, g_inp, bytes);
+  g_ops->to_device(d_tgt, g_tgt, bytes);
   return 0;
 }
 
 static int teardown(void **state) {
   (void)state;
   st_model_free(&g_model);
+  g_ops->free(d_inp);
+  g_ops->free(d_tgt);
   free(g_inp);
   free(g_tgt);
   H5Fclose(g_file);
@@ -113,23 +136,25 @@ static void test_forward_logits_and_loss(void **state) {
   (void)state;
   load_initial_params();
   const int N = g_B * g_T, V = g_cfg.vocab_size, Vp = g_cfg.padded_vocab_size;
-  double loss = st_model_forward(&g_model, g_inp, g_tgt, g_B, g_T, 0.0f) / N;
+  double loss = st_model_forward(&g_model, d_inp, d_tgt, g_B, g_T, 0.0f) / N;
   double ref_loss;
   read_doubles("loss", &ref_loss);
   printf("loss: ours %.8f reference %.8f\n", loss, ref_loss);
   assert_true(fabs(loss - ref_loss) <= 1e-5);
   double *ref = malloc(sizeof(double) * N * V), worst = 0;
   read_doubles("logits", ref);
+  float *logits = host_copy(g_model.logits, (int64_t)N * Vp);
   int bad = 0;
   for (int n = 0; n < N; n++)
     for (int v = 0; v < V; v++) {
-      double a = g_model.logits[(int64_t)n * Vp + v], r = ref[(int64_t)n * V + v];
+      double a = logits[(int64_t)n * Vp + v], r = ref[(int64_t)n * V + v];
       worst = fmax(worst, fabs(a - r));
       bad += fabs(a - r) > 1e-4 + 1e-4 * fabs(r);
     }
   printf("logits: max |diff| %.3g over %d values\n", worst, N * V);
   assert_int_equal(bad, 0);
   free(ref);
+  free(logits);
 }
 
 static void test_backward_gradients(void **state) {
@@ -137,15 +162,16 @@ static void test_backward_gradients(void **state) {
   load_initial_params();
   const int N = g_B * g_T;
   st_model_zero_grad(&g_model);
-  st_model_forward(&g_model, g_inp, g_tgt, g_B, g_T, 1.0f / N);
-  st_model_backward(&g_model, g_inp, g_B, g_T);
+  st_model_forward(&g_model, d_inp, d_tgt, g_B, g_T, 1.0f / N);
+  st_model_backward(&g_model, d_inp, g_B, g_T);
+  float *grads = host_copy(g_model.grads, g_model.tab.total);
   int bad = 0;
   double worst = 0;
   for (int i = 0; i < g_model.tab.n; i++) {
     const st_tensor *t = &g_model.tab.t[i];
     double *ref = read_tensor("grads", t);
     for (int64_t k = 0; k < t->numel; k++) {
-      double a = g_model.grads[t->offset + k], r = ref[k], e = fabs(a - r);
+      double a = grads[t->offset + k], r = ref[k], e = fabs(a - r);
       worst = fmax(worst, e);
       if (e > 1e-5 + 1e-3 * fabs(r)) {
         if (bad < 5) print_error("%s[%lld]: ours %.8g reference %.8g\n", t->name, (long long)k, a, r);
@@ -155,6 +181,7 @@ static void test_backward_gradients(void **state) {
     free(ref);
   }
   printf("gradients: max |diff| %.3g over %d tensors\n", worst, g_model.tab.n);
+  free(grads);
   assert_int_equal(bad, 0);
 }
 
@@ -171,39 +198,41 @@ static void test_adamw_three_steps(void **state) {
                        .grad_clip = (float)attr_d("grad_clip")};
   int steps = (int)attr_d("steps");
   int64_t n = g_model.tab.total;
-  float *m = calloc((size_t)n, sizeof(float)), *v = calloc((size_t)n, sizeof(float));
+  float *m = g_ops->alloc((size_t)n * sizeof(float)), *v = g_ops->alloc((size_t)n * sizeof(float));
   double ref_losses[8];
   read_doubles("adamw/loss", ref_losses);
   for (int s = 1; s <= steps; s++) {
     st_model_zero_grad(&g_model);
-    double loss = st_model_forward(&g_model, g_inp, g_tgt, g_B, g_T, 1.0f / N) / N;
-    st_model_backward(&g_model, g_inp, g_B, g_T);
+    double loss = st_model_forward(&g_model, d_inp, d_tgt, g_B, g_T, 1.0f / N) / N;
+    st_model_backward(&g_model, d_inp, g_B, g_T);
     printf("step %d loss: ours %.8f reference %.8f\n", s, loss, ref_losses[s - 1]);
     assert_true(fabs(loss - ref_losses[s - 1]) <= 1e-5);
     double norm = sqrt(g_model.ops->sum_squares(g_model.grads, n));
     st_adamw_range(g_model.ops, &g_model.tab, &o, o.lr, st_clip_scale(&o, norm), s,
                    g_model.params, g_model.grads, m, v, 0, n);
   }
+  float *params = host_copy(g_model.params, n);
   int bad = 0;
   double worst = 0;
   for (int i = 0; i < g_model.tab.n; i++) {
     const st_tensor *t = &g_model.tab.t[i];
     double *ref = read_tensor("adamw/params", t);
     for (int64_t k = 0; k < t->numel; k++) {
-      double e = fabs(g_model.params[t->offset + k] - ref[k]);
+      double e = fabs(params[t->offset + k] - ref[k]);
       worst = fmax(worst, e);
       if (e > 5e-5) {
         if (bad < 5) print_error("%s[%lld] after AdamW: ours %.8g reference %.8g\n", t->name,
-                                 (long long)k, g_model.params[t->offset + k], ref[k]);
+                                 (long long)k, params[t->offset + k], ref[k]);
         bad++;
       }
     }
     free(ref);
   }
   printf("after %d AdamW steps: max |param diff| %.3g\n", steps, worst);
+  free(params);
   assert_int_equal(bad, 0);
-  free(m);
-  free(v);
+  g_ops->free(m);
+  g_ops->free(v);
 }
 
 int main(void) {
@@ -212,5 +241,15 @@ int main(void) {
       cmocka_unit_test(test_backward_gradients),
       cmocka_unit_test(test_adamw_three_steps),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  g_ops = st_ops_cpu();
+  int failed = cmocka_run_group_tests_name("golden_cpu_fp32", tests, setup, teardown);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (st_cuda_device_count() > 0) {
+    g_ops = st_ops_cuda();
+    failed += cmocka_run_group_tests_name("golden_cuda_fp32", tests, setup, teardown);
+  } else {
+    printf("SKIP golden_cuda_fp32: no CUDA device visible\n");
+  }
+#endif
+  return failed;
 }
