@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "util/error.h"
 
@@ -63,7 +62,8 @@ static int wait_done(st_comm *c, const char *what, size_t count, int check_strea
                           "log and NCCL_SOCKET_IFNAME / NCCL_IB_HCA (raise the limit with "
                           "--nccl-timeout)", what, count, n->timeout_s, c->rank, c->step);
     }
-    usleep(50);
+    struct timespec pause = {0, 50000}; /* 50 us between polls */
+    nanosleep(&pause, NULL);
   }
 }
 

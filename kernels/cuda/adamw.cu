@@ -1,0 +1,68 @@
+/* adamw.cu - AdamW (Loshchilov & Hutter 2019) in the form of
+ * torch.optim.AdamW, one thread per element; and the sum of squares for the
+ * global gradient norm, in double over a fixed grid whose block partials are
+ * added on the host in block order (deterministic, no atomics). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/cuda_ops.h"
+
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                             float b1, float b2, float eps, float wd, float grad_scale,
+                             float bc1, float bc2) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float gi = g[i] * grad_scale;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float pi = p[i] * (1.0f - lr * wd);
+    p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+  }
+}
+
+void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t) {
+  if (n <= 0) return;
+  /* bias corrections in float on the host, as the CPU reference computes them */
+  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  adamw_kernel<<<st_blocks_capped(n, 256), 256>>>(p, g, m, v, n, lr, b1, b2, eps, wd,
+                                                 grad_scale, bc1, bc2);
+  ST_CUDA_LAUNCHED();
+}
+
+#define SSQ_BLOCKS 512 /* fixed: the summation order must not depend on the GPU */
+#define SSQ_THREADS 256
+
+/* Thread k of the grid sums elements k, k + grid, ... in double; the block
+ * adds its threads' sums in a fixed tree and writes one partial. */
+__global__ void sum_squares_kernel(double *part, const float *x, int64_t n) {
+  __shared__ double s[SSQ_THREADS / 32];
+  double acc = 0.0;
+  for (int64_t i = blockIdx.x * (int64_t)SSQ_THREADS + threadIdx.x; i < n;
+       i += (int64_t)SSQ_BLOCKS * SSQ_THREADS) {
+    double xi = x[i];
+    acc += xi * xi;
+  }
+  acc = st_warp_sum_d(acc);
+  if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int w = 0; w < SSQ_THREADS / 32; w++) t += s[w];
+    part[blockIdx.x] = t;
+  }
+}
+
+double cuda_sum_squares(const float *x, int64_t n) {
+  if (n <= 0) return 0.0;
+  double *part = (double *)cuda_scratch(SSQ_BLOCKS * sizeof(double));
+  sum_squares_kernel<<<SSQ_BLOCKS, SSQ_THREADS>>>(part, x, n);
+  ST_CUDA_LAUNCHED();
+  double host[SSQ_BLOCKS];
+  cuda_to_host(host, part, sizeof host);
+  double s = 0.0;
+  for (int k = 0; k < SSQ_BLOCKS; k++) s += host[k];
+  return s;
+}

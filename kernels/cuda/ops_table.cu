@@ -1,0 +1,83 @@
+/* ops_table.cu - the CUDA backend's op table (see kernels/ops.h), device
+ * discovery and binding, and the fatal-error path of every CUDA call. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops_cuda.h"
+
+extern "C" {
+#include "util/error.h"
+}
+
+void st_cuda_fail(const char *what, const char *file, int line) {
+  int dev = -1;
+  cudaGetDevice(&dev);
+  fprintf(stderr, "shardtrain: CUDA error on device %d at %s:%d: %s\n", dev, file, line, what);
+  fflush(stderr);
+  exit(ST_EXIT_ERROR);
+}
+
+static st_ops make_table(void) {
+  st_ops t = {};
+  t.name = "cuda-fp32";
+  t.alloc = cuda_alloc;
+  t.free = cuda_free;
+  t.zero = cuda_zero;
+  t.to_device = cuda_to_device;
+  t.to_host = cuda_to_host;
+  t.encoder_forward = cuda_encoder_forward;
+  t.encoder_backward = cuda_encoder_backward;
+  t.layernorm_forward = cuda_layernorm_forward;
+  t.layernorm_backward = cuda_layernorm_backward;
+  t.matmul_forward = cuda_matmul_forward;
+  t.matmul_backward = cuda_matmul_backward;
+  t.attention_forward = cuda_attention_forward;
+  t.attention_backward = cuda_attention_backward;
+  t.gelu_forward = cuda_gelu_forward;
+  t.gelu_backward = cuda_gelu_backward;
+  t.residual_forward = cuda_residual_forward;
+  t.softmax_crossentropy = cuda_softmax_crossentropy;
+  t.adamw_update = cuda_adamw_update;
+  t.sum_squares = cuda_sum_squares;
+  return t;
+}
+
+/* Filled at load time (a namespace-scope initialiser, not a function-local
+ * static, so no C++ runtime support is needed when C programs link this). */
+static const st_ops k_cuda_ops = make_table();
+
+extern "C" const st_ops *st_ops_cuda(void) { return &k_cuda_ops; }
+
+extern "C" int st_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError(); /* no driver, no device, or a driver too old */
+    return 0;
+  }
+  return n;
+}
+
+extern "C" int st_cuda_bind_device(int local_rank, char *name, size_t cap) {
+  int n = st_cuda_device_count();
+  if (n == 0) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    return st_error_set("no CUDA device is visible (CUDA_VISIBLE_DEVICES=%s); check nvidia-smi "
+                        "and the job's GPU request, or use --device cpu",
+                        vis ? vis : "unset");
+  }
+  if (local_rank < 0) local_rank = 0;
+  int dev = local_rank % n;
+  cudaError_t e = cudaSetDevice(dev);
+  cudaDeviceProp prop;
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
+  if (e == cudaSuccess) e = cudaFree(0); /* create the context now, not inside the first op */
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return st_error_set("cannot use CUDA device %d of %d (node-local rank %d): %s; check "
+                        "nvidia-smi for a device in exclusive mode or in error",
+                        dev, n, local_rank, cudaGetErrorString(e));
+  }
+  if (name && cap) snprintf(name, cap, "%s", prop.name);
+  return dev;
+}

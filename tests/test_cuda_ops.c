@@ -1,0 +1,683 @@
+/* test_cuda_ops.c - every CUDA op against the CPU reference, the whole model
+ * on CUDA against the model on the CPU, and run-to-run bit-identity.
+ *
+ * For each op: random inputs at sizes that are not multiples of the warp
+ * size (N=37, C=72, OC=200, T=13 and 45, NH=3, V=200, Vp=256) and at GPT-2
+ * widths (C=768, hs=64, V=50257); the CPU op and the CUDA op run on the same
+ * inputs (gradient buffers start from the same random values, so the
+ * accumulate-into semantics are checked too), results are copied back and
+ * compared element by element with
+ *     |cuda - cpu| <= atol + rtol * |cpu|,
+ * atol and rtol printed on each line. Bounds by kind: exact (0) where the CUDA
+ * op does the same float operations in the same order (embedding, residual
+ * add); 1e-8..2e-6 absolute + 1e-5..1e-4 relative for elementwise ops that go
+ * through tanhf/expf/sqrtf (GPU and libm differ by an ulp or two); 1e-5..1e-4
+ * absolute + 1e-4 relative for sums taken in another order (layernorm,
+ * attention, matmuls with C <= 300, and with C = 768 at the init weight
+ * scale). Each CUDA op also runs twice from the same starting state and
+ * must give bit-identical results.
+ *
+ * The model check builds a 2-layer, 3-head, width-72 GPT-2 (V=200, Vp=256,
+ * B=3, T=40) on both backends with the same weights (randomised biases and
+ * gains too), and compares eval logits, the training loss and every gradient
+ * tensor: |cuda - cpu| <= 1e-4 * max|cpu tensor| + 1e-3 * |cpu|, which a
+ * wrong index or a lost accumulation fails by orders of magnitude. A second
+ * CUDA step must reproduce loss and gradients bit for bit.
+ *
+ * Exit 0: all passed; 1: a check failed; 77: no CUDA device (skipped).
+ * ST_CUDA_OPS_BENCH=1 also times each CUDA op at GPT-2 124M shapes;
+ * ST_CUDA_OPS_SMALL=1 leaves out the GPT-2-width cases (for compute-sanitizer).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/ops.h"
+#include "kernels/ops_cuda.h"
+#include "rank/model.h"
+#include "rank/rng.h"
+#include "util/error.h"
+
+static const st_ops *CPU, *GPU;
+static st_rng g_rng;
+static int g_checks, g_failures;
+
+/* ---- host and device buffers */
+
+static float *randn(int64_t n, float scale) {
+  float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+  for (int64_t i = 0; i < n; i++) x[i] = scale * st_rng_normal(&g_rng);
+  return x;
+}
+static float *copy_of(const float *x, int64_t n) {
+  float *y = malloc((size_t)(n ? n : 1) * sizeof *y);
+  memcpy(y, x, (size_t)n * sizeof *y);
+  return y;
+}
+static int *rand_ints(int64_t n, int hi) {
+  int *x = malloc((size_t)n * sizeof *x);
+  for (int64_t i = 0; i < n; i++) x[i] = (int)(st_rng_next(&g_rng) % (uint64_t)hi);
+  return x;
+}
+static void *dev_bytes(const void *h, size_t bytes) {
+  void *d = GPU->alloc(bytes);
+  if (!d) {
+    fprintf(stderr, "FATAL: cannot allocate %zu bytes of device memory\n", bytes);
+    exit(1);
+  }
+  if (h) GPU->to_device(d, h, bytes);
+  return d;
+}
+static float *dev(const float *h, int64_t n) { return dev_bytes(h, (size_t)n * sizeof(float)); }
+static void upload(float *d, const float *h, int64_t n) {
+  GPU->to_device(d, h, (size_t)n * sizeof(float));
+}
+static float *back(const float *d, int64_t n) {
+  float *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+  GPU->to_host(h, d, (size_t)n * sizeof(float));
+  return h;
+}
+static double maxabs(const float *x, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+  return m;
+}
+
+/* ---- checks */
+
+static void expect_close(const char *what, const float *cuda, const float *cpu, int64_t n,
+                         double atol, double rtol) {
+  double worst = 0, worst_rel = 0;
+  int64_t bad = 0, first_bad = -1;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)cuda[i] - cpu[i]);
+    if (!(d <= atol + rtol * fabs(cpu[i]))) { /* NaN fails too */
+      if (first_bad < 0) first_bad = i;
+      bad++;
+    }
+    if (!(d <= worst)) worst = d;
+    if (fabs(cpu[i]) > 1e-3 && d / fabs(cpu[i]) > worst_rel) worst_rel = d / fabs(cpu[i]);
+  }
+  g_checks++;
+  printf("  %-40s n=%-8lld max|d|=%.2e max rel=%.2e  (tol %.0e + %.0e|cpu|)  %s\n", what,
+         (long long)n, worst, worst_rel, atol, rtol, bad ? "FAIL" : "ok");
+  if (bad) {
+    g_failures++;
+    printf("    %lld elements out of tolerance; first [%lld]: cuda %.9g cpu %.9g\n",
+           (long long)bad, (long long)first_bad, cuda[first_bad], cpu[first_bad]);
+  }
+}
+
+static void expect_identical(const char *what, const void *a, const void *b, size_t bytes) {
+  g_checks++;
+  if (memcmp(a, b, bytes) == 0) {
+    printf("  %-40s run twice: bit-identical\n", what);
+    return;
+  }
+  const unsigned char *x = a, *y = b;
+  size_t i = 0;
+  while (x[i] == y[i]) i++;
+  printf("  %-40s run twice: DIFFERENT (first differing byte %zu)  FAIL\n", what, i);
+  g_failures++;
+}
+
+static void expect_true(const char *what, int ok) {
+  g_checks++;
+  printf("  %-40s %s\n", what, ok ? "ok" : "FAIL");
+  if (!ok) g_failures++;
+}
+
+/* ---- memory functions */
+
+static void test_memory(void) {
+  printf("memory\n");
+  const int64_t n = 1003;
+  float *d = GPU->alloc((size_t)n * sizeof(float));
+  float *h = back(d, n);
+  int zero = 1;
+  for (int64_t i = 0; i < n; i++) zero &= h[i] == 0.0f;
+  expect_true("alloc returns zeroed memory", zero);
+  float *x = randn(n, 1);
+  upload(d, x, n);
+  free(h);
+  h = back(d, n);
+  expect_true("to_device then to_host round trip", memcmp(h, x, (size_t)n * sizeof *x) == 0);
+  GPU->zero(d + 10, 100 * sizeof(float));
+  free(h);
+  h = back(d, n);
+  int ok = 1;
+  for (int64_t i = 0; i < n; i++) ok &= (i >= 10 && i < 110) ? h[i] == 0.0f : h[i] == x[i];
+  expect_true("zero clears exactly the range asked", ok);
+  void *z = GPU->alloc(0);
+  expect_true("alloc(0) gives a pointer", z != NULL);
+  GPU->free(z);
+  GPU->free(NULL);
+  GPU->free(d);
+  free(h);
+  free(x);
+}
+
+/* ---- encoder */
+
+static void test_encoder(int B, int T, int C, int V) {
+  printf("encoder B=%d T=%d C=%d V=%d\n", B, T, C, V);
+  const int64_t BT = (int64_t)B * T, BTC = BT * C;
+  int *inp = rand_ints(BT, V);
+  float *wte = randn((int64_t)V * C, 1), *wpe = randn((int64_t)T * C, 1);
+  float *out = malloc((size_t)BTC * sizeof(float));
+  CPU->encoder_forward(out, inp, wte, wpe, B, T, C);
+  int *d_inp = dev_bytes(inp, (size_t)BT * sizeof(int));
+  float *d_wte = dev(wte, (int64_t)V * C), *d_wpe = dev(wpe, (int64_t)T * C), *d_out = dev(NULL, BTC);
+  GPU->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+  float *g1 = back(d_out, BTC);
+  GPU->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+  float *g2 = back(d_out, BTC);
+  expect_close("encoder_forward out", g1, out, BTC, 0, 0);
+  expect_identical("encoder_forward out", g1, g2, (size_t)BTC * 4);
+  free(g1), free(g2);
+
+  float *dout = randn(BTC, 1), *dwte0 = randn((int64_t)V * C, 1), *dwpe0 = randn((int64_t)T * C, 1);
+  float *dwte = copy_of(dwte0, (int64_t)V * C), *dwpe = copy_of(dwpe0, (int64_t)T * C);
+  CPU->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  float *d_dout = dev(dout, BTC);
+  float *r[2][2];
+  for (int k = 0; k < 2; k++) {
+    upload(d_wte, dwte0, (int64_t)V * C);
+    upload(d_wpe, dwpe0, (int64_t)T * C);
+    GPU->encoder_backward(d_wte, d_wpe, d_dout, d_inp, B, T, C);
+    r[k][0] = back(d_wte, (int64_t)V * C);
+    r[k][1] = back(d_wpe, (int64_t)T * C);
+  }
+  expect_close("encoder_backward dwte (+=)", r[0][0], dwte, (int64_t)V * C, 0, 0);
+  expect_close("encoder_backward dwpe (+=)", r[0][1], dwpe, (int64_t)T * C, 0, 0);
+  expect_identical("encoder_backward dwte", r[0][0], r[1][0], (size_t)V * C * 4);
+  expect_identical("encoder_backward dwpe", r[0][1], r[1][1], (size_t)T * C * 4);
+  for (int k = 0; k < 2; k++) free(r[k][0]), free(r[k][1]);
+  GPU->free(d_inp), GPU->free(d_wte), GPU->free(d_wpe), GPU->free(d_out), GPU->free(d_dout);
+  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte0), free(dwpe0), free(dwte),
+      free(dwpe);
+}
+
+/* ---- layernorm */
+
+static void test_layernorm(int N, int C) {
+  printf("layernorm N=%d C=%d\n", N, C);
+  const int64_t NC = (int64_t)N * C;
+  float *x = randn(NC, 2), *w = randn(C, 0.2f), *b = randn(C, 0.2f);
+  for (int64_t i = 0; i < NC; i++) x[i] += 0.5f;
+  for (int c = 0; c < C; c++) w[c] += 1.0f;
+  float *out = malloc(NC * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+  CPU->layernorm_forward(out, mean, rstd, x, w, b, N, C);
+  float *d_x = dev(x, NC), *d_w = dev(w, C), *d_b = dev(b, C);
+  float *d_out = dev(NULL, NC), *d_mean = dev(NULL, N), *d_rstd = dev(NULL, N);
+  float *g[2][3];
+  for (int k = 0; k < 2; k++) {
+    GPU->layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
+    g[k][0] = back(d_out, NC), g[k][1] = back(d_mean, N), g[k][2] = back(d_rstd, N);
+  }
+  expect_close("layernorm_forward out", g[0][0], out, NC, 1e-5, 1e-5);
+  expect_close("layernorm_forward mean", g[0][1], mean, N, 1e-6, 1e-5);
+  expect_close("layernorm_forward rstd", g[0][2], rstd, N, 1e-6, 1e-5);
+  expect_identical("layernorm_forward out/mean/rstd", g[0][0], g[1][0], NC * 4);
+  expect_identical("layernorm_forward mean", g[0][1], g[1][1], N * 4);
+  expect_identical("layernorm_forward rstd", g[0][2], g[1][2], N * 4);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 3; j++) free(g[k][j]);
+
+  float *dout = randn(NC, 1), *dinp0 = randn(NC, 1), *dw0 = randn(C, 1), *db0 = randn(C, 1);
+  float *dinp = copy_of(dinp0, NC), *dw = copy_of(dw0, C), *db = copy_of(db0, C);
+  CPU->layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, N, C);
+  /* the CUDA backward gets the CPU's mean/rstd, so only the backward is compared */
+  upload(d_mean, mean, N);
+  upload(d_rstd, rstd, N);
+  float *d_dout = dev(dout, NC), *d_dinp = dev(NULL, NC), *d_dw = dev(NULL, C), *d_db = dev(NULL, C);
+  for (int k = 0; k < 2; k++) {
+    upload(d_dinp, dinp0, NC), upload(d_dw, dw0, C), upload(d_db, db0, C);
+    GPU->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
+    g[k][0] = back(d_dinp, NC), g[k][1] = back(d_dw, C), g[k][2] = back(d_db, C);
+  }
+  expect_close("layernorm_backward dinp (+=)", g[0][0], dinp, NC, 1e-5, 1e-4);
+  expect_close("layernorm_backward dw (+=)", g[0][1], dw, C, 1e-4, 1e-4);
+  expect_close("layernorm_backward db (+=)", g[0][2], db, C, 1e-4, 1e-4);
+  expect_identical("layernorm_backward dinp", g[0][0], g[1][0], NC * 4);
+  expect_identical("layernorm_backward dw", g[0][1], g[1][1], C * 4);
+  expect_identical("layernorm_backward db", g[0][2], g[1][2], C * 4);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 3; j++) free(g[k][j]);
+  GPU->free(d_x), GPU->free(d_w), GPU->free(d_b), GPU->free(d_out), GPU->free(d_mean);
+  GPU->free(d_rstd), GPU->free(d_dout), GPU->free(d_dinp), GPU->free(d_dw), GPU->free(d_db);
+  free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dinp0);
+  free(dw0), free(db0), free(dinp), free(dw), free(db);
+}
+
+/* ---- matmul. bias: 0 none, 1 with bias. misalign: every device pointer sits
+ * one float past an aligned address (views into the flat parameter vector
+ * can be anywhere), which cuBLASLt must be told about. */
+
+static void test_matmul(int N, int C, int OC, int bias, int misalign, float wscale,
+                        double atol, double rtol) {
+  printf("matmul N=%d C=%d OC=%d%s%s\n", N, C, OC, bias ? " bias" : " no-bias",
+         misalign ? " (4-byte-aligned pointers)" : "");
+  const int64_t NC = (int64_t)N * C, NO = (int64_t)N * OC, OCC = (int64_t)OC * C;
+  const int off = misalign ? 1 : 0;
+  float *x = randn(NC, 1), *w = randn(OCC, wscale), *bv = randn(OC, 1);
+  float *out = malloc(NO * 4);
+  CPU->matmul_forward(out, x, w, bias ? bv : NULL, N, C, OC);
+  float *D_x = dev(NULL, NC + 1), *D_w = dev(NULL, OCC + 1), *D_b = dev(NULL, OC + 1);
+  float *D_out = dev(NULL, NO + 1);
+  float *d_x = D_x + off, *d_w = D_w + off, *d_b = D_b + off, *d_out = D_out + off;
+  upload(d_x, x, NC), upload(d_w, w, OCC), upload(d_b, bv, OC);
+  float *g[2][3];
+  for (int k = 0; k < 2; k++) {
+    GPU->matmul_forward(d_out, d_x, d_w, bias ? d_b : NULL, N, C, OC);
+    g[k][0] = back(d_out, NO);
+  }
+  expect_close("matmul_forward out", g[0][0], out, NO, atol, rtol);
+  expect_identical("matmul_forward out", g[0][0], g[1][0], NO * 4);
+  free(g[0][0]), free(g[1][0]);
+
+  float *dout = randn(NO, 1), *dinp0 = randn(NC, 1), *dw0 = randn(OCC, 1), *db0 = randn(OC, 1);
+  float *dinp = copy_of(dinp0, NC), *dw = copy_of(dw0, OCC), *db = copy_of(db0, OC);
+  CPU->matmul_backward(dinp, dw, bias ? db : NULL, dout, x, w, N, C, OC);
+  float *D_dout = dev(NULL, NO + 1), *D_dinp = dev(NULL, NC + 1), *D_dw = dev(NULL, OCC + 1);
+  float *D_db = dev(NULL, OC + 1);
+  float *d_dout = D_dout + off, *d_dinp = D_dinp + off, *d_dw = D_dw + off, *d_db = D_db + off;
+  upload(d_dout, dout, NO);
+  for (int k = 0; k < 2; k++) {
+    upload(d_dinp, dinp0, NC), upload(d_dw, dw0, OCC), upload(d_db, db0, OC);
+    GPU->matmul_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_x, d_w, N, C, OC);
+    g[k][0] = back(d_dinp, NC), g[k][1] = back(d_dw, OCC), g[k][2] = back(d_db, OC);
+  }
+  expect_close("matmul_backward dinp (+=)", g[0][0], dinp, NC, atol, rtol);
+  expect_close("matmul_backward dw (+=)", g[0][1], dw, OCC, atol, rtol);
+  if (bias) expect_close("matmul_backward dbias (+=)", g[0][2], db, OC, atol, rtol);
+  else expect_true("matmul_backward dbias NULL: untouched", memcmp(g[0][2], db0, OC * 4) == 0);
+  expect_identical("matmul_backward dinp", g[0][0], g[1][0], NC * 4);
+  expect_identical("matmul_backward dw", g[0][1], g[1][1], OCC * 4);
+  if (bias) expect_identical("matmul_backward dbias", g[0][2], g[1][2], OC * 4);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 3; j++) free(g[k][j]);
+  GPU->free(D_x), GPU->free(D_w), GPU->free(D_b), GPU->free(D_out), GPU->free(D_dout);
+  GPU->free(D_dinp), GPU->free(D_dw), GPU->free(D_db);
+  free(x), free(w), free(bv), free(out), free(dout), free(dinp0), free(dw0), free(db0);
+  free(dinp), free(dw), free(db);
+}
+
+/* ---- attention */
+
+static void test_attention(int B, int T, int C, int NH) {
+  printf("attention B=%d T=%d C=%d NH=%d (hs=%d)\n", B, T, C, NH, C / NH);
+  const int64_t BTC = (int64_t)B * T * C, BT3C = 3 * BTC, ATT = (int64_t)B * NH * T * T;
+  float *qkv = randn(BT3C, 1);
+  float *out = malloc(BTC * 4), *att = malloc(ATT * 4);
+  CPU->attention_forward(out, att, qkv, B, T, C, NH);
+  float *d_qkv = dev(qkv, BT3C), *d_out = dev(NULL, BTC), *d_att = dev(NULL, ATT);
+  float *g[2][2];
+  for (int k = 0; k < 2; k++) {
+    GPU->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
+    g[k][0] = back(d_out, BTC), g[k][1] = back(d_att, ATT);
+  }
+  expect_close("attention_forward out", g[0][0], out, BTC, 1e-5, 1e-4);
+  expect_close("attention_forward att (masked = 0)", g[0][1], att, ATT, 1e-6, 1e-4);
+  expect_identical("attention_forward out", g[0][0], g[1][0], BTC * 4);
+  expect_identical("attention_forward att", g[0][1], g[1][1], ATT * 4);
+  for (int k = 0; k < 2; k++) free(g[k][0]), free(g[k][1]);
+
+  float *dout = randn(BTC, 1), *dqkv0 = randn(BT3C, 1), *dqkv = copy_of(dqkv0, BT3C);
+  float *datt = malloc(ATT * 4);
+  CPU->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  upload(d_att, att, ATT); /* the backward is compared from the CPU's att */
+  float *d_dout = dev(dout, BTC), *d_dqkv = dev(NULL, BT3C), *d_datt = dev(NULL, ATT);
+  float *junk = randn(ATT, 1); /* datt is scratch: start it dirty */
+  upload(d_datt, junk, ATT);
+  for (int k = 0; k < 2; k++) {
+    upload(d_dqkv, dqkv0, BT3C);
+    GPU->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
+    g[k][0] = back(d_dqkv, BT3C);
+  }
+  expect_close("attention_backward dqkv (+=)", g[0][0], dqkv, BT3C, 1e-5, 1e-4);
+  expect_identical("attention_backward dqkv", g[0][0], g[1][0], BT3C * 4);
+  free(g[0][0]), free(g[1][0]);
+  GPU->free(d_qkv), GPU->free(d_out), GPU->free(d_att), GPU->free(d_dout), GPU->free(d_dqkv);
+  GPU->free(d_datt);
+  free(qkv), free(out), free(att), free(dout), free(dqkv0), free(dqkv), free(datt), free(junk);
+}
+
+/* ---- gelu, residual */
+
+static void test_elementwise(int64_t n) {
+  printf("gelu, residual n=%lld\n", (long long)n);
+  float *x = randn(n, 3), *y = randn(n, 1), *out = malloc(n * 4);
+  CPU->gelu_forward(out, x, n);
+  float *d_x = dev(x, n), *d_y = dev(y, n), *d_out = dev(NULL, n);
+  float *g[2];
+  for (int k = 0; k < 2; k++) {
+    GPU->gelu_forward(d_out, d_x, n);
+    g[k] = back(d_out, n);
+  }
+  expect_close("gelu_forward out", g[0], out, n, 2e-6, 1e-5);
+  expect_identical("gelu_forward out", g[0], g[1], n * 4);
+  free(g[0]), free(g[1]);
+
+  float *dout = randn(n, 1), *dinp0 = randn(n, 1), *dinp = copy_of(dinp0, n);
+  CPU->gelu_backward(dinp, x, dout, n);
+  float *d_dout = dev(dout, n), *d_dinp = dev(NULL, n);
+  for (int k = 0; k < 2; k++) {
+    upload(d_dinp, dinp0, n);
+    GPU->gelu_backward(d_dinp, d_x, d_dout, n);
+    g[k] = back(d_dinp, n);
+  }
+  expect_close("gelu_backward dinp (+=)", g[0], dinp, n, 2e-6, 1e-5);
+  expect_identical("gelu_backward dinp", g[0], g[1], n * 4);
+  free(g[0]), free(g[1]);
+
+  CPU->residual_forward(out, x, y, n);
+  for (int k = 0; k < 2; k++) {
+    GPU->residual_forward(d_out, d_x, d_y, n);
+    g[k] = back(d_out, n);
+  }
+  expect_close("residual_forward out", g[0], out, n, 0, 0);
+  expect_identical("residual_forward out", g[0], g[1], n * 4);
+  free(g[0]), free(g[1]);
+  GPU->free(d_x), GPU->free(d_y), GPU->free(d_out), GPU->free(d_dout), GPU->free(d_dinp);
+  free(x), free(y), free(out), free(dout), free(dinp0), free(dinp);
+}
+
+/* ---- softmax + cross-entropy: separate buffers, in place, and loss only */
+
+static void test_crossentropy(int N, int V, int Vp) {
+  printf("softmax_crossentropy N=%d V=%d Vp=%d\n", N, V, Vp);
+  const int64_t NV = (int64_t)N * Vp;
+  float *logits = randn(NV, 3);
+  for (int n = 0; n < N; n++) /* padding that would win the softmax if it took part */
+    for (int v = V; v < Vp; v++) logits[(int64_t)n * Vp + v] = 50.0f;
+  int *tgt = rand_ints(N, V);
+  const float dloss = 1.0f / N;
+  float *loss = malloc(N * 4), *dl = randn(NV, 1);
+  CPU->softmax_crossentropy(loss, dl, logits, tgt, dloss, N, V, Vp);
+  int *d_tgt = dev_bytes(tgt, (size_t)N * sizeof(int));
+  float *d_logits = dev(logits, NV), *d_loss = dev(NULL, N), *d_dl = dev(NULL, NV);
+  float *junk = randn(NV, 1);
+  float *g[2][2];
+  for (int k = 0; k < 2; k++) {
+    upload(d_dl, junk, NV);
+    GPU->softmax_crossentropy(d_loss, d_dl, d_logits, d_tgt, dloss, N, V, Vp);
+    g[k][0] = back(d_loss, N), g[k][1] = back(d_dl, NV);
+  }
+  expect_close("softmax_crossentropy loss", g[0][0], loss, N, 1e-5, 1e-5);
+  expect_close("softmax_crossentropy dlogits (pad = 0)", g[0][1], dl, NV, 1e-7, 1e-4);
+  expect_identical("softmax_crossentropy loss", g[0][0], g[1][0], N * 4);
+  expect_identical("softmax_crossentropy dlogits", g[0][1], g[1][1], NV * 4);
+  for (int k = 0; k < 2; k++) free(g[k][0]), free(g[k][1]);
+
+  /* in place: logits and dlogits are one buffer, as in rank/model.c */
+  float *inplace = copy_of(logits, NV);
+  CPU->softmax_crossentropy(loss, inplace, inplace, tgt, dloss, N, V, Vp);
+  for (int k = 0; k < 2; k++) {
+    upload(d_dl, logits, NV);
+    GPU->softmax_crossentropy(d_loss, d_dl, d_dl, d_tgt, dloss, N, V, Vp);
+    g[k][0] = back(d_loss, N), g[k][1] = back(d_dl, NV);
+  }
+  expect_close("softmax_crossentropy in place: loss", g[0][0], loss, N, 1e-5, 1e-5);
+  expect_close("softmax_crossentropy in place: dlogits", g[0][1], inplace, NV, 1e-7, 1e-4);
+  expect_identical("softmax_crossentropy in place", g[0][1], g[1][1], NV * 4);
+  for (int k = 0; k < 2; k++) free(g[k][0]), free(g[k][1]);
+
+  /* loss only (dlogits NULL): logits untouched */
+  GPU->softmax_crossentropy(d_loss, NULL, d_logits, d_tgt, dloss, N, V, Vp);
+  g[0][0] = back(d_loss, N), g[0][1] = back(d_logits, NV);
+  expect_close("softmax_crossentropy loss only", g[0][0], loss, N, 1e-5, 1e-5);
+  expect_true("softmax_crossentropy loss only: logits kept", memcmp(g[0][1], logits, NV * 4) == 0);
+  free(g[0][0]), free(g[0][1]);
+  GPU->free(d_tgt), GPU->free(d_logits), GPU->free(d_loss), GPU->free(d_dl);
+  free(logits), free(tgt), free(loss), free(dl), free(junk), free(inplace);
+}
+
+/* ---- AdamW and the sum of squares */
+
+static void test_adamw(int64_t n) {
+  printf("adamw_update n=%lld\n", (long long)n);
+  float *p0 = randn(n, 1), *gr = randn(n, 1), *m0 = randn(n, 0.1f), *v0 = randn(n, 0.1f);
+  for (int64_t i = 0; i < n; i++) v0[i] *= v0[i];
+  float *p = copy_of(p0, n), *m = copy_of(m0, n), *v = copy_of(v0, n);
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+  const int64_t t = 5;
+  CPU->adamw_update(p, gr, m, v, n, lr, b1, b2, eps, wd, gs, t);
+  float *d_p = dev(NULL, n), *d_g = dev(gr, n), *d_m = dev(NULL, n), *d_v = dev(NULL, n);
+  float *g[2][3];
+  for (int k = 0; k < 2; k++) {
+    upload(d_p, p0, n), upload(d_m, m0, n), upload(d_v, v0, n);
+    GPU->adamw_update(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gs, t);
+    g[k][0] = back(d_p, n), g[k][1] = back(d_m, n), g[k][2] = back(d_v, n);
+  }
+  expect_close("adamw_update p", g[0][0], p, n, 1e-6, 1e-5);
+  expect_close("adamw_update m", g[0][1], m, n, 1e-7, 1e-5);
+  expect_close("adamw_update v", g[0][2], v, n, 1e-8, 1e-5);
+  expect_identical("adamw_update p", g[0][0], g[1][0], n * 4);
+  expect_identical("adamw_update m", g[0][1], g[1][1], n * 4);
+  expect_identical("adamw_update v", g[0][2], g[1][2], n * 4);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 3; j++) free(g[k][j]);
+  GPU->free(d_p), GPU->free(d_g), GPU->free(d_m), GPU->free(d_v);
+  free(p0), free(gr), free(m0), free(v0), free(p), free(m), free(v);
+}
+
+static void test_sum_squares(int64_t n) {
+  float *x = randn(n, 1);
+  float *d_x = dev(x, n);
+  double c = CPU->sum_squares(x, n), g1 = GPU->sum_squares(d_x, n), g2 = GPU->sum_squares(d_x, n);
+  double rel = fabs(g1 - c) / fmax(fabs(c), 1e-300);
+  char what[64];
+  snprintf(what, sizeof what, "sum_squares n=%lld", (long long)n);
+  g_checks += 2;
+  int ok = n == 0 ? g1 == 0.0 : rel <= 1e-12;
+  printf("  %-40s cpu %.17g cuda %.17g rel %.2e (tol 1e-12)  %s; run twice: %s\n", what, c, g1,
+         rel, ok ? "ok" : "FAIL", g1 == g2 ? "bit-identical" : "DIFFERENT  FAIL");
+  if (!ok) g_failures++;
+  if (g1 != g2) g_failures++;
+  GPU->free(d_x);
+  free(x);
+}
+
+/* ---- the whole model */
+
+static void test_model(void) {
+  st_model_config cfg = {.n_layer = 2, .n_head = 3, .n_embd = 72, .block_size = 40,
+                         .vocab_size = 200, .padded_vocab_size = 256};
+  const int B = 3, T = 40, BT = B * T;
+  printf("model: GPT-2 L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d\n", cfg.n_layer, cfg.n_head,
+         cfg.n_embd, cfg.vocab_size, cfg.padded_vocab_size, B, T);
+  st_model mc, mg;
+  if (st_model_init(&mc, &cfg, CPU, B, T, 4) || st_model_init(&mg, &cfg, GPU, B, T, 4)) {
+    printf("  st_model_init failed: %s  FAIL\n", st_error_msg());
+    g_failures++;
+    return;
+  }
+  const int64_t P = mc.padded_total;
+  st_rng r;
+  st_rng_seed(&r, 1337);
+  st_model_init_weights(&mc, &r);
+  /* randomise biases and gains too, so every parameter path carries signal */
+  float *params = copy_of(mc.params, P);
+  for (int64_t i = 0; i < mc.tab.total; i++) params[i] += 0.02f * st_rng_normal(&g_rng);
+  CPU->to_device(mc.params, params, (size_t)P * 4);
+  GPU->to_device(mg.params, params, (size_t)P * 4);
+  int *inp = rand_ints(BT + 1, cfg.vocab_size);
+  const int *tgt = inp + 1;
+  int *d_inp = dev_bytes(inp, (size_t)BT * sizeof(int)), *d_tgt = dev_bytes(tgt, (size_t)BT * sizeof(int));
+
+  /* eval forward: logits */
+  const int64_t NL = (int64_t)BT * cfg.padded_vocab_size;
+  double lc = st_model_forward(&mc, inp, tgt, B, T, 0.0f);
+  double lg = st_model_forward(&mg, d_inp, d_tgt, B, T, 0.0f);
+  float *logits = back(mg.logits, NL);
+  expect_close("eval logits", logits, mc.logits, NL, 1e-4 * maxabs(mc.logits, NL), 1e-4);
+  free(logits);
+  printf("  eval loss sum: cpu %.9g cuda %.9g\n", lc, lg);
+
+  /* training step */
+  const float dloss = 1.0f / BT;
+  st_model_zero_grad(&mc);
+  lc = st_model_forward(&mc, inp, tgt, B, T, dloss);
+  st_model_backward(&mc, inp, B, T);
+  float *grads[2];
+  double lgk[2];
+  for (int k = 0; k < 2; k++) {
+    st_model_zero_grad(&mg);
+    lgk[k] = st_model_forward(&mg, d_inp, d_tgt, B, T, dloss);
+    st_model_backward(&mg, d_inp, B, T);
+    grads[k] = back(mg.grads, P);
+  }
+  double rel = fabs(lgk[0] - lc) / fabs(lc);
+  g_checks++;
+  printf("  %-40s cpu %.9g cuda %.9g rel %.2e (tol 1e-5)  %s\n", "training loss (sum over B*T)",
+         lc, lgk[0], rel, rel <= 1e-5 ? "ok" : "FAIL");
+  if (!(rel <= 1e-5)) g_failures++;
+  for (int i = 0; i < mc.tab.n; i++) {
+    const st_tensor *t = &mc.tab.t[i];
+    char what[96];
+    snprintf(what, sizeof what, "grad %s", t->name);
+    const float *ref = mc.grads + t->offset;
+    expect_close(what, grads[0] + t->offset, ref, t->numel, 1e-4 * maxabs(ref, t->numel), 1e-3);
+  }
+  g_checks++;
+  int same = lgk[0] == lgk[1] && memcmp(grads[0], grads[1], (size_t)P * 4) == 0;
+  printf("  %-40s run twice: %s\n", "training loss and all gradients",
+         same ? "bit-identical" : "DIFFERENT  FAIL");
+  if (!same) g_failures++;
+  free(grads[0]), free(grads[1]), free(params), free(inp);
+  GPU->free(d_inp), GPU->free(d_tgt);
+  st_model_free(&mc);
+  st_model_free(&mg);
+}
+
+/* ---- optional timings at GPT-2 124M shapes (B=8, T=1024) */
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+static float g_sync;
+static void sync_gpu(const float *any) { GPU->to_host(&g_sync, any, sizeof(float)); }
+
+#define TIME(label, work, reps, call)                                                  \
+  do {                                                                                 \
+    call;                                                                              \
+    sync_gpu(sync_ptr);                                                                \
+    double t0_ = now();                                                                \
+    for (int r_ = 0; r_ < (reps); r_++) call;                                          \
+    sync_gpu(sync_ptr);                                                                \
+    double ms_ = (now() - t0_) / (reps) * 1e3;                                         \
+    printf("  %-34s %9.3f ms  %s\n", label, ms_, work_str(work, ms_));                 \
+  } while (0)
+
+static char g_work[64];
+/* work > 0: bytes moved (GB/s); work < 0: -FLOPs (TFLOP/s) */
+static const char *work_str(double work, double ms) {
+  if (work > 0) snprintf(g_work, sizeof g_work, "%7.0f GB/s", work / ms * 1e-6);
+  else snprintf(g_work, sizeof g_work, "%7.1f TFLOP/s", -work / ms * 1e-9);
+  return g_work;
+}
+
+static void bench(void) {
+  const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, BT = B * T;
+  const int64_t BTC = (int64_t)BT * C, ATT = (int64_t)B * NH * T * T, NP = 124475904;
+  printf("timings, GPT-2 124M shapes, B=%d T=%d (fp32)\n", B, T);
+  float *a = dev(NULL, 4 * BTC), *b = dev(NULL, 4 * BTC), *c = dev(NULL, 4 * BTC);
+  float *att = dev(NULL, ATT), *datt = dev(NULL, ATT), *w = dev(NULL, (int64_t)Vp * C);
+  float *logits = dev(NULL, (int64_t)BT * Vp), *loss = dev(NULL, BT), *wpe = dev(NULL, (int64_t)T * C);
+  float *stat = dev(NULL, 2 * BT), *p = dev(NULL, NP), *g = dev(NULL, NP), *m = dev(NULL, NP);
+  float *v = dev(NULL, NP);
+  int *tok = rand_ints(BT, V);
+  int *d_tok = dev_bytes(tok, (size_t)BT * sizeof(int));
+  float *x = randn(4 * BTC, 1);
+  upload(a, x, 4 * BTC), upload(b, x, 4 * BTC);
+  upload(w, x, (int64_t)Vp * C < 4 * BTC ? (int64_t)Vp * C : 4 * BTC);
+  const float *sync_ptr = loss;
+  TIME("encoder_forward", 3.0 * BTC * 4, 10, GPU->encoder_forward(c, d_tok, w, wpe, B, T, C));
+  TIME("encoder_backward", 3.0 * BTC * 4, 10, GPU->encoder_backward(w, wpe, a, d_tok, B, T, C));
+  TIME("layernorm_forward", 2.0 * BTC * 4, 10,
+       GPU->layernorm_forward(c, stat, stat + BT, a, w, w, BT, C));
+  TIME("layernorm_backward", 4.0 * BTC * 4, 10,
+       GPU->layernorm_backward(c, w, w + C, b, a, w, stat, stat + BT, BT, C));
+  TIME("matmul_forward 768->2304 (qkv)", -2.0 * BT * C * 3 * C, 10,
+       GPU->matmul_forward(c, a, w, w, BT, C, 3 * C));
+  TIME("matmul_backward 768->2304 (qkv)", -4.0 * BT * C * 3 * C, 10,
+       GPU->matmul_backward(c, w, w + 3 * C * C, a, b, w, BT, C, 3 * C));
+  TIME("matmul_forward 768->50304 (lm head)", -2.0 * BT * C * Vp, 3,
+       GPU->matmul_forward(logits, a, w, NULL, BT, C, Vp));
+  TIME("attention_forward", 2.0 * ATT * 4, 5, GPU->attention_forward(c, att, a, B, T, C, NH));
+  TIME("attention_backward", 3.0 * ATT * 4, 5,
+       GPU->attention_backward(b, datt, a, c, att, B, T, C, NH));
+  TIME("gelu_forward (4C)", 2.0 * 4 * BTC * 4, 10, GPU->gelu_forward(c, a, 4 * BTC));
+  TIME("gelu_backward (4C)", 3.0 * 4 * BTC * 4, 10, GPU->gelu_backward(c, a, b, 4 * BTC));
+  TIME("residual_forward", 3.0 * BTC * 4, 10, GPU->residual_forward(c, a, b, BTC));
+  TIME("softmax_crossentropy (in place)", 2.0 * BT * Vp * 4, 5,
+       GPU->softmax_crossentropy(loss, logits, logits, d_tok, 1.0f / BT, BT, V, Vp));
+  TIME("adamw_update (124M)", 7.0 * NP * 4, 10,
+       GPU->adamw_update(p, g, m, v, NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
+  TIME("sum_squares (124M)", 1.0 * NP * 4, 10, (void)GPU->sum_squares(g, NP));
+  float *bufs[] = {a, b, c, att, datt, w, logits, loss, wpe, stat, p, g, m, v};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) GPU->free(bufs[i]);
+  GPU->free(d_tok);
+  free(tok), free(x);
+}
+
+int main(void) {
+  if (st_cuda_device_count() == 0) {
+    printf("SKIP: no CUDA device visible (test_cuda_ops needs a GPU)\n");
+    return 77;
+  }
+  char name[128];
+  int devi = st_cuda_bind_device(0, name, sizeof name);
+  if (devi < 0) {
+    printf("FAIL: st_cuda_bind_device: %s\n", st_error_msg());
+    return 1;
+  }
+  CPU = st_ops_cpu();
+  GPU = st_ops_cuda();
+  printf("test_cuda_ops: %s (cuda:%d, %d visible) against %s\n", GPU->name, devi,
+         st_cuda_device_count(), CPU->name);
+  printf("device: %s\n", name);
+  st_rng_seed(&g_rng, 20240601);
+
+  const char *small_env = getenv("ST_CUDA_OPS_SMALL");
+  const int big = !(small_env && small_env[0] == '1');
+
+  test_memory();
+  test_encoder(3, 13, 72, 200);
+  test_encoder(4, 300, 37, 7); /* many repeats of each token, > 256 positions */
+  if (big) test_encoder(2, 256, 768, 50257); /* GPT-2 width and vocabulary */
+  test_layernorm(37, 72);
+  test_layernorm(300, 200); /* several row chunks in the dw/db partials */
+  if (big) test_layernorm(512, 768);
+  test_matmul(37, 72, 200, 1, 0, 1.0f, 1e-4, 1e-4);
+  test_matmul(37, 72, 200, 1, 1, 1.0f, 1e-4, 1e-4);
+  test_matmul(37, 288, 72, 1, 1, 1.0f, 1e-4, 1e-4);
+  test_matmul(37, 72, 256, 0, 0, 1.0f, 1e-4, 1e-4); /* LM head: no bias */
+  test_matmul(300, 200, 97, 1, 0, 1.0f, 1e-4, 1e-4);
+  /* GPT-2 widths, weights at the init scale: sums of 768 / 512 terms */
+  if (big) test_matmul(512, 768, 2304, 1, 0, 0.02f, 1e-4, 1e-4);
+  test_attention(2, 13, 72, 3);
+  test_attention(2, 45, 72, 3); /* rows longer than a warp */
+  if (big) test_attention(1, 256, 768, 12);
+  test_elementwise(37 * 200 + 3);
+  test_crossentropy(37, 200, 256);
+  if (big) test_crossentropy(16, 50257, 50304);
+  test_adamw(10007);
+  printf("sum_squares\n");
+  test_sum_squares(0);
+  test_sum_squares(5);
+  test_sum_squares(1000003);
+  test_model();
+
+  const char *bench_env = getenv("ST_CUDA_OPS_BENCH");
+  if (bench_env && bench_env[0] == '1') bench();
+
+  printf("%d checks, %d failed\n", g_checks, g_failures);
+  return g_failures ? 1 : 0;
+}
