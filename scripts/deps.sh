@@ -9,7 +9,8 @@ PKGS=(build-essential cmake pkg-config
       libcjson-dev libcmocka-dev          # config JSON, unit tests
       python3 python3-h5py python3-numpy  # test oracles read HDF5 like a user would
       bible-kjv                           # the shipped real corpus
-      iproute2 util-linux)                # network-namespace "two hosts" test
+      iproute2 util-linux                 # network-namespace "two hosts" test
+      slurmctld slurmd slurm-client munge libpmix-dev)  # real-Slurm preemption test
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -13,14 +13,17 @@
 #
 # SIGUSR1 and SIGTERM that reach this script (sbatch --signal=B:USR1@T,
 # scancel --batch or --full, the time limit's SIGTERM) are forwarded to the
-# launch command, which forwards them to the ranks (srun and mpirun both
-# do), so the script never dies of them before it can requeue.
+# launch command, which forwards them to the ranks, and to the shardtrain
+# processes below it on this node (mpirun's local ranks; one rank is enough,
+# the ranks agree on a pending signal), so the script never dies of them
+# before it can requeue.
 #
 # Only a job that is still RUNNING (the ranks were warned by --signal or
 # `scancel --signal`) or that reached its time limit is requeued; one that
 # Slurm is ending for another reason (plain scancel, preemption) is left to
 # end: a cancelled job stays cancelled. REQUEUE_ON_PREEMPT=0: never requeue
 # (exit 75 is then passed through).
+# shellcheck disable=SC2317  # local_ranks and forward run from the traps
 set -u
 
 readonly EXIT_PREEMPTED=75
@@ -32,11 +35,26 @@ fi
 
 child=""
 trapped=0
-# shellcheck disable=SC2317  # called from the traps below
+# Processes named $PREEMPT_RANK_NAME (shardtrain) below pid $1 on this node.
+local_ranks() {
+  ps -eo pid=,ppid=,comm= 2>/dev/null | awk -v root="$1" -v name="${PREEMPT_RANK_NAME:-shardtrain}" '
+    { ppid[$1] = $2; comm[$1] = $3 }
+    END { for (p in ppid) { q = p; for (n = 0; n < 64 && q > 1; n++) { q = ppid[q]
+            if (q == root) { if (comm[p] == name) print p; break } } } }'
+}
 forward() {
+  local ranks
   trapped=1
-  echo "$me: $(date '+%F %T') SIG$1 received; forwarding it to the launcher (pid ${child:-none})"
-  [ -n "$child" ] && kill -s "$1" "$child" 2>/dev/null
+  [ -n "$child" ] || return 0
+  # The launcher forwards it to every rank (srun does; mpirun should, but
+  # some Open MPI builds do not). The ranks on this node also get it
+  # directly: one rank is enough, they agree on a pending signal each step.
+  ranks=$(local_ranks "$child" | tr '\n' ' ')
+  ranks=${ranks% }
+  echo "$me: $(date '+%F %T') SIG$1 received; forwarding it to the launcher (pid $child)${ranks:+" and to the ranks here (pids $ranks)"}"
+  kill -s "$1" "$child" 2>/dev/null
+  # shellcheck disable=SC2086  # a list of pids
+  [ -n "$ranks" ] && kill -s "$1" $ranks 2>/dev/null
 }
 trap 'forward USR1' USR1
 trap 'forward TERM' TERM
@@ -88,9 +106,9 @@ fi
 echo "$me: $(date '+%F %T') preempted (exit $EXIT_PREEMPTED): checkpoint written;" \
      "requeueing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0} -> $(( ${SLURM_RESTART_COUNT:-0} + 1 )))"
 if ! scontrol requeue "$SLURM_JOB_ID"; then
-  echo "$me: scontrol requeue $SLURM_JOB_ID failed (\"presently disabled\": the job was" \
-       "submitted with --no-requeue, or without --requeue where JobRequeue=0); resubmit the" \
-       "same script and --resume auto continues" >&2
+  echo "$me: scontrol requeue $SLURM_JOB_ID failed (see above; \"Requested operation is" \
+       "presently disabled\" means the job was submitted with --no-requeue, or without" \
+       "--requeue where JobRequeue=0); resubmit the same script and --resume auto continues" >&2
   exit "$rc"
 fi
 exit 0

@@ -46,8 +46,13 @@ def run(cmd, env=None, expect_rc=0):
 
 
 def train(a, np, args, expect_rc=0):
+    """These tests exercise the CPU backend and MPI collectives; they pin
+    --device cpu so a GPU on the machine does not change what they test."""
+    args = [str(x) for x in args]
+    if "--device" not in args:
+        args += ["--device", "cpu"]
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-           "-np", str(np), a.bin, "train"] + [str(x) for x in args]
+           "-np", str(np), a.bin, "train"] + args
     return run(cmd, expect_rc=expect_rc)
 
 

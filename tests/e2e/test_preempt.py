@@ -16,7 +16,7 @@ W = lambda n: os.path.join(a.work, n)
 # A model big enough that a checkpoint takes a noticeable moment.
 cfg = ["--data", data, "--layers", 2, "--heads", 4, "--dim", 128, "--seq-len", 32,
        "--micro-batch", 2, "--global-batch", 4, "--steps", 400, "--log-every", 50,
-       "--val-seqs", 4]
+       "--val-seqs", 4, "--device", "cpu"]
 cfg = [str(x) for x in cfg]
 
 train(a, 2, cfg + ["--out", W("full"), "--dump-params", W("full.f32")])

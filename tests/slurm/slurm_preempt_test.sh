@@ -53,6 +53,11 @@ done
 
 FAILED=""
 fail() { FAILED="$*"; echo "FAIL: e2e_slurm_preempt: $*"; exit 1; }
+# A Slurm client retries an unreachable slurmctld for a minute or more: bound
+# every call, so the EXIT trap always gets to stop the daemons.
+for c in sbatch scontrol sinfo squeue scancel srun; do
+  eval "$c() { timeout -k 5 20 $(command -v "$c") \"\$@\"; }"
+done
 for f in "$BIN" "$TEMPLATE" "$SRC/slurm/requeue_on_preempt.sh"; do
   [ -e "$f" ] || fail "$f missing"
 done
@@ -104,10 +109,11 @@ marked_pids() { # processes (not this shell) whose environment carries $MARK
 cleanup() {
   local rc=$? leftovers
   set +e
-  trap - EXIT INT TERM
+  trap - EXIT INT TERM ALRM
+  [ -n "${WATCHDOG:-}" ] && kill -TERM "$WATCHDOG" 2>/dev/null
   if [ -n "${CTLD_STARTED:-}" ] && [ -n "$(squeue -h -o %i 2>/dev/null)" ]; then
     echo "cleanup: cancelling jobs $(squeue -h -o %i | tr '\n' ' ')"
-    squeue -h -o %i 2>/dev/null | xargs -r scancel --quiet 2>/dev/null
+    squeue -h -o %i 2>/dev/null | xargs -r timeout 20 scancel --quiet 2>/dev/null
     for _ in $(seq 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
   fi
   stop_pids "slurm daemon" "${PIDS_DAEMON[@]}"
@@ -136,6 +142,12 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'fail "interrupted"' INT TERM
+# Watchdog: SIGALRM after LIMIT s fails the test (and so cleans up) before a
+# ctest TIMEOUT would SIGKILL it with the daemons still running.
+LIMIT=${ST_SLURM_TEST_LIMIT:-240}
+trap 'fail "timed out after $LIMIT s (ST_SLURM_TEST_LIMIT)"' ALRM
+( trap 'kill "$sp" 2>/dev/null; exit 0' TERM; sleep "$LIMIT" & sp=$!; wait "$sp"; kill -ALRM $$ ) &
+WATCHDOG=$!
 
 # ---------------------------------------------------------------- munge
 KEY=/etc/munge/munge.key
@@ -225,7 +237,7 @@ TRAIN_ENV=(SHARDTRAIN_HOME="$SRC" SHARDTRAIN="$BIN" DATA="$T/gx.h5" RUN_DIR="$RU
            MODEL=tiny SEQ_LEN=32 MICRO_BATCH=2 GLOBAL_BATCH=4 ZERO=1 STEPS="$STEPS" CKPT_EVERY=50
            EXTRA_ARGS="--dump-params $T/params_slurm.bin")
 cd "$T" || fail "cd $T"
-JOB=$(env "$MARK" "${TRAIN_ENV[@]}" sbatch --parsable --ntasks=2 --cpus-per-task=1 \
+JOB=$(env "$MARK" "${TRAIN_ENV[@]}" timeout 20 sbatch --parsable --ntasks=2 --cpus-per-task=1 \
         --job-name=st_preempt "$TEMPLATE" 2>"$T/sbatch.err") || fail "sbatch: $(cat "$T/sbatch.err")"
 JOB=${JOB%%;*}
 LOG=$T/st_preempt-$JOB.out
@@ -243,9 +255,10 @@ deadline=$(( SECONDS + 60 ))
 while [ $SECONDS -lt $deadline ]; do
   step=$(last_step)
   [ "$step" -ge "$SIGNAL_AT" ] && break
-  case $(job_field JobState) in
+  js=$(job_field JobState)
+  case $js in
     PENDING|RUNNING|CONFIGURING) ;;
-    *) fail "job $JOB is $(job_field JobState) before training $SIGNAL_AT steps" ;;
+    *) fail "job $JOB is ${js:-unknown (scontrol failed)} before training $SIGNAL_AT steps" ;;
   esac
   sleep 0.1
 done
@@ -261,7 +274,9 @@ scancel --signal=USR1 "$JOB" || fail "scancel --signal=USR1 failed"
 # cred_expire, 120 s by default): slurmd revoked the old credentials when it
 # killed the job, and a credential made in the same second is refused ("Job
 # credential revoked", the job FAILS). A test need not wait 2 minutes, but
-# starts it 3 s after the requeue, not at once.
+# starts it 3 s after the requeue, not at once (and with starttime=now after
+# a sleep, not starttime=now+3: that would wait for the next periodic
+# scheduling pass, up to a minute).
 released=0
 final=""
 deadline=$(( SECONDS + 120 ))
@@ -269,8 +284,9 @@ while [ $SECONDS -lt $deadline ]; do
   js=$(job_field JobState)
   if [ "$js" = PENDING ] && [ "$(job_field Restarts)" -ge 1 ] && [ $released = 0 ] &&
      [ "$(job_field Reason)" = BeginTime ]; then
-    say "job $JOB requeued (Restarts=$(job_field Restarts)), held until $(job_field StartTime); scontrol update starttime=now+3"
-    scontrol update jobid="$JOB" starttime=now+3 || fail "scontrol update starttime=now+3 failed"
+    say "job $JOB requeued (Restarts=$(job_field Restarts)), held until $(job_field StartTime); in 3 s: scontrol update starttime=now"
+    sleep 3
+    scontrol update jobid="$JOB" starttime=now || fail "scontrol update starttime=now failed"
     released=1
   fi
   case $js in
@@ -307,10 +323,13 @@ say "ckpt verify $RUN: OK (step $STEPS, written by 2 ranks)"
 
 # ---------------------------------------------------------------- reference
 say "uninterrupted reference: mpirun -np 2, same flags"
-OMP_NUM_THREADS=1 timeout 150 mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none \
+# In the background with the marker, so the watchdog can interrupt `wait`
+# and cleanup finds mpirun and its ranks.
+env "$MARK" OMP_NUM_THREADS=1 mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none \
   "$BIN" train --device cpu --data "$T/gx.h5" --out "$REF" --resume auto --model tiny --seq-len 32 \
   --micro-batch 2 --global-batch 4 --zero 1 --steps "$STEPS" --ckpt-every 50 \
-  --dump-params "$T/params_ref.bin" > "$T/ref.log" 2>&1 || fail "reference run failed (exit $?)"
+  --dump-params "$T/params_ref.bin" > "$T/ref.log" 2>&1 &
+wait $! || fail "reference run failed (exit $?, $T/ref.log)"
 
 # ---------------------------------------------------------------- compare
 # Bit for bit: same rank count, binary and MPI reduction order, and the
