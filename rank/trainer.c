@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io/checkpoint.h"
@@ -454,6 +455,32 @@ static int save_checkpoint(trainer *tr) {
   return code;
 }
 
+/* Fault injection for the watchdog tests: ST_FAULT_STALL="RANK:STEP:SECONDS"
+ * makes that rank sleep before that step, so the other ranks sit in the
+ * gradient collective and the watchdog must abort it and name it. */
+static void fault_stall(trainer *tr) {
+  const char *f = getenv("ST_FAULT_STALL");
+  int r = -1;
+  long long step = -1;
+  double secs = 0;
+  if (!f || sscanf(f, "%d:%lld:%lf", &r, &step, &secs) != 3) return;
+  if (r != tr->comm->rank || step != tr->step + 1) return;
+  fprintf(stderr, "shardtrain: ST_FAULT_STALL: rank %d sleeps %.0f s before step %lld\n", r,
+          secs, step);
+  struct timespec ts = {(time_t)secs, 0};
+  nanosleep(&ts, NULL);
+}
+
+/* A gradient or parameter collective failed or its watchdog fired. The
+ * peers may be stuck inside the same collective, so agreeing with them could
+ * hang: say what happened here and now, and take the whole job down. */
+static void collective_failed(trainer *tr) {
+  fprintf(stderr, "shardtrain: error (rank %d): %s\n", tr->comm->rank, st_error_msg());
+  fflush(stderr);
+  fflush(stdout);
+  MPI_Abort(MPI_COMM_WORLD, ST_EXIT_COLLECTIVE);
+}
+
 /* One optimizer step. Returns an exit code (0 = ok). */
 static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   st_run_config *rc = tr->rc;
@@ -462,6 +489,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   const int B = rc->micro_batch, T = rc->model.block_size;
   int64_t pos = st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain);
   tr->dcomm->step = tr->comm->step = tr->step + 1;
+  fault_stall(tr);
   if (pos != tr->data_pos) tr->epoch++;
   const float dloss = 1.0f / (float)((double)rc->global_batch * T);
   double loss_sum = 0.0;
@@ -484,11 +512,11 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   const float *g;
   if (rc->zero_stage == 0) {
     if (tr->dcomm->all_reduce_sum(tr->dcomm, m->grads, (size_t)m->padded_total))
-      return agree(tr, 1);
+      collective_failed(tr);
     g = m->grads + tr->part.begin;
   } else {
     if (tr->dcomm->reduce_scatter_sum(tr->dcomm, m->grads, tr->grad_shard, (size_t)tr->part.shard))
-      return agree(tr, 1);
+      collective_failed(tr);
     g = tr->grad_shard;
   }
   /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
@@ -508,7 +536,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
                    tr->adam_m, tr->adam_v, tr->part.begin, tr->part.end);
     float *mine = m->params + (int64_t)c->rank * tr->part.shard;
     if (tr->dcomm->all_gather(tr->dcomm, mine, m->params, (size_t)tr->part.shard))
-      return agree(tr, 1);
+      collective_failed(tr);
   }
   tr->data_pos = pos + tr->step_tokens;
   tr->tokens_seen += tr->step_tokens;
