@@ -506,9 +506,9 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
     loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
     st_model_backward(m, tr->d_inp, B, T);
   }
-  int code = agree(tr, failed);
-  if (code) return code;
-
+  /* No agreement here: a rank that failed to read still joins the gradient
+   * collective, so the first thing a rank waits on each step is a collective
+   * under the NCCL watchdog, and the failure is agreed on just after it. */
   const float *g;
   if (rc->zero_stage == 0) {
     if (tr->dcomm->all_reduce_sum(tr->dcomm, m->grads, (size_t)m->padded_total))
@@ -521,8 +521,9 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   }
   /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
    * and 1, so the two stages agree closely. */
-  double red[2] = {m->ops->sum_squares(g, tr->part.end - tr->part.begin), loss_sum};
-  c->all_reduce_double_sum(c, red, 2);
+  double red[3] = {m->ops->sum_squares(g, tr->part.end - tr->part.begin), loss_sum, failed};
+  c->all_reduce_double_sum(c, red, 3);
+  if (red[2] > 0) return agree(tr, failed);
   *norm = sqrt(red[0]);
   *loss = red[1] / ((double)rc->global_batch * T);
   *lr = st_lr_at(&rc->optim, tr->step);
