@@ -56,6 +56,11 @@ for r in ["gpu1", "gpu2z0", "gpu2z1", "g2c", "c2g"]:
     except Exception as e:
         print(r, "ERROR", e)
 PY
+echo "== NCCL watchdog: rank 1 stalls 60 s before step 3, --nccl-timeout 5 (expect exit 5 in ~10 s)"
+t0=$(date +%s)
+ST_FAULT_STALL=1:3:60 timeout 120 $MP -x ST_FAULT_STALL -np 2 $B train $C --device cuda --nccl-timeout 5 --out $W/wd > $W/watchdog.log 2>&1
+echo "watchdog run: rc=$? after $(( $(date +%s) - t0 )) s"
+grep -h "shardtrain: error" $W/watchdog.log | head -1
 echo "== fp32 throughput, GPT-2 124M shape, T=1024, micro-batch 8 (naive attention)"
 timeout 240 $B train --data data/kjv.h5 --vocab-size 50257 --model gpt2-124m --seq-len 1024 --micro-batch 8 --global-batch 8 --steps 8 --device cuda --out $W/perf --resume none --val-seqs 8 2>&1 | grep -E "step +[5-8]/|params|error"
 echo "== done"
