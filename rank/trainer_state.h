@@ -1,0 +1,62 @@
+/* trainer_state.h - the state one rank's training job carries, shared by
+ * the setup (train_setup.c) and the step loop (trainer.c). Internal to rank/. */
+#ifndef ST_TRAINER_STATE_H
+#define ST_TRAINER_STATE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "collectives/collectives.h"
+#include "io/tokens.h"
+#include "launcher/env.h"
+#include "rank/model.h"
+#include "rank/partition.h"
+#include "rank/rng.h"
+#include "rank/run_config.h"
+
+typedef struct {
+  st_run_config *rc;
+  const st_env *env;
+  st_comm *comm;
+  st_token_source *train, *val;
+  int64_t ntrain, nval;
+  int accum;               /* gradient accumulation steps */
+  int64_t step_tokens;     /* global batch in tokens */
+  st_model model;
+  st_partition part;       /* this rank's ZeRO partition */
+  st_partition opt_part;   /* range whose Adam state this rank keeps */
+  const st_ops *ops;       /* the backend: its memory holds everything below but inp/tgt */
+  st_comm *dcomm;          /* collectives on backend memory: comm itself, or NCCL on GPUs */
+  st_comm nccl;            /* storage for the NCCL communicator when used */
+  char device_name[128];   /* "cpu" or "cuda:N (NVIDIA H200)" */
+  int device_index;        /* CUDA device of this rank, -1 on CPU */
+  float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
+  float *grad_shard;       /* ZeRO 1: reduce-scatter target, part.shard */
+  int *inp, *tgt, *scratch; /* host: what the data loader fills */
+  int *d_inp, *d_tgt;      /* the same in backend memory */
+  st_rng rng;
+  int64_t step, data_pos, tokens_seen, epoch;
+  char *config_json;
+  char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
+  int trained, validated;  /* did this invocation train / validate at all */
+  FILE *metrics;
+  double t_start, val_loss;
+  double last_loss;
+} trainer;
+
+/* All ranks learn whether any failed; the lowest failing rank prints its
+ * message once. Returns that rank's exit code, or 0 when none failed.
+ * Collective over tr->comm. */
+int st_trainer_agree(trainer *tr, int failed);
+
+/* Everything before the first step, each stage agreed on by all ranks:
+ * backend and GPU binding, collectives, data, batch arithmetic, run
+ * directory (writable, shared across nodes), model and optimizer state,
+ * then resume or fresh initialisation. Returns an exit code (0 = ready);
+ * *resumed and from (the checkpoint directory) say what was loaded. */
+int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap);
+
+/* Rank 0 prints the configuration block. */
+void st_trainer_print_config(trainer *tr, int resumed, const char *from);
+
+#endif
