@@ -22,6 +22,10 @@ struct st_comm {
   int (*all_reduce_sum)(st_comm *c, float *buf, size_t count);
   /* sum across ranks of send[world*count]; rank r receives block r (count) */
   int (*reduce_scatter_sum)(st_comm *c, const float *send, float *recv, size_t count);
+  /* uneven reduce-scatter: send holds sum(counts) elements, rank r's block
+   * first-to-last in rank order; rank r receives the sum of block r
+   * (counts[r] elements, possibly 0). Used by ZeRO 2 for one bucket. */
+  int (*reduce_scatterv_sum)(st_comm *c, const float *send, const size_t *counts, float *recv);
   /* every rank contributes count elements; recv holds world*count, rank order */
   int (*all_gather)(st_comm *c, const float *send, float *recv, size_t count);
   /* bytes from root to all */

@@ -36,6 +36,22 @@ static int mpi_reduce_scatter_sum(st_comm *c, const float *send, float *recv, si
                "reduce-scatter", count);
 }
 
+static int mpi_reduce_scatterv_sum(st_comm *c, const float *send, const size_t *counts,
+                                   float *recv) {
+  int *rc = malloc((size_t)c->world * sizeof *rc);
+  if (!rc) return st_error_set("out of host memory");
+  size_t total = 0;
+  for (int r = 0; r < c->world; r++) {
+    rc[r] = (int)counts[r];
+    total += counts[r];
+  }
+  float dummy;
+  int err = MPI_Reduce_scatter(send, counts[c->rank] ? recv : &dummy, rc, MPI_FLOAT, MPI_SUM,
+                               comm_of(c));
+  free(rc);
+  return check(err, "reduce-scatter", total);
+}
+
 static int mpi_all_gather(st_comm *c, const float *send, float *recv, size_t count) {
   if (count > MAX_PIECE) return st_error_set("all-gather block of %zu elements too large", count);
   /* send may alias recv's own block: MPI requires MPI_IN_PLACE for that. */
@@ -78,6 +94,7 @@ int st_comm_mpi_init(st_comm *c) {
   c->backend = "mpi";
   c->all_reduce_sum = mpi_all_reduce_sum;
   c->reduce_scatter_sum = mpi_reduce_scatter_sum;
+  c->reduce_scatterv_sum = mpi_reduce_scatterv_sum;
   c->all_gather = mpi_all_gather;
   c->broadcast = mpi_broadcast;
   c->barrier = mpi_barrier;

@@ -86,6 +86,23 @@ static int nccl_reduce_scatter_sum(st_comm *c, const float *send, float *recv, s
                 "reduce-scatter", count);
 }
 
+/* NCCL has no uneven reduce-scatter: one reduce per owner, grouped so they
+ * launch as one operation. */
+static int nccl_reduce_scatterv_sum(st_comm *c, const float *send, const size_t *counts,
+                                    float *recv) {
+  nccl_impl *n = impl_of(c);
+  size_t off = 0;
+  ncclResult_t r = ncclGroupStart();
+  for (int k = 0; k < c->world && (r == ncclSuccess || r == ncclInProgress); k++) {
+    if (counts[k]) r = ncclReduce(send + off, recv, counts[k], ncclFloat, ncclSum, k, n->nccl,
+                                  n->stream);
+    off += counts[k];
+  }
+  ncclResult_t e = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = e;
+  return issued(c, r, "reduce-scatter (bucket)", off);
+}
+
 static int nccl_all_gather(st_comm *c, const float *send, float *recv, size_t count) {
   nccl_impl *n = impl_of(c);
   return issued(c, ncclAllGather(send, recv, count, ncclFloat, n->nccl, n->stream),
@@ -158,6 +175,7 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
            o->cga_cluster_size >= 0 ? "set" : "default", o->min_ctas, o->max_ctas);
   c->all_reduce_sum = nccl_all_reduce_sum;
   c->reduce_scatter_sum = nccl_reduce_scatter_sum;
+  c->reduce_scatterv_sum = nccl_reduce_scatterv_sum;
   c->all_gather = nccl_all_gather;
   c->broadcast = mpi_broadcast;
   c->barrier = mpi_barrier;

@@ -58,7 +58,7 @@ static int one_of(const char *flag, const char *v, const char *const *allowed) {
 int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
   int have_shape = 0, have_preset = 0, lr_set_total = 0;
   long long x;
-  static const char *const k_zero[] = {"0", "1", NULL};
+  static const char *const k_zero[] = {"0", "1", "2", NULL};
   static const char *const k_prec[] = {"auto", "fp32", "bf16", "fp16", NULL};
   static const char *const k_rec[] = {"none", "selective", "full", NULL};
   static const char *const k_dev[] = {"auto", "cpu", "cuda", NULL};
@@ -198,7 +198,7 @@ void st_cli_print_train_usage(void) {
       "  batch   --micro-batch B (sequences per rank per micro-step, default 8)\n"
       "          --global-batch G (sequences per optimizer step, default 16;\n"
       "            gradient accumulation = G / (B * ranks))\n"
-      "  system  --zero 0|1 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
+      "  system  --zero 0|1|2 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
       "          --recompute none|selective|full\n"
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"

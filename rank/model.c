@@ -48,6 +48,10 @@ int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, in
   if (st_param_views_bind(cfg, &m->tab, m->params, &m->p) ||
       st_param_views_bind(cfg, &m->tab, m->grads, &m->g))
     return -1;
+  /* Table order: wte, wpe, 12 tensors per block, ln_f: blocks are one
+   * contiguous range of equal-sized pieces. */
+  m->block_begin = m->tab.t[2].offset;
+  m->block_numel = cfg->n_layer > 0 ? m->tab.t[2 + 12].offset - m->block_begin : 0;
   const int64_t BT = (int64_t)B * T, C = cfg->n_embd, NHTT = (int64_t)B * cfg->n_head * T * T;
   float *cur = m->act_mem;
   m->encoded = take(&cur, BT * C);
@@ -92,6 +96,9 @@ void st_model_free(st_model *m) {
     m->ops->free(m->params);
     m->ops->free(m->grads);
     m->ops->free(m->act_mem);
+    m->ops->free(m->head_grads);
+    m->ops->free(m->bucket[0]);
+    m->ops->free(m->bucket[1]);
   }
   free(m->losses_host);
   free(m->blk);
@@ -125,8 +132,44 @@ int st_model_init_weights(st_model *m, st_rng *rng) {
   return 0;
 }
 
+/* Elements of the head gradient buffer: wte + wpe, then ln_f. */
+static int64_t head_numel(const st_model *m) {
+  return m->block_begin + (m->tab.total - (m->block_begin + m->cfg.n_layer * m->block_numel));
+}
+
 void st_model_zero_grad(st_model *m) {
-  m->ops->zero(m->grads, (size_t)m->padded_total * sizeof(float));
+  if (!m->head_grads) {
+    m->ops->zero(m->grads, (size_t)m->padded_total * sizeof(float));
+    return;
+  }
+  m->ops->zero(m->head_grads, (size_t)head_numel(m) * sizeof(float));
+  for (int i = 0; i < 2; i++) m->ops->zero(m->bucket[i], (size_t)m->block_numel * sizeof(float));
+}
+
+int st_model_use_grad_buckets(st_model *m) {
+  const int64_t nh = head_numel(m), lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
+  m->head_grads = m->ops->alloc((size_t)nh * sizeof(float));
+  m->bucket[0] = m->ops->alloc((size_t)(m->block_numel + 1) * sizeof(float));
+  m->bucket[1] = m->ops->alloc((size_t)(m->block_numel + 1) * sizeof(float));
+  if (!m->head_grads || !m->bucket[0] || !m->bucket[1])
+    return st_error_set("cannot allocate %.1f MiB of %s memory for ZeRO-2 gradient buckets",
+                        (nh + 2.0 * m->block_numel) * 4.0 / 1048576.0, m->ops->name);
+  m->ops->free(m->grads);
+  m->grads = NULL;
+  m->g.wte = m->head_grads;
+  m->g.wpe = m->head_grads + m->tab.t[1].offset;
+  m->g.lnf_w = m->head_grads + m->block_begin;
+  m->g.lnf_b = m->head_grads + m->block_begin + (m->tab.t[m->tab.n - 1].offset - lnf);
+  return 0;
+}
+
+/* Point block l's gradient views at a one-block bucket. */
+static void bind_block_grads(st_model *m, int l, float *bucket) {
+  st_block_params *b = &m->g.h[l];
+  float **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attproj_w, &b->attproj_b,
+                       &b->ln2_w, &b->ln2_b, &b->fc_w, &b->fc_b, &b->fcproj_w, &b->fcproj_b};
+  const int64_t base = m->block_begin + (int64_t)l * m->block_numel;
+  for (int k = 0; k < 12; k++) *slots[k] = bucket + (m->tab.t[2 + 12 * l + k].offset - base);
 }
 
 double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
@@ -162,7 +205,22 @@ double st_model_forward(st_model *m, const int *inp, const int *targets, int B, 
   return sum;
 }
 
+static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_fn ready,
+                     void *ctx);
+
 void st_model_backward(st_model *m, const int *inp, int B, int T) {
+  backward(m, inp, B, T, NULL, NULL);
+}
+
+void st_model_backward_bucketed(st_model *m, const int *inp, int B, int T,
+                                st_grads_ready_fn ready, void *ctx) {
+  backward(m, inp, B, T, ready, ctx);
+}
+
+/* ready == NULL: gradients accumulate in m->grads. Otherwise block l uses
+ * bucket[l % 2], handed to ready() as soon as block l is done. */
+static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_fn ready,
+                     void *ctx) {
   const st_ops *op = m->ops;
 #define zero(x, n) op->zero((x), (size_t)(n) * sizeof(float))
   const st_model_config *c = &m->cfg;
@@ -186,6 +244,7 @@ void st_model_backward(st_model *m, const int *inp, int B, int T) {
     const st_block_params *w = &m->p.h[l];
     st_block_params *gw = &g->h[l];
     const float *x = l == 0 ? m->encoded : m->blk[l - 1].residual3;
+    if (ready) bind_block_grads(m, l, m->bucket[l % 2]);
 
     zero(m->dfch_gelu, 4 * BTC);
     op->matmul_backward(m->dfch_gelu, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,
@@ -206,7 +265,17 @@ void st_model_backward(st_model *m, const int *inp, int B, int T) {
     op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, 3 * C);
     op->layernorm_backward(m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
                            a->ln1_rstd, BT, C);
+    if (ready) {
+      int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
+      ready(ctx, m->bucket[l % 2], b0, b0 + m->block_numel);
+      zero(m->bucket[l % 2], m->block_numel); /* reused by block l-2 */
+    }
   }
   op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
+  if (ready) {
+    const int64_t lnf = m->block_begin + c->n_layer * m->block_numel;
+    ready(ctx, m->head_grads, 0, m->block_begin);
+    ready(ctx, m->head_grads + m->block_begin, lnf, m->tab.total);
+  }
 #undef zero
 }

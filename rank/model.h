@@ -32,7 +32,12 @@ typedef struct {
   st_param_table tab;
   const st_ops *ops;
   int64_t padded_total;   /* length of params/grads (>= tab.total) */
-  float *params, *grads;  /* flat, padded_total elements */
+  float *params, *grads;  /* flat, padded_total elements; grads is NULL when bucketed */
+  /* ZeRO 2 (st_model_use_grad_buckets): block l's gradients live in
+   * bucket[l % 2] only while its backward runs; the head tensors' (wte, wpe,
+   * ln_f) live in head_grads. */
+  float *head_grads, *bucket[2];
+  int64_t block_begin, block_numel; /* flat range of block 0, size of one block */
   st_param_views p, g;
   int B, T;               /* activation capacity */
   float *act_mem;         /* one allocation for everything below */
@@ -68,6 +73,23 @@ double st_model_forward(st_model *m, const int *inp, const int *targets, int B, 
                         float dloss);
 /* Backward of the last training forward; ACCUMULATES into m->grads. */
 void st_model_backward(st_model *m, const int *inp, int B, int T);
+
+/* Called when a flat range [begin, end) of gradients is final for this
+ * backward: grads points at element `begin`, in the backend's memory. */
+typedef void (*st_grads_ready_fn)(void *ctx, const float *grads, int64_t begin, int64_t end);
+
+/* ZeRO 2: stop keeping a full gradient vector. Frees m->grads and allocates
+ * head_grads (wte, wpe, ln_f) plus two one-block buckets. Afterwards use
+ * st_model_backward_bucketed. 0, or -1 with st_error. */
+int st_model_use_grad_buckets(st_model *m);
+
+/* Backward with gradient buckets: after block l's backward, ready(ctx,
+ * bucket, range of block l) is called, then the bucket is zeroed for block
+ * l-2; after the embedding backward, ready() is called for the head ranges
+ * [0, block_begin) and [ln_f, total). The callback typically reduce-scatters
+ * the range; nothing of it is kept after it returns. */
+void st_model_backward_bucketed(st_model *m, const int *inp, int B, int T,
+                                st_grads_ready_fn ready, void *ctx);
 /* Zero the gradient vector. */
 void st_model_zero_grad(st_model *m);
 

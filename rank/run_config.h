@@ -15,7 +15,7 @@ typedef struct {
   char model_name[64];      /* preset name or "custom" */
   int micro_batch;          /* sequences per rank per micro-step */
   int global_batch;         /* sequences per optimizer step */
-  int zero_stage;           /* 0 or 1 on CPU */
+  int zero_stage;           /* 0, 1 or 2 */
   char precision[8];        /* fp32 on CPU */
   char recompute[16];       /* none on CPU */
   char device[8];           /* cpu | cuda | auto */

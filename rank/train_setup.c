@@ -203,13 +203,21 @@ static int setup_state(trainer *tr) {
   size_t bt = (size_t)B * T;
   tr->adam_m = ops->alloc(n * sizeof(float));
   tr->adam_v = ops->alloc(n * sizeof(float));
-  tr->grad_shard = rc->zero_stage == 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float)) : NULL;
+  tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float)) : NULL;
+  if (rc->zero_stage == 2) {
+    /* Only the shard is kept: block gradients live in two buckets. */
+    if (st_model_use_grad_buckets(&tr->model)) return -1;
+    tr->bucket_recv = ops->alloc((size_t)tr->part.shard * sizeof(float));
+    tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
+    if (!tr->bucket_recv || !tr->bucket_counts)
+      return st_error_set("cannot allocate ZeRO-2 buffers (%lld floats)", (long long)tr->part.shard);
+  }
   tr->d_inp = ops->alloc(bt * sizeof(int));
   tr->d_tgt = ops->alloc(bt * sizeof(int));
   tr->inp = malloc(bt * sizeof(int));
   tr->tgt = malloc(bt * sizeof(int));
   tr->scratch = malloc((bt + 1) * sizeof(int));
-  if (!tr->adam_m || !tr->adam_v || (rc->zero_stage == 1 && !tr->grad_shard) || !tr->inp ||
+  if (!tr->adam_m || !tr->adam_v || (rc->zero_stage >= 1 && !tr->grad_shard) || !tr->inp ||
       !tr->tgt || !tr->scratch || !tr->d_inp || !tr->d_tgt)
     return st_error_set("cannot allocate %s memory for optimizer state (%zu floats) and batches",
                         ops->name, n * 2);
@@ -295,6 +303,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
 #endif
   printf("  zero       stage %d: %s\n", rc->zero_stage,
          rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
+         : rc->zero_stage == 2
+             ? "each block's gradients reduce-scattered as its backward ends (two one-block "
+               "buckets), gradient and Adam m/v shards of 1/N per rank, all-gather parameters"
                              : "reduce-scatter gradients, Adam m/v for 1/N of the parameters "
                                "per rank, all-gather parameters");
   printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);

@@ -146,6 +146,27 @@ static void collective_failed(trainer *tr) {
   MPI_Abort(MPI_COMM_WORLD, ST_EXIT_COLLECTIVE);
 }
 
+/* ZeRO 2 bucket callback: reduce-scatter the finished range [begin, end)
+ * so each rank receives the part inside its partition, and add that part to
+ * its gradient shard (accumulating over micro-steps). */
+static void bucket_ready(void *ctx, const float *grads, int64_t begin, int64_t end) {
+  trainer *tr = ctx;
+  st_comm *d = tr->dcomm;
+  for (int r = 0; r < d->world; r++) {
+    int64_t b, e;
+    st_partition_range(&tr->part, r, &b, &e);
+    b = b > begin ? b : begin;
+    e = e < end ? e : end;
+    tr->bucket_counts[r] = e > b ? (size_t)(e - b) : 0;
+  }
+  if (d->reduce_scatterv_sum(d, grads, tr->bucket_counts, tr->bucket_recv)) collective_failed(tr);
+  size_t mine = tr->bucket_counts[d->rank];
+  if (!mine) return;
+  int64_t lo = begin > tr->part.begin ? begin : tr->part.begin;
+  float *dst = tr->grad_shard + (lo - tr->part.begin);
+  tr->ops->residual_forward(dst, dst, tr->bucket_recv, (int64_t)mine);
+}
+
 /* One optimizer step. Returns an exit code (0 = ok). */
 static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   st_run_config *rc = tr->rc;
@@ -158,8 +179,10 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   if (pos != tr->data_pos) tr->epoch++;
   const float dloss = 1.0f / (float)((double)rc->global_batch * T);
   double loss_sum = 0.0;
-  int failed = 0;
-  st_model_zero_grad(m);
+  int failed = 0, done = 0; /* done: micro-steps completed */
+  const int zero2 = rc->zero_stage == 2;
+  if (zero2) tr->ops->zero(tr->grad_shard, (size_t)tr->part.shard * sizeof(float));
+  else st_model_zero_grad(m);
   for (int k = 0; k < tr->accum; k++) {
     if (st_data_micro_batch(tr->train, pos, k, c->rank, c->world, B, T, rc->model.vocab_size,
                             tr->inp, tr->tgt, tr->scratch)) {
@@ -169,13 +192,32 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
     loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
-    st_model_backward(m, tr->d_inp, B, T);
+    if (zero2) {
+      st_model_zero_grad(m); /* head and buckets: one micro-step's worth each */
+      st_model_backward_bucketed(m, tr->d_inp, B, T, bucket_ready, tr);
+    } else {
+      st_model_backward(m, tr->d_inp, B, T);
+    }
+    done++;
+  }
+  /* ZeRO 2 with a failed read: the other ranks reduce buckets this rank
+   * never produced, so it must join them with zeros for every micro-step. */
+  for (int k = done; zero2 && failed && k < tr->accum; k++) {
+    st_model_zero_grad(m);
+    int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
+    for (int l = m->cfg.n_layer - 1; l >= 0; l--)
+      bucket_ready(tr, m->bucket[0], m->block_begin + l * m->block_numel,
+                   m->block_begin + (l + 1) * m->block_numel);
+    bucket_ready(tr, m->head_grads, 0, m->block_begin);
+    bucket_ready(tr, m->head_grads + m->block_begin, lnf, m->tab.total);
   }
   /* No agreement here: a rank that failed to read still joins the gradient
    * collective, so the first thing a rank waits on each step is a collective
    * under the NCCL watchdog, and the failure is agreed on just after it. */
   const float *g;
-  if (rc->zero_stage == 0) {
+  if (zero2) {
+    g = tr->grad_shard; /* reduced bucket by bucket during backward */
+  } else if (rc->zero_stage == 0) {
     if (tr->dcomm->all_reduce_sum(tr->dcomm, m->grads, (size_t)m->padded_total))
       collective_failed(tr);
     g = m->grads + tr->part.begin;
@@ -373,9 +415,11 @@ done:
     tr.ops->free(tr.adam_m);
     tr.ops->free(tr.adam_v);
     tr.ops->free(tr.grad_shard);
+    tr.ops->free(tr.bucket_recv);
     tr.ops->free(tr.d_inp);
     tr.ops->free(tr.d_tgt);
   }
+  free(tr.bucket_counts);
   free(tr.inp);
   free(tr.tgt);
   free(tr.scratch);

@@ -31,7 +31,9 @@ typedef struct {
   char device_name[128];   /* "cpu" or "cuda:N (NVIDIA H200)" */
   int device_index;        /* CUDA device of this rank, -1 on CPU */
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
-  float *grad_shard;       /* ZeRO 1: reduce-scatter target, part.shard */
+  float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
+  float *bucket_recv;      /* ZeRO 2: one bucket's share for this rank, part.shard */
+  size_t *bucket_counts;   /* ZeRO 2: per-rank share of the bucket being reduced */
   int *inp, *tgt, *scratch; /* host: what the data loader fills */
   int *d_inp, *d_tgt;      /* the same in backend memory */
   st_rng rng;

@@ -1,5 +1,5 @@
 """mpirun -np 1, 2 and 4 on the same global batch give the same losses over
-20 steps at ZeRO 0 and 1.
+20 steps at ZeRO 0, 1 and 2.
 
 The global batch (8 sequences of 32 tokens) is split 1x8, 2x4 and 4x2
 (ranks x sequences per rank, with gradient accumulation making up the rest),
@@ -17,7 +17,7 @@ base = ["--data", data, "--model", "tiny", "--seq-len", 32, "--micro-batch", 2,
         "--resume", "none"]
 ref = None
 worst = 0.0
-for zero in (0, 1):
+for zero in (0, 1, 2):
     for np in (1, 2, 4):
         out = os.path.join(a.work, f"np{np}_z{zero}")
         train(a, np, base + ["--zero", zero, "--out", out])

@@ -2,7 +2,7 @@
 # GPU end-to-end checks for the CUDA backend, run on a machine with 2 GPUs:
 #   bash tests/gpu/gpu_e2e.sh        (needs data/kjv.h5 from scripts/demo.sh)
 # Builds with CUDA, runs ctest, then trains the same config on 1 CPU rank,
-# 1 GPU, 2 GPUs at ZeRO 0 and 1, a GPU checkpoint resumed on the CPU and a
+# 1 GPU, 2 GPUs at ZeRO 0, 1 and 2, a GPU checkpoint resumed on the CPU and a
 # CPU checkpoint resumed on 2 GPUs, and prints each run's largest loss
 # difference from the CPU run. Debian cjson/cmocka .deb files in
 # .device/cudaops/debs (git-ignored) are unpacked when the machine lacks them.
@@ -32,6 +32,7 @@ run cpu1 $B train $C --device cpu --out $W/cpu1
 run gpu1 $B train $C --device cuda --out $W/gpu1
 run gpu2z0 $MP -np 2 $B train $C --device cuda --zero 0 --out $W/gpu2z0
 run gpu2z1 $MP -np 2 $B train $C --device cuda --zero 1 --out $W/gpu2z1
+run gpu2z2 $MP -np 2 $B train $C --device cuda --zero 2 --out $W/gpu2z2
 run g2c_a $MP -np 2 $B train $C --device cuda --out $W/g2c --stop-after 15
 run g2c_b $B train $C --device cpu --out $W/g2c
 run c2g_a $B train $C --device cpu --out $W/c2g --stop-after 15
@@ -49,7 +50,7 @@ def L(r):
         d[k] = j.get("val_loss", j.get("loss"))
     return d
 ref = L("cpu1")
-for r in ["gpu1", "gpu2z0", "gpu2z1", "g2c", "c2g"]:
+for r in ["gpu1", "gpu2z0", "gpu2z1", "gpu2z2", "g2c", "c2g"]:
     try:
         d = L(r); ks = [k for k in d if k in ref]
         print(f"{r}: {len(ks)} shared points, max |loss - cpu1| = {max(abs(d[k]-ref[k]) for k in ks):.3g}, final train {d[('t',30)]:.6f} vs cpu {ref[('t',30)]:.6f}")
