@@ -32,7 +32,8 @@ def corpus(a):
         # from the full corpus scripts/demo.sh wrote, cut to Genesis-Exodus size.
         full = os.path.join(os.path.dirname(__file__), "..", "..", "data", "kjv.txt")
         if not os.path.exists(full):
-            sys.exit("SKIP-less failure: neither `bible` (Debian bible-kjv) nor data/kjv.txt")
+            sys.exit("cannot make the test corpus: install Debian's bible-kjv "
+                     "(scripts/deps.sh) or run scripts/demo.sh to create data/kjv.txt")
         text = open(full).read()[:390000]
     with open(txt, "w") as f:
         f.write(text)
