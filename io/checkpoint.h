@@ -63,6 +63,11 @@ int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta);
  * 0, or -1 with st_error naming the file, dataset and fix. */
 int st_ckpt_verify(const char *step_dir, const st_param_table *tab);
 
+/* st_ckpt_verify, but reading back (checksums) only rank files first,
+ * first+stride, ...; the structural checks still cover every file. Lets N
+ * loading ranks share the read-back instead of each reading everything. */
+int st_ckpt_verify_files(const char *step_dir, const st_param_table *tab, int first, int stride);
+
 /* Load through the index: the full params vector (tab->total elements) and
  * the moments for this rank's partition (part->end - part->begin elements),
  * reading hyperslabs so the writing run's rank count does not matter.
@@ -70,5 +75,12 @@ int st_ckpt_verify(const char *step_dir, const st_param_table *tab);
 int st_ckpt_load(const char *step_dir, const st_param_table *tab,
                  const st_partition *part, float *params, float *adam_m,
                  float *adam_v, st_ckpt_meta *meta);
+
+/* st_ckpt_load for `readers` ranks loading together: this one (`reader`)
+ * verifies every readers-th rank file, so each file is read back once in
+ * all; the callers must agree on failure (any rank failing fails the load). */
+int st_ckpt_load_shared(const char *step_dir, const st_param_table *tab,
+                        const st_partition *part, int reader, int readers, float *params,
+                        float *adam_m, float *adam_v, st_ckpt_meta *meta);
 
 #endif

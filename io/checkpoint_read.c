@@ -323,6 +323,10 @@ static int check_rank_file(const char *step_dir, int r, int64_t step, float *buf
 }
 
 int st_ckpt_verify(const char *step_dir, const st_param_table *tab) {
+  return st_ckpt_verify_files(step_dir, tab, 0, 1);
+}
+
+int st_ckpt_verify_files(const char *step_dir, const st_param_table *tab, int first, int stride) {
   st_h5_quiet();
   hid_t f = open_index(step_dir);
   if (f < 0) return -1;
@@ -338,7 +342,7 @@ int st_ckpt_verify(const char *step_dir, const st_param_table *tab) {
   if (rc != 0) return rc;
   float *buf = malloc((size_t)VERIFY_BLOCK * sizeof *buf);
   if (!buf) return st_error_set("out of host memory verifying checkpoint %s", step_dir);
-  for (int r = 0; r < nfiles && rc == 0; r++) rc = check_rank_file(step_dir, r, step, buf);
+  for (int r = first; r < nfiles && rc == 0; r += stride) rc = check_rank_file(step_dir, r, step, buf);
   free(buf);
   return rc;
 }
@@ -384,11 +388,19 @@ static int load_tensor(hid_t f, const char *step_dir, const st_tensor *t,
 
 int st_ckpt_load(const char *step_dir, const st_param_table *tab, const st_partition *part,
                  float *params, float *adam_m, float *adam_v, st_ckpt_meta *meta) {
+  return st_ckpt_load_shared(step_dir, tab, part, 0, 1, params, adam_m, adam_v, meta);
+}
+
+int st_ckpt_load_shared(const char *step_dir, const st_param_table *tab, const st_partition *part,
+                        int reader, int readers, float *params, float *adam_m, float *adam_v,
+                        st_ckpt_meta *meta) {
   float *const dst[3] = {params, adam_m, adam_v};
   if (part->total != tab->total)
     return st_error_set("checkpoint load: partition covers %lld elements, model has %lld",
                         (long long)part->total, (long long)tab->total);
-  if (st_ckpt_verify(step_dir, tab) != 0 || st_ckpt_read_meta(step_dir, meta) != 0) return -1;
+  if (st_ckpt_verify_files(step_dir, tab, reader, readers) != 0 ||
+      st_ckpt_read_meta(step_dir, meta) != 0)
+    return -1;
   hid_t f = open_index(step_dir);
   if (f < 0) return -1;
   int rc = 0;

@@ -252,7 +252,8 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
         *hv = calloc(nm + 1, sizeof(float));
   int rc_load = -1;
   if (!hp || !hm || !hv) st_error_set("cannot allocate host memory to load %s", from);
-  else rc_load = st_ckpt_load(from, &tr->model.tab, &tr->opt_part, hp, hm, hv, &meta);
+  else rc_load = st_ckpt_load_shared(from, &tr->model.tab, &tr->opt_part, tr->comm->rank,
+                                     tr->comm->world, hp, hm, hv, &meta);
   if (!rc_load) {
     tr->ops->to_device(tr->model.params, hp, np * sizeof(float));
     tr->ops->to_device(tr->adam_m, hm, nm * sizeof(float));
