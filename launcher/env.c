@@ -88,7 +88,7 @@ int st_env_detect(st_env *env) {
           expect("SLURM_NNODES", env_int("SLURM_NNODES"), env->node_count, "node count",
                  k_srun_fix);
   } else {
-    env->launcher = env->world == 1 ? "single" : "mpi";
+    env->launcher = env->world == 1 ? "no launcher (one process)" : "mpi";
   }
   int any_bad = bad;
   MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -122,7 +122,10 @@ void st_env_print_map(const st_env *env, const char *device) {
     for (int r = 0; r < env->world && len < (int)sizeof line - 64; r++) {
       if (all[r].node_id != n) continue;
       host = all[r].host;
-      if (shown++ < 16)
+      /* GPUs are numbered by node-local rank; CPU ranks share the cores. */
+      if (shown++ < 16 && strcmp(device, "cpu") == 0)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%s%d->cpu", shown > 1 ? " " : "", r);
+      else if (shown <= 16)
         len += snprintf(line + len, sizeof line - (size_t)len, "%s%d->%s:%d", shown > 1 ? " " : "",
                         r, device, all[r].local_rank);
     }

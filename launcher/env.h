@@ -10,7 +10,7 @@ typedef struct {
   int local_rank, local_world; /* within this node (MPI_Comm_split_type) */
   int node_id, node_count;     /* nodes numbered by their lowest rank */
   char hostname[64];
-  const char *launcher;        /* "mpirun", "srun", "mpi" or "single" */
+  const char *launcher;        /* "mpirun", "srun", "mpi" or one process without a launcher */
   /* Slurm's view, when the job runs under Slurm (-1 / "" otherwise). */
   long long slurm_job_id;
   int slurm_restart_count;     /* how often the job was requeued */

@@ -65,6 +65,14 @@ static int setup_backend(trainer *tr) {
 #endif
   }
   snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
+  /* OpenMP's default is one thread per core in every rank: with several
+   * ranks per node that oversubscribes the cores several times over. Unless
+   * the user chose, split the node's cores among its ranks. */
+  if (!cuda && !getenv("OMP_NUM_THREADS")) {
+    int per = omp_get_num_procs() / (e->local_world > 0 ? e->local_world : 1);
+    omp_set_num_threads(per > 0 ? per : 1);
+    tr->omp_auto = 1;
+  }
   if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
   if (strcmp(rc->precision, "fp32") != 0)
     return st_error_set("--precision %s: this version computes in fp32 on %s; use --precision "
@@ -297,7 +305,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
          m->block_size, (long long)tr->step_tokens);
   printf("  ranks      %d on %d node(s), launched by %s; backend %s on %s", tr->comm->world,
          e->node_count, e->launcher, tr->model.ops->name, tr->device_name);
-  if (tr->device_index < 0) printf(" (%d OpenMP threads/rank)", omp_get_max_threads());
+  if (tr->device_index < 0)
+    printf(" (%d OpenMP threads/rank%s)", omp_get_max_threads(),
+           tr->omp_auto ? ": cores / ranks on the node, as OMP_NUM_THREADS is unset" : "");
   printf("; collectives %s\n", tr->dcomm->backend);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (tr->dcomm == &tr->nccl) printf("  nccl       %s\n", st_comm_nccl_describe(tr->dcomm));

@@ -30,6 +30,7 @@ typedef struct {
   st_comm nccl;            /* storage for the NCCL communicator when used */
   char device_name[128];   /* "cpu" or "cuda:N (NVIDIA H200)" */
   int device_index;        /* CUDA device of this rank, -1 on CPU */
+  int omp_auto;            /* OpenMP threads chosen here (OMP_NUM_THREADS unset) */
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
   float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
   float *bucket_recv;      /* ZeRO 2: one bucket's share for this rank, part.shard */
