@@ -138,8 +138,8 @@ rc=$?
 ok "two-host run finished"
 grep -q "ranks      2 on 2 node(s)" "$WORK/two_hosts.log" ||
   { show "$WORK/two_hosts.log"; fail "trainer did not see 2 nodes"; }
-grep -Eq "^  node 0 +$NS1: rank->device 0->cpu:0$" "$WORK/two_hosts.log" &&
-  grep -Eq "^  node 1 +$NS2: rank->device 1->cpu:0$" "$WORK/two_hosts.log" ||
+grep -Eq "^  node 0 +$NS1: rank->device 0->cpu$" "$WORK/two_hosts.log" &&
+  grep -Eq "^  node 1 +$NS2: rank->device 1->cpu$" "$WORK/two_hosts.log" ||
   { show "$WORK/two_hosts.log"; fail "rank map does not show rank 0 on $NS1 and rank 1 on $NS2"; }
 ok "trainer reports 2 node(s): rank 0 on $NS1, rank 1 on $NS2"
 
