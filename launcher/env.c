@@ -43,6 +43,7 @@ static void read_slurm(st_env *env) {
   const char *v = getenv("SLURM_JOB_ID");
   env->slurm_job_id = v && *v ? atoll(v) : -1;
   env->slurm_restart_count = env_int("SLURM_RESTART_COUNT");
+  env->slurm_node_id = getenv("SLURM_STEP_ID") ? env_int("SLURM_NODEID") : -1;
   if (env->slurm_restart_count < 0) env->slurm_restart_count = 0;
   v = getenv("SLURM_JOB_NODELIST");
   snprintf(env->slurm_nodelist, sizeof env->slurm_nodelist, "%s", v ? v : "");
@@ -99,7 +100,7 @@ int st_env_detect(st_env *env) {
 
 typedef struct {
   char host[64];
-  int node_id, local_rank;
+  int node_id, local_rank, slurm_node_id;
 } rank_info;
 
 void st_env_print_map(const st_env *env, const char *device) {
@@ -108,6 +109,7 @@ void st_env_print_map(const st_env *env, const char *device) {
   snprintf(me.host, sizeof me.host, "%s", env->hostname);
   me.node_id = env->node_id;
   me.local_rank = env->local_rank;
+  me.slurm_node_id = env->slurm_node_id;
   if (env->rank == 0) all = calloc((size_t)env->world, sizeof *all);
   MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
   if (env->rank != 0) return;
@@ -119,9 +121,11 @@ void st_env_print_map(const st_env *env, const char *device) {
     char line[1024];
     int len = 0, shown = 0;
     const char *host = "?";
+    int slurm_id = -1;
     for (int r = 0; r < env->world && len < (int)sizeof line - 64; r++) {
       if (all[r].node_id != n) continue;
       host = all[r].host;
+      slurm_id = all[r].slurm_node_id;
       /* GPUs are numbered by node-local rank; CPU ranks share the cores. */
       if (shown++ < 16 && strcmp(device, "cpu") == 0)
         len += snprintf(line + len, sizeof line - (size_t)len, "%s%d->cpu", shown > 1 ? " " : "", r);
@@ -130,7 +134,10 @@ void st_env_print_map(const st_env *env, const char *device) {
                         r, device, all[r].local_rank);
     }
     if (shown > 16) snprintf(line + len, sizeof line - (size_t)len, " ... (%d ranks)", shown);
-    printf("  node %-5d %s: rank->device %s\n", n, host, line);
+    if (slurm_id >= 0)
+      printf("  node %-5d %s (SLURM_NODEID %d): rank->device %s\n", n, host, slurm_id, line);
+    else
+      printf("  node %-5d %s: rank->device %s\n", n, host, line);
   }
   free(all);
 }

@@ -14,6 +14,7 @@ typedef struct {
   /* Slurm's view, when the job runs under Slurm (-1 / "" otherwise). */
   long long slurm_job_id;
   int slurm_restart_count;     /* how often the job was requeued */
+  int slurm_node_id;           /* SLURM_NODEID of this rank's node, -1 outside srun */
   char slurm_nodelist[512];
 } st_env;
 

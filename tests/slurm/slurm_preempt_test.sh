@@ -175,7 +175,7 @@ munge -S "$SOCK" -n </dev/null | unmunge -S "$SOCK" >/dev/null || fail "munge ro
 say "munged pid $MUNGE_PID (socket $SOCK)"
 
 # ---------------------------------------------------------------- slurm.conf
-mkdir -p "$T/state" "$T/spool" "$T/log"
+mkdir -p "$T/state" "$T/spool" "$T/log" "$T/tmp"
 PORT=$(( 20000 + RANDOM % 20000 ))
 MEM=$(awk '/^MemAvailable:/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
 cat > "$CONF" <<EOF
@@ -191,6 +191,10 @@ CredType=cred/munge
 AuthInfo=socket=$SOCK
 StateSaveLocation=$T/state
 SlurmdSpoolDir=$T/spool
+# Slurm's per-job temporary files (PMIx's among them) stay in the test's
+# directory. Two copies of this test at once on one machine still collide
+# (seen: pmixp_stepd_init failed), hence RUN_SERIAL in tests/CMakeLists.txt.
+TmpFS=$T/tmp
 SlurmctldPidFile=$T/slurmctld.pid
 SlurmdPidFile=$T/slurmd.pid
 SlurmctldLogFile=$T/log/slurmctld.log
@@ -310,6 +314,7 @@ grep -q '^preempted: SIGUSR1 received; checkpoint of step [0-9]* is latest; exit
 grep -q '^requeue_on_preempt: .*requeueing job '"$JOB" "$LOG" || fail "no requeue line from requeue_on_preempt.sh in $LOG"
 grep -q "slurm      job $JOB, nodes $HOST, restart 0" "$LOG" || fail "no 'restart 0' line in $LOG"
 grep -q "slurm      job $JOB, nodes $HOST, restart 1" "$LOG" || fail "no 'restart 1' line in $LOG (SLURM_RESTART_COUNT)"
+grep -q "(SLURM_NODEID 0): rank->device 0->cpu 1->cpu" "$LOG" || fail "no rank map with SLURM_NODEID in $LOG"
 grep -q "launched by srun" "$LOG" || fail "the ranks were not launched by srun"
 grep -q "resumed from $RUN/ckpt/step_" "$LOG" || fail "the second leg did not resume from a checkpoint"
 pstep=$(sed -n 's/^preempted: SIGUSR1 received; checkpoint of step \([0-9]*\) is latest.*/\1/p' "$LOG" | head -n 1)
