@@ -51,8 +51,11 @@ typedef struct {
                           int N, int C, int OC);
 
   /* Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v per row, heads
-   * of size C/NH. att[B,NH,T,T] keeps the softmax for backward (the CPU
-   * reference materialises it; CUDA uses flash attention). out[B,T,C]. */
+   * of size C/NH. out[B,T,C]. att is what forward saves for backward and datt
+   * backward's scratch, each attention_state_floats(B, T, NH) floats: the CPU
+   * reference keeps the softmax [B,NH,T,T]; a flash-attention backend keeps
+   * only per-row statistics (O(B*NH*T)), so no T x T matrix exists. */
+  int64_t (*attention_state_floats)(int B, int T, int NH);
   void (*attention_forward)(float *out, float *att, const float *qkv,
                             int B, int T, int C, int NH);
   void (*attention_backward)(float *dqkv, float *datt, const float *dout,

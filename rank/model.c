@@ -10,10 +10,11 @@
 
 #include "util/error.h"
 
-static int64_t acts_floats(const st_model_config *c, int B, int T) {
-  const int64_t BT = (int64_t)B * T, C = c->n_embd, L = c->n_layer, NH = c->n_head;
-  int64_t per_block = BT * (C * 7 + 3 * C + 8 * C + 4) + (int64_t)B * NH * T * T;
-  int64_t scratch = BT * (C * 3 + 3 * C + 8 * C) + (int64_t)B * NH * T * T;
+static int64_t acts_floats(const st_ops *ops, const st_model_config *c, int B, int T) {
+  const int64_t BT = (int64_t)B * T, C = c->n_embd, L = c->n_layer;
+  const int64_t att = ops->attention_state_floats(B, T, c->n_head);
+  int64_t per_block = BT * (C * 7 + 3 * C + 8 * C + 4) + att;
+  int64_t scratch = BT * (C * 3 + 3 * C + 8 * C) + att;
   return BT * C + L * per_block + BT * (C + 2) + BT * c->padded_vocab_size + BT + scratch;
 }
 
@@ -35,7 +36,7 @@ int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, in
   size_t pbytes = (size_t)m->padded_total * sizeof(float);
   m->params = ops->alloc(pbytes);
   m->grads = ops->alloc(pbytes);
-  int64_t na = acts_floats(cfg, B, T);
+  int64_t na = acts_floats(ops, cfg, B, T);
   m->act_mem = ops->alloc((size_t)na * sizeof(float));
   m->losses_host = calloc((size_t)B * T, sizeof(float));
   m->blk = calloc((size_t)cfg->n_layer, sizeof *m->blk);
@@ -52,7 +53,7 @@ int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, in
    * contiguous range of equal-sized pieces. */
   m->block_begin = m->tab.t[2].offset;
   m->block_numel = cfg->n_layer > 0 ? m->tab.t[2 + 12].offset - m->block_begin : 0;
-  const int64_t BT = (int64_t)B * T, C = cfg->n_embd, NHTT = (int64_t)B * cfg->n_head * T * T;
+  const int64_t BT = (int64_t)B * T, C = cfg->n_embd, NHTT = ops->attention_state_floats(B, T, cfg->n_head);
   float *cur = m->act_mem;
   m->encoded = take(&cur, BT * C);
   for (int l = 0; l < cfg->n_layer; l++) {

@@ -7,6 +7,8 @@
 
 #include "kernels/cpu/cpu_ops.h"
 
+int64_t cpu_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T * T; }
+
 void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                            int NH) {
   const int hs = C / NH, C3 = 3 * C;

@@ -18,6 +18,7 @@ void cpu_matmul_forward(float *out, const float *inp, const float *w, const floa
                         int N, int C, int OC);
 void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int C, int OC);
+int64_t cpu_attention_state_floats(int B, int T, int NH);
 void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                            int NH);
 void cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,

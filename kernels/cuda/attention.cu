@@ -136,6 +136,8 @@ __global__ void attention_dkv_kernel(float *dqkv, const float *dpre, const float
   }
 }
 
+int64_t cuda_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T * T; }
+
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH) {
   const int64_t rows = (int64_t)B * NH * T, n = (int64_t)B * T * C;

@@ -103,6 +103,7 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
                          int N, int C, int OC);
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                           const float *inp, const float *w, int N, int C, int OC);
+int64_t cuda_attention_state_floats(int B, int T, int NH);
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH);
 void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,

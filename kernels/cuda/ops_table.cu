@@ -32,6 +32,7 @@ static st_ops make_table(void) {
   t.layernorm_backward = cuda_layernorm_backward;
   t.matmul_forward = cuda_matmul_forward;
   t.matmul_backward = cuda_matmul_backward;
+  t.attention_state_floats = cuda_attention_state_floats;
   t.attention_forward = cuda_attention_forward;
   t.attention_backward = cuda_attention_backward;
   t.gelu_forward = cuda_gelu_forward;
