@@ -66,7 +66,12 @@ static int cmd_prep(int argc, char **argv) {
 }
 
 static int cmd_ckpt(int argc, char **argv) {
-  if (argc < 3 || (strcmp(argv[1], "info") && strcmp(argv[1], "verify"))) {
+  if (argc >= 2 && strcmp(argv[1], "info") && strcmp(argv[1], "verify")) {
+    st_error_set("unknown ckpt action '%s'; use: shardtrain ckpt info|verify RUN_DIR|STEP_DIR",
+                 argv[1]);
+    return fail(ST_EXIT_USAGE);
+  }
+  if (argc < 3) {
     st_error_set("usage: shardtrain ckpt info|verify RUN_DIR|STEP_DIR");
     return fail(ST_EXIT_USAGE);
   }
