@@ -1,168 +1,407 @@
 /* attention.cu - causal multi-head self-attention (Vaswani et al. 2017) in
- * fp32, materialising att[B,NH,T,T] = softmax(q k^T / sqrt(hs)) exactly as
- * the CPU reference does (entries above the diagonal are 0). Flash attention
- * replaces this later; this version is the straightforward one.
+ * fp32 as flash attention (Dao et al. 2022): no T x T matrix exists; memory
+ * is O(B*T*C). What forward saves for backward (`att`) is the per-row
+ * log-sum-exp L = m + log(l) of the scaled scores, laid out [B,NH,T];
+ * backward's scratch (`datt`, same size) holds D = rowsum(dO * O).
  *
- * Forward: one warp per (b, h, t) row computes the scores, the row max, the
- * softmax; then one thread per output element (b, t, c) sums att * v over
- * t2 <= t in ascending order.
- * Backward: one warp per row turns datt into the pre-softmax gradient
- * dpre = att * (datt - sum(att * datt)) * scale (kept in the datt scratch);
- * then dq, dk and dv are each owned by one thread per element, which sums
- * over the other time index in ascending order: no two threads write the
- * same element and there are no atomics.
+ * Tiles of FA_BR = FA_BC = 64 rows, 256 threads as a 16 x 16 grid (tx, ty);
+ * a thread owns a 4 x 4 micro-tile of each score tile (rows ty + 16i,
+ * columns tx + 16j) and a 4 x HD/16 slice of each head-sized accumulator
+ * (rows ty + 16i, columns tx + 16j). Head sizes up to 128 run through three
+ * instantiations (HD = 32, 64, 128) whose shared-memory rows are padded with
+ * zeros past hs, so the extra terms add exact zeros.
+ *
+ * Forward: one block per (b, h, query tile); online softmax over the key
+ * tiles 0..query tile (causal), row statistics reduced over the 16 lanes of
+ * a half-warp by butterfly.
+ * Backward: dq_kernel, one block per query tile, walks the key tiles twice:
+ * first to get D = sum_j P_ij dP_ij (P = exp(S - L) recomputed, dP = dO V^T;
+ * equal to rowsum(dO * O)), written to datt; then dS = P * (dP - D) * scale
+ * and dQ += dS K. dkv_kernel, one block per key tile, walks the query tiles
+ * from the diagonal on: dV += P^T dO, dK += dS^T Q. Each gradient element is
+ * owned by one thread that sums in a fixed order and adds once into dqkv:
+ * no atomics, bit-identical from run to run.
  */
 #include <math.h>
 
 #include "kernels/cuda/cuda_ops.h"
 
-#define ATT_THREADS 256
-#define ATT_WARPS (ATT_THREADS / 32)
+#define FA_T 64       /* rows per query tile and per key tile */
+#define FA_THREADS 256 /* 16 x 16 */
+#define FA_PLD (FA_T + 1) /* padded row length of the score tiles in shared memory */
 
-__global__ void attention_softmax_kernel(float *att, const float *qkv, int B, int T, int C,
-                                         int NH, float scale) {
-  const int64_t row = blockIdx.x * (int64_t)ATT_WARPS + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= (int64_t)B * NH * T) return;
-  const int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((int64_t)T * NH));
-  const int hs = C / NH, C3 = 3 * C;
-  const float *q = qkv + ((int64_t)b * T + t) * C3 + h * hs;
-  const float *kbase = qkv + (int64_t)b * T * C3 + C + h * hs;
-  float *a = att + row * T;
-  float maxv = -INFINITY;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float *k = kbase + (int64_t)t2 * C3;
-    float s = 0.0f;
-    for (int i = 0; i < hs; i++) s += q[i] * k[i];
-    s *= scale;
-    a[t2] = s;
-    maxv = fmaxf(maxv, s);
-  }
-  maxv = st_warp_max(maxv);
-  float sum = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    float e = expf(a[t2] - maxv);
-    a[t2] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / st_warp_sum(sum);
-  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-}
-
-/* out[b,t,c] = sum_{t2<=t} att[b,h,t,t2] * v[b,t2,c], h = c / hs. */
-__global__ void attention_value_kernel(float *out, const float *att, const float *qkv, int B,
-                                       int T, int C, int NH) {
-  const int64_t n = (int64_t)B * T * C;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int c = (int)(i % C);
-    const int64_t bt = i / C;
-    const int t = (int)(bt % T), b = (int)(bt / T), h = c / (C / NH), C3 = 3 * C;
-    const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
-    const float *v = qkv + (int64_t)b * T * C3 + 2 * C + c;
-    float acc = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) acc += a[t2] * v[(int64_t)t2 * C3];
-    out[i] = acc;
+/* Loads rows row0..row0+63 of a [*, stride] matrix (row r at src + r*stride,
+ * hs valid columns) into dst[64][HD+1]; rows >= T and columns >= hs are 0. */
+template <int HD>
+__device__ __forceinline__ void fa_load(float *dst, const float *src, int64_t stride, int row0,
+                                        int T, int hs) {
+  constexpr int LD = HD + 1;
+  for (int idx = threadIdx.x; idx < FA_T * HD; idx += FA_THREADS) {
+    const int r = idx / HD, d = idx % HD, t = row0 + r;
+    dst[r * LD + d] = (t < T && d < hs) ? src[(int64_t)t * stride + d] : 0.0f;
   }
 }
 
-/* Per row (b,h,t): datt[t2] = v[t2] . dout[t], then in place
- * dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j]) * scale. */
-__global__ void attention_dpre_kernel(float *datt, const float *dout, const float *qkv,
-                                      const float *att, int B, int T, int C, int NH,
-                                      float scale) {
-  const int64_t row = blockIdx.x * (int64_t)ATT_WARPS + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= (int64_t)B * NH * T) return;
-  const int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((int64_t)T * NH));
-  const int hs = C / NH, C3 = 3 * C;
-  const float *d = dout + ((int64_t)b * T + t) * C + h * hs;
-  const float *vbase = qkv + (int64_t)b * T * C3 + 2 * C + h * hs;
-  const float *a = att + row * T;
-  float *da = datt + row * T;
-  float dot = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float *v = vbase + (int64_t)t2 * C3;
-    float s = 0.0f;
-    for (int i = 0; i < hs; i++) s += v[i] * d[i];
-    da[t2] = s;
-    dot += a[t2] * s;
-  }
-  dot = st_warp_sum(dot);
-  for (int t2 = lane; t2 <= t; t2 += 32) da[t2] = a[t2] * (da[t2] - dot) * scale;
-}
-
-/* dq[b,t,c] += sum_{t2<=t} dpre[b,h,t,t2] * k[b,t2,c]. */
-__global__ void attention_dq_kernel(float *dqkv, const float *dpre, const float *qkv, int B,
-                                    int T, int C, int NH) {
-  const int64_t n = (int64_t)B * T * C;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int c = (int)(i % C);
-    const int64_t bt = i / C;
-    const int t = (int)(bt % T), b = (int)(bt / T), h = c / (C / NH), C3 = 3 * C;
-    const float *p = dpre + (((int64_t)b * NH + h) * T + t) * T;
-    const float *k = qkv + (int64_t)b * T * C3 + C + c;
-    float *dq = dqkv + bt * C3 + c;
-    float acc = *dq;
-    for (int t2 = 0; t2 <= t; t2++) acc += p[t2] * k[(int64_t)t2 * C3];
-    *dq = acc;
+/* acc[i][j] = sum_d A[ty+16i][d] * Bm[tx+16j][d] */
+template <int HD>
+__device__ __forceinline__ void fa_dot(float acc[4][4], const float *A, const float *Bm, int ty,
+                                       int tx) {
+  constexpr int LD = HD + 1;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+#pragma unroll 8
+  for (int d = 0; d < HD; d++) {
+    float a[4], b[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) a[i] = A[(ty + 16 * i) * LD + d];
+#pragma unroll
+    for (int j = 0; j < 4; j++) b[j] = Bm[(tx + 16 * j) * LD + d];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
   }
 }
 
-/* For key/value position t2: dk[b,t2,c] += sum_{t>=t2} dpre[b,h,t,t2] * q[b,t,c] and
- * dv[b,t2,c] += sum_{t>=t2} att[b,h,t,t2] * dout[b,t,c], t ascending. */
-__global__ void attention_dkv_kernel(float *dqkv, const float *dpre, const float *att,
-                                     const float *dout, const float *qkv, int B, int T, int C,
-                                     int NH) {
-  const int64_t n = (int64_t)B * T * C;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int c = (int)(i % C);
-    const int64_t bt2 = i / C;
-    const int t2 = (int)(bt2 % T), b = (int)(bt2 / T), h = c / (C / NH), C3 = 3 * C;
-    const int64_t col = ((int64_t)b * NH + h) * T * T + t2; /* [b,h,t=0,t2] */
-    const float *q = qkv + (int64_t)b * T * C3 + c;
-    const float *d = dout + (int64_t)b * T * C + c;
-    float *dk = dqkv + bt2 * C3 + C + c, *dv = dqkv + bt2 * C3 + 2 * C + c;
-    float acck = *dk, accv = *dv;
-    for (int t = t2; t < T; t++) {
-      const int64_t at = col + (int64_t)t * T;
-      acck += dpre[at] * q[(int64_t)t * C3];
-      accv += att[at] * d[(int64_t)t * C];
+/* Two products sharing the row/column indices: s = A1 B1^T, t = A2 B2^T. */
+template <int HD>
+__device__ __forceinline__ void fa_dot2(float s[4][4], float u[4][4], const float *A1,
+                                        const float *B1, const float *A2, const float *B2,
+                                        int ty, int tx) {
+  constexpr int LD = HD + 1;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) s[i][j] = 0.0f, u[i][j] = 0.0f;
+#pragma unroll 4
+  for (int d = 0; d < HD; d++) {
+    float a[4], b[4], c[4], e[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) a[i] = A1[(ty + 16 * i) * LD + d], c[i] = A2[(ty + 16 * i) * LD + d];
+#pragma unroll
+    for (int j = 0; j < 4; j++) b[j] = B1[(tx + 16 * j) * LD + d], e[j] = B2[(tx + 16 * j) * LD + d];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        s[i][j] = fmaf(a[i], b[j], s[i][j]);
+        u[i][j] = fmaf(c[i], e[j], u[i][j]);
+      }
+  }
+}
+
+/* acc[i][j] += sum_c P[ty+16i][c] * M[c][tx+16j], c < 64, P stride FA_PLD. */
+template <int HD>
+__device__ __forceinline__ void fa_pm(float acc[4][HD / 16], const float *P, const float *M,
+                                      int ty, int tx) {
+  constexpr int LD = HD + 1, NJ = HD / 16;
+#pragma unroll 4
+  for (int c = 0; c < FA_T; c++) {
+    float p[4], m[NJ];
+#pragma unroll
+    for (int i = 0; i < 4; i++) p[i] = P[(ty + 16 * i) * FA_PLD + c];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) m[j] = M[c * LD + tx + 16 * j];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < NJ; j++) acc[i][j] = fmaf(p[i], m[j], acc[i][j]);
+  }
+}
+
+/* Reductions over the 16 lanes of a half-warp (the threads of one row). */
+__device__ __forceinline__ float fa_row_max(float v) {
+  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float fa_row_sum(float v) {
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH,
+                         float scale) {
+  constexpr int LD = HD + 1, NJ = HD / 16;
+  extern __shared__ float smem[];
+  float *Qs = smem, *Ks = Qs + FA_T * LD, *Vs = Ks + FA_T * LD, *Ps = Vs + FA_T * LD;
+  const int nq = (T + FA_T - 1) / FA_T;
+  const int qt = nq - 1 - (int)blockIdx.y; /* longest rows first */
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, q0 = qt * FA_T;
+  const float *base = qkv + (int64_t)b * T * C3 + h * hs;
+  fa_load<HD>(Qs, base, C3, q0, T, hs);
+  float m[4], l[4], o[4][NJ];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    m[i] = -INFINITY, l[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) o[i][j] = 0.0f;
+  }
+  for (int kt = 0; kt <= qt; kt++) {
+    const int k0 = kt * FA_T;
+    __syncthreads();
+    fa_load<HD>(Ks, base + C, C3, k0, T, hs);
+    fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
+    __syncthreads();
+    float s[4][4];
+    fa_dot<HD>(s, Qs, Ks, ty, tx);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int r = q0 + ty + 16 * i;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int c = k0 + tx + 16 * j;
+        s[i][j] = (c <= r && c < T) ? s[i][j] * scale : -INFINITY;
+        mx = fmaxf(mx, s[i][j]);
+      }
+      /* key k0 <= r and k0 < T: every row has a finite score in every tile */
+      const float mnew = fmaxf(m[i], fa_row_max(mx));
+      const float alpha = expf(m[i] - mnew);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const float p = expf(s[i][j] - mnew);
+        Ps[(ty + 16 * i) * FA_PLD + tx + 16 * j] = p;
+        sum += p;
+      }
+      l[i] = l[i] * alpha + fa_row_sum(sum);
+      m[i] = mnew;
+#pragma unroll
+      for (int j = 0; j < NJ; j++) o[i][j] *= alpha;
     }
-    *dk = acck;
-    *dv = accv;
+    __syncthreads();
+    fa_pm<HD>(o, Ps, Vs, ty, tx);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int r = q0 + ty + 16 * i;
+    if (r >= T) continue;
+    const float inv = 1.0f / l[i];
+    float *orow = out + ((int64_t)b * T + r) * C + h * hs;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      const int d = tx + 16 * j;
+      if (d < hs) orow[d] = o[i][j] * inv;
+    }
+    if (tx == 0) lse[(int64_t)bh * T + r] = m[i] + logf(l[i]);
   }
 }
 
-int64_t cuda_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T * T; }
+/* One block per (b, h, query tile): D (written to Dg) and dQ (added to dqkv). */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_dq_kernel(float *dqkv, float *Dg, const float *dout, const float *qkv,
+                    const float *lse, int T, int C, int NH, float scale) {
+  constexpr int LD = HD + 1, NJ = HD / 16;
+  extern __shared__ float smem[];
+  float *Qs = smem, *dOs = Qs + FA_T * LD, *Ks = dOs + FA_T * LD, *Vs = Ks + FA_T * LD;
+  float *dSs = Vs + FA_T * LD;
+  const int nq = (T + FA_T - 1) / FA_T;
+  const int qt = nq - 1 - (int)blockIdx.y;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, q0 = qt * FA_T;
+  const float *base = qkv + (int64_t)b * T * C3 + h * hs;
+  fa_load<HD>(Qs, base, C3, q0, T, hs);
+  fa_load<HD>(dOs, dout + (int64_t)b * T * C + h * hs, C, q0, T, hs);
+  float L[4], D[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int r = q0 + ty + 16 * i;
+    L[i] = r < T ? lse[(int64_t)bh * T + r] : 0.0f;
+    D[i] = 0.0f;
+  }
+  /* pass 1: D = sum_j P_ij dP_ij */
+  for (int kt = 0; kt <= qt; kt++) {
+    const int k0 = kt * FA_T;
+    __syncthreads();
+    fa_load<HD>(Ks, base + C, C3, k0, T, hs);
+    fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
+    __syncthreads();
+    float s[4][4], dp[4][4];
+    fa_dot2<HD>(s, dp, Qs, Ks, dOs, Vs, ty, tx);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int r = q0 + ty + 16 * i;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int c = k0 + tx + 16 * j;
+        const float p = (c <= r && r < T) ? expf(s[i][j] * scale - L[i]) : 0.0f;
+        D[i] = fmaf(p, dp[i][j], D[i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    D[i] = fa_row_sum(D[i]);
+    const int r = q0 + ty + 16 * i;
+    if (tx == 0 && r < T) Dg[(int64_t)bh * T + r] = D[i];
+  }
+  /* pass 2: dS = P (dP - D) scale, dQ += dS K */
+  float dq[4][NJ];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < NJ; j++) dq[i][j] = 0.0f;
+  for (int kt = 0; kt <= qt; kt++) {
+    const int k0 = kt * FA_T;
+    __syncthreads();
+    fa_load<HD>(Ks, base + C, C3, k0, T, hs);
+    fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
+    __syncthreads();
+    float s[4][4], dp[4][4];
+    fa_dot2<HD>(s, dp, Qs, Ks, dOs, Vs, ty, tx);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int r = q0 + ty + 16 * i;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int c = k0 + tx + 16 * j;
+        const float p = (c <= r && r < T) ? expf(s[i][j] * scale - L[i]) : 0.0f;
+        dSs[(ty + 16 * i) * FA_PLD + tx + 16 * j] = p * (dp[i][j] - D[i]) * scale;
+      }
+    }
+    __syncthreads();
+    fa_pm<HD>(dq, dSs, Ks, ty, tx);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int r = q0 + ty + 16 * i;
+    if (r >= T) continue;
+    float *g = dqkv + ((int64_t)b * T + r) * C3 + h * hs;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      const int d = tx + 16 * j;
+      if (d < hs) g[d] += dq[i][j];
+    }
+  }
+}
+
+/* One block per (b, h, key tile): dK and dV (added to dqkv). Here a thread's
+ * micro-tile rows are keys (ty + 16i) and its columns queries (tx + 16j). */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_dkv_kernel(float *dqkv, const float *Dg, const float *dout, const float *qkv,
+                     const float *lse, int T, int C, int NH, float scale) {
+  constexpr int LD = HD + 1, NJ = HD / 16;
+  extern __shared__ float smem[];
+  float *Ks = smem, *Vs = Ks + FA_T * LD, *Qs = Vs + FA_T * LD, *dOs = Qs + FA_T * LD;
+  float *Ps = dOs + FA_T * LD, *dSs = Ps + FA_T * FA_PLD, *Ls = dSs + FA_T * FA_PLD;
+  float *Ds = Ls + FA_T;
+  const int nq = (T + FA_T - 1) / FA_T;
+  const int kt = blockIdx.y; /* key tile 0 has the most query tiles: first */
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, k0 = kt * FA_T;
+  const float *base = qkv + (int64_t)b * T * C3 + h * hs;
+  const float *dobase = dout + (int64_t)b * T * C + h * hs;
+  fa_load<HD>(Ks, base + C, C3, k0, T, hs);
+  fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
+  float dk[4][NJ], dv[4][NJ];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < NJ; j++) dk[i][j] = 0.0f, dv[i][j] = 0.0f;
+  for (int qt = kt; qt < nq; qt++) {
+    const int q0 = qt * FA_T;
+    __syncthreads();
+    fa_load<HD>(Qs, base, C3, q0, T, hs);
+    fa_load<HD>(dOs, dobase, C, q0, T, hs);
+    if (threadIdx.x < FA_T) {
+      const int r = q0 + threadIdx.x;
+      Ls[threadIdx.x] = r < T ? lse[(int64_t)bh * T + r] : 0.0f;
+      Ds[threadIdx.x] = r < T ? Dg[(int64_t)bh * T + r] : 0.0f;
+    }
+    __syncthreads();
+    float s[4][4], dp[4][4];
+    fa_dot2<HD>(s, dp, Ks, Qs, Vs, dOs, ty, tx);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int rl = tx + 16 * j, r = q0 + rl;
+      const float Lr = Ls[rl], Dr = Ds[rl];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int c = k0 + ty + 16 * i;
+        const float p = (c <= r && r < T) ? expf(s[i][j] * scale - Lr) : 0.0f;
+        Ps[(ty + 16 * i) * FA_PLD + rl] = p;
+        dSs[(ty + 16 * i) * FA_PLD + rl] = p * (dp[i][j] - Dr) * scale;
+      }
+    }
+    __syncthreads();
+    fa_pm<HD>(dv, Ps, dOs, ty, tx);
+    fa_pm<HD>(dk, dSs, Qs, ty, tx);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int c = k0 + ty + 16 * i;
+    if (c >= T) continue;
+    float *g = dqkv + ((int64_t)b * T + c) * C3 + C + h * hs;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      const int d = tx + 16 * j;
+      if (d < hs) g[d] += dk[i][j], g[C + d] += dv[i][j];
+    }
+  }
+}
+
+template <int HD>
+static size_t fa_forward_smem() { return (size_t)(3 * FA_T * (HD + 1) + FA_T * FA_PLD) * sizeof(float); }
+template <int HD>
+static size_t fa_dq_smem() { return (size_t)(4 * FA_T * (HD + 1) + FA_T * FA_PLD) * sizeof(float); }
+template <int HD>
+static size_t fa_dkv_smem() {
+  return (size_t)(4 * FA_T * (HD + 1) + 2 * FA_T * FA_PLD + 2 * FA_T) * sizeof(float);
+}
+
+template <int HD>
+static void fa_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                       float scale) {
+  const size_t sm = fa_forward_smem<HD>();
+  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HD>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+  const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_T - 1) / FA_T));
+  flash_forward_kernel<HD><<<grid, FA_THREADS, sm>>>(out, lse, qkv, T, C, NH, scale);
+  ST_CUDA_LAUNCHED();
+}
+
+template <int HD>
+static void fa_backward(float *dqkv, float *D, const float *dout, const float *qkv,
+                        const float *lse, int B, int T, int C, int NH, float scale) {
+  const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_T - 1) / FA_T));
+  const size_t sq = fa_dq_smem<HD>(), skv = fa_dkv_smem<HD>();
+  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<HD>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq));
+  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dkv_kernel<HD>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv));
+  flash_dq_kernel<HD><<<grid, FA_THREADS, sq>>>(dqkv, D, dout, qkv, lse, T, C, NH, scale);
+  ST_CUDA_LAUNCHED();
+  flash_dkv_kernel<HD><<<grid, FA_THREADS, skv>>>(dqkv, D, dout, qkv, lse, T, C, NH, scale);
+  ST_CUDA_LAUNCHED();
+}
+
+int64_t cuda_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T; }
 
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH) {
-  const int64_t rows = (int64_t)B * NH * T, n = (int64_t)B * T * C;
-  if (rows == 0 || n == 0) return;
-  const float scale = 1.0f / sqrtf((float)(C / NH));
-  attention_softmax_kernel<<<st_blocks(rows, ATT_WARPS), ATT_THREADS>>>(att, qkv, B, T, C, NH,
-                                                                       scale);
-  ST_CUDA_LAUNCHED();
-  attention_value_kernel<<<st_blocks_capped(n, ATT_THREADS), ATT_THREADS>>>(out, att, qkv, B, T,
-                                                                           C, NH);
-  ST_CUDA_LAUNCHED();
+  if ((int64_t)B * T * C == 0) return;
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+  if (hs <= 32) fa_forward<32>(out, att, qkv, B, T, C, NH, scale);
+  else if (hs <= 64) fa_forward<64>(out, att, qkv, B, T, C, NH, scale);
+  else if (hs <= 128) fa_forward<128>(out, att, qkv, B, T, C, NH, scale);
+  else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
 
 void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH) {
-  const int64_t rows = (int64_t)B * NH * T, n = (int64_t)B * T * C;
-  if (rows == 0 || n == 0) return;
-  const float scale = 1.0f / sqrtf((float)(C / NH));
-  attention_dpre_kernel<<<st_blocks(rows, ATT_WARPS), ATT_THREADS>>>(datt, dout, qkv, att, B, T,
-                                                                    C, NH, scale);
-  ST_CUDA_LAUNCHED();
-  attention_dq_kernel<<<st_blocks_capped(n, ATT_THREADS), ATT_THREADS>>>(dqkv, datt, qkv, B, T,
-                                                                        C, NH);
-  ST_CUDA_LAUNCHED();
-  attention_dkv_kernel<<<st_blocks_capped(n, ATT_THREADS), ATT_THREADS>>>(dqkv, datt, att, dout,
-                                                                         qkv, B, T, C, NH);
-  ST_CUDA_LAUNCHED();
+  if ((int64_t)B * T * C == 0) return;
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+  if (hs <= 32) fa_backward<32>(dqkv, datt, dout, qkv, att, B, T, C, NH, scale);
+  else if (hs <= 64) fa_backward<64>(dqkv, datt, dout, qkv, att, B, T, C, NH, scale);
+  else if (hs <= 128) fa_backward<128>(dqkv, datt, dout, qkv, att, B, T, C, NH, scale);
+  else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
