@@ -13,6 +13,9 @@
 
 #include "util/error.h"
 
+/* The MPI communicator comes first: the MPI implementation's host operations
+ * (broadcast, barrier, scalar reductions) read c->impl as an MPI_Comm*, and
+ * a pointer to a struct is a pointer to its first member. */
 typedef struct {
   MPI_Comm mpi;
   ncclComm_t nccl;
@@ -109,23 +112,6 @@ static int nccl_all_gather(st_comm *c, const float *send, float *recv, size_t co
                 "all-gather", count);
 }
 
-/* Host-side operations stay on MPI. */
-static int mpi_broadcast(st_comm *c, void *buf, size_t bytes, int root) {
-  return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, impl_of(c)->mpi) == MPI_SUCCESS
-             ? 0 : st_error_set("MPI broadcast failed");
-}
-static int mpi_barrier(st_comm *c) {
-  return MPI_Barrier(impl_of(c)->mpi) == MPI_SUCCESS ? 0 : st_error_set("MPI barrier failed");
-}
-static int mpi_double_sum(st_comm *c, double *buf, size_t count) {
-  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, MPI_SUM, impl_of(c)->mpi) ==
-                 MPI_SUCCESS ? 0 : st_error_set("MPI all-reduce failed");
-}
-static int mpi_int_max(st_comm *c, int *buf, size_t count) {
-  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_INT, MPI_MAX, impl_of(c)->mpi) ==
-                 MPI_SUCCESS ? 0 : st_error_set("MPI all-reduce failed");
-}
-
 /* NCCL reads its buffer settings from the environment at init: set ours
  * only where the user has not, so an explicit NCCL_BUFFSIZE always wins. */
 static void set_env_default(const char *name, long long v) {
@@ -136,12 +122,14 @@ static void set_env_default(const char *name, long long v) {
 }
 
 int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
+  /* Start from the MPI implementation (host operations, rank, world), then
+   * move its communicator into our state and replace the device collectives. */
+  if (st_comm_mpi_init(c)) return -1;
   nccl_impl *n = calloc(1, sizeof *n);
   if (!n) return st_error_set("out of host memory");
+  n->mpi = *(MPI_Comm *)c->impl;
+  free(c->impl);
   c->impl = n;
-  MPI_Comm_dup(MPI_COMM_WORLD, &n->mpi);
-  MPI_Comm_rank(n->mpi, &c->rank);
-  MPI_Comm_size(n->mpi, &c->world);
   c->backend = "nccl";
   c->step = 0;
   n->timeout_s = o->timeout_s;
@@ -177,10 +165,6 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
   c->reduce_scatter_sum = nccl_reduce_scatter_sum;
   c->reduce_scatterv_sum = nccl_reduce_scatterv_sum;
   c->all_gather = nccl_all_gather;
-  c->broadcast = mpi_broadcast;
-  c->barrier = mpi_barrier;
-  c->all_reduce_double_sum = mpi_double_sum;
-  c->all_reduce_int_max = mpi_int_max;
   return 0;
 }
 
