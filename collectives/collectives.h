@@ -26,8 +26,10 @@ struct st_comm {
    * first-to-last in rank order; rank r receives the sum of block r
    * (counts[r] elements, possibly 0). Used by ZeRO 2 for one bucket. */
   int (*reduce_scatterv_sum)(st_comm *c, const float *send, const size_t *counts, float *recv);
-  /* every rank contributes count elements; recv holds world*count, rank order */
-  int (*all_gather)(st_comm *c, const float *send, float *recv, size_t count);
+  /* every rank contributes count elements of elem_size bytes (4: fp32, 2:
+   * bf16/fp16 working weights); recv holds world*count, rank order. send may
+   * be recv's own block (in place). */
+  int (*all_gather)(st_comm *c, const void *send, void *recv, size_t count, size_t elem_size);
   /* bytes from root to all */
   int (*broadcast)(st_comm *c, void *buf, size_t bytes, int root);
   int (*barrier)(st_comm *c);

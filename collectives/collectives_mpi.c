@@ -52,12 +52,15 @@ static int mpi_reduce_scatterv_sum(st_comm *c, const float *send, const size_t *
   return check(err, "reduce-scatter", total);
 }
 
-static int mpi_all_gather(st_comm *c, const float *send, float *recv, size_t count) {
+static int mpi_all_gather(st_comm *c, const void *send, void *recv, size_t count,
+                          size_t elem_size) {
   if (count > MAX_PIECE) return st_error_set("all-gather block of %zu elements too large", count);
+  MPI_Datatype t = elem_size == 4 ? MPI_FLOAT : MPI_UINT16_T;
   /* send may alias recv's own block: MPI requires MPI_IN_PLACE for that. */
-  const void *s = send == recv + (size_t)c->rank * count ? MPI_IN_PLACE : send;
-  return check(MPI_Allgather(s, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, comm_of(c)),
-               "all-gather", count);
+  const void *s = send == (const char *)recv + (size_t)c->rank * count * elem_size ? MPI_IN_PLACE
+                                                                                   : send;
+  return check(MPI_Allgather(s, (int)count, t, recv, (int)count, t, comm_of(c)), "all-gather",
+               count);
 }
 
 static int mpi_broadcast(st_comm *c, void *buf, size_t bytes, int root) {

@@ -106,10 +106,12 @@ static int nccl_reduce_scatterv_sum(st_comm *c, const float *send, const size_t 
   return issued(c, r, "reduce-scatter (bucket)", off);
 }
 
-static int nccl_all_gather(st_comm *c, const float *send, float *recv, size_t count) {
+static int nccl_all_gather(st_comm *c, const void *send, void *recv, size_t count,
+                           size_t elem_size) {
   nccl_impl *n = impl_of(c);
-  return issued(c, ncclAllGather(send, recv, count, ncclFloat, n->nccl, n->stream),
-                "all-gather", count);
+  /* A gather moves bits: any 2-byte type serves bf16 and fp16 alike. */
+  ncclDataType_t t = elem_size == 4 ? ncclFloat : ncclBfloat16;
+  return issued(c, ncclAllGather(send, recv, count, t, n->nccl, n->stream), "all-gather", count);
 }
 
 /* NCCL reads its buffer settings from the environment at init: set ours

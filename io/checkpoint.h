@@ -36,6 +36,13 @@ typedef struct {
   uint64_t rng_state[2];
   int world_size;
   int zero_stage;
+  /* fp16 loss scaler (rank/loss_scaler.h); has_scaler 0 when the index has
+   * none (checkpoints written before it existed: the scaler starts fresh). */
+  int has_scaler;
+  double loss_scale;
+  int64_t scaler_clean_steps;
+  int scaler_hysteresis_left;
+  int64_t skipped_steps;
   char config_json[8192]; /* run configuration (model shape + training) */
 } st_ckpt_meta;
 

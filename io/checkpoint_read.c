@@ -141,6 +141,12 @@ static int read_meta_attrs(hid_t f, const char *step_dir, st_ckpt_meta *m) {
   if (missing)
     return ckpt_err("checkpoint %s: index.h5 lacks the root attribute '%s'; it was not "
                     "written by shardtrain or is damaged: %s", step_dir, missing, k_earlier);
+  /* Optional: the loss scaler's state arrived after format_version 1. */
+  m->has_scaler = !st_h5_attr_get_double(f, "loss_scale", &m->loss_scale) &&
+                  !st_h5_attr_get_i64(f, "loss_scale_clean_steps", &m->scaler_clean_steps) &&
+                  !st_h5_attr_get_int(f, "loss_scale_hysteresis_left",
+                                      &m->scaler_hysteresis_left) &&
+                  !st_h5_attr_get_i64(f, "skipped_steps", &m->skipped_steps);
   return 0;
 }
 

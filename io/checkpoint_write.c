@@ -248,6 +248,10 @@ static int write_index_attrs(hid_t f, const st_param_table *tab, const st_partit
          st_h5_attr_put_u64s(f, "rng_state", meta->rng_state, 2) ||
          st_h5_attr_put_int(f, "world_size", meta->world_size) ||
          st_h5_attr_put_int(f, "zero_stage", meta->zero_stage) ||
+         st_h5_attr_put_double(f, "loss_scale", meta->has_scaler ? meta->loss_scale : 1.0) ||
+         st_h5_attr_put_i64(f, "loss_scale_clean_steps", meta->scaler_clean_steps) ||
+         st_h5_attr_put_int(f, "loss_scale_hysteresis_left", meta->scaler_hysteresis_left) ||
+         st_h5_attr_put_i64(f, "skipped_steps", meta->skipped_steps) ||
          st_h5_attr_put_str(f, "build_version", SHARDTRAIN_VERSION) ||
          st_h5_attr_put_int(f, "rank_files", part->world) ||
          st_h5_attr_put_i64(f, "total_elements", tab->total) ||

@@ -20,4 +20,11 @@ static inline const char *st_dtype_name(st_dtype d) {
   return d == ST_BF16 ? "bf16" : d == ST_FP16 ? "fp16" : "fp32";
 }
 
+/* Host conversions between fp32 and a storage dtype, n elements, rounding
+ * to nearest even (the rounding of CUDA's __float2bfloat16_rn and
+ * __float2half_rn; fp16 overflow gives inf, underflow subnormals or 0).
+ * dst and src must not overlap. For ST_FP32 they copy. */
+void st_dtype_from_f32(st_dtype d, void *dst, const float *src, size_t n);
+void st_dtype_to_f32(st_dtype d, float *dst, const void *src, size_t n);
+
 #endif

@@ -2,7 +2,13 @@
  *
  * The trainer calls ops only through an st_ops table, so the same forward and
  * backward schedule runs on the CPU reference (kernels/cpu/, fp32, OpenMP) or
- * on CUDA (kernels/cuda/, later). Shapes are row-major; N = B*T rows.
+ * on CUDA (kernels/cuda/). Shapes are row-major; N = B*T rows.
+ *
+ * Dtypes: a table has one storage dtype (`dtype`, kernels/dtype.h). Every
+ * `void *` tensor below (activations, their gradients, the working copy of
+ * the weights) is in that dtype; every `float *` is fp32 whatever the table
+ * (parameter gradients, LayerNorm statistics, attention state, losses,
+ * master weights, Adam moments). Arithmetic is fp32 inside every op.
  * Backward ops ACCUMULATE (+=) into parameter gradients and into input
  * gradients, so callers zero gradient buffers once per micro-batch.
  * Reductions run in a fixed order independent of the thread count, so a run
@@ -14,8 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/dtype.h"
+
 typedef struct {
-  const char *name;
+  const char *name;   /* "cpu-fp32", "cuda-bf16", ... */
+  st_dtype dtype;     /* storage dtype of the void * tensors */
 
   /* Memory the ops read and write: host memory for the CPU backend, device
    * memory for CUDA. alloc returns zeroed memory or NULL. Copies are
@@ -27,27 +36,27 @@ typedef struct {
   void (*to_host)(void *host_dst, const void *src, size_t bytes);
 
   /* out[B,T,C] = wte[inp[b,t]] + wpe[t].  inp: token ids in [0, V). */
-  void (*encoder_forward)(float *out, const int *inp, const float *wte,
-                          const float *wpe, int B, int T, int C);
+  void (*encoder_forward)(void *out, const int *inp, const void *wte,
+                          const void *wpe, int B, int T, int C);
   /* dwte[inp] += dout; dwpe[t] += sum_b dout[b,t]. */
-  void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+  void (*encoder_backward)(float *dwte, float *dwpe, const void *dout,
                            const int *inp, int B, int T, int C);
 
   /* LayerNorm over the last dim (eps 1e-5). mean/rstd [N] saved for backward. */
-  void (*layernorm_forward)(float *out, float *mean, float *rstd,
-                            const float *inp, const float *w, const float *b,
+  void (*layernorm_forward)(void *out, float *mean, float *rstd,
+                            const void *inp, const void *w, const void *b,
                             int N, int C);
-  void (*layernorm_backward)(float *dinp, float *dw, float *db,
-                             const float *dout, const float *inp,
-                             const float *w, const float *mean,
+  void (*layernorm_backward)(void *dinp, float *dw, float *db,
+                             const void *dout, const void *inp,
+                             const void *w, const float *mean,
                              const float *rstd, int N, int C);
 
   /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
-  void (*matmul_forward)(float *out, const float *inp, const float *w,
-                         const float *bias, int N, int C, int OC);
+  void (*matmul_forward)(void *out, const void *inp, const void *w,
+                         const void *bias, int N, int C, int OC);
   /* dinp += dout @ w; dw += dout^T @ inp; dbias += colsum(dout) (if not NULL). */
-  void (*matmul_backward)(float *dinp, float *dw, float *dbias,
-                          const float *dout, const float *inp, const float *w,
+  void (*matmul_backward)(void *dinp, float *dw, float *dbias,
+                          const void *dout, const void *inp, const void *w,
                           int N, int C, int OC);
 
   /* Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v per row, heads
@@ -56,35 +65,41 @@ typedef struct {
    * reference keeps the softmax [B,NH,T,T]; a flash-attention backend keeps
    * only per-row statistics (O(B*NH*T)), so no T x T matrix exists. */
   int64_t (*attention_state_floats)(int B, int T, int NH);
-  void (*attention_forward)(float *out, float *att, const float *qkv,
+  void (*attention_forward)(void *out, float *att, const void *qkv,
                             int B, int T, int C, int NH);
-  void (*attention_backward)(float *dqkv, float *datt, const float *dout,
-                             const float *qkv, const float *att,
+  /* out: forward's output (flash backends take D = rowsum(dO * O) from it). */
+  void (*attention_backward)(void *dqkv, float *datt, const void *dout,
+                             const void *qkv, const void *out, const float *att,
                              int B, int T, int C, int NH);
 
   /* GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2). */
-  void (*gelu_forward)(float *out, const float *inp, int64_t n);
-  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int64_t n);
+  void (*gelu_forward)(void *out, const void *inp, int64_t n);
+  void (*gelu_backward)(void *dinp, const void *inp, const void *dout, int64_t n);
 
   /* out = a + b, n elements. */
-  void (*residual_forward)(float *out, const float *a, const float *b, int64_t n);
+  void (*residual_forward)(void *out, const void *a, const void *b, int64_t n);
+  /* dst += src, n fp32 elements (gradient shards). */
+  void (*accumulate_f32)(float *dst, const float *src, int64_t n);
 
   /* Softmax over the first V of Vp logits per row (padded columns get
    * probability 0), loss[N] = -log p[target], and, when dlogits is not NULL,
    * dlogits[N,Vp] = (p - onehot(target)) * dloss (padded columns get 0).
    * logits may alias dlogits. Returns nothing; targets in [0, V). */
-  void (*softmax_crossentropy)(float *loss, float *dlogits, const float *logits,
+  void (*softmax_crossentropy)(float *loss, void *dlogits, const void *logits,
                                const int *targets, float dloss, int N, int V, int Vp);
 
   /* One AdamW step on n elements (Loshchilov & Hutter 2019, the form of
    * torch.optim.AdamW): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
    * p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), with bias corrections
-   * 1-b1^t and 1-b2^t. g is scaled by grad_scale first (clipping). t >= 1. */
+   * 1-b1^t and 1-b2^t. g is scaled by grad_scale first (clipping, loss
+   * scale). t >= 1. p is the fp32 master copy; when work is not NULL the
+   * updated p is also written to work[n] in the storage dtype. */
   void (*adamw_update)(float *p, const float *g, float *m, float *v, int64_t n,
                        float lr, float b1, float b2, float eps, float wd,
-                       float grad_scale, int64_t t);
+                       float grad_scale, int64_t t, void *work);
 
-  /* Sum of squares of n elements, accumulated in double. */
+  /* Sum of squares of n elements, accumulated in double; inf or nan when
+   * any element is (the loss scaler's overflow test). */
   double (*sum_squares)(const float *x, int64_t n);
 } st_ops;
 

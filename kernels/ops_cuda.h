@@ -3,10 +3,10 @@
  * Built only when the build has a CUDA toolkit (SHARDTRAIN_HAVE_CUDA). The
  * table's memory functions work on device memory of the current device, so
  * a rank binds its GPU (st_cuda_bind_device) before the first op or alloc.
- * This version computes in fp32 (matmuls through cuBLASLt with
- * CUBLAS_COMPUTE_32F, attention materialising att[B,NH,T,T] like the CPU
- * reference); every reduction runs in a fixed order, so results are
- * bit-for-bit repeatable on the same GPU model.
+ * One table per storage dtype (fp32, bf16, fp16): arithmetic is fp32 inside
+ * every kernel, matmuls go through cuBLASLt (fp32 compute; bf16/fp16 inputs
+ * on tensor cores), attention is flash attention. Every reduction runs in a
+ * fixed order, so results are bit-for-bit repeatable on the same GPU model.
  */
 #ifndef ST_OPS_CUDA_H
 #define ST_OPS_CUDA_H
@@ -19,8 +19,9 @@
 extern "C" {
 #endif
 
-/* The CUDA fp32 implementation of every op (see kernels/ops.h). */
-const st_ops *st_ops_cuda(void);
+/* The CUDA implementation of every op with storage dtype dt (see
+ * kernels/ops.h and kernels/dtype.h). */
+const st_ops *st_ops_cuda(st_dtype dt);
 
 /* Number of visible CUDA devices; 0 when there is none, no driver, or the
  * driver is too old for this build. Never aborts. */

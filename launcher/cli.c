@@ -154,6 +154,12 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     INT_FLAG("--nccl-cga", -1, 8, rc->nccl_cga)
     INT_FLAG("--nccl-min-ctas", 0, 64, rc->nccl_min_ctas)
     INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)
+    if (strcmp(f, "--loss-scale-max") == 0) {
+      float t;
+      if (parse_float(f, v, 1.0, 3.0e38, &t)) return -1;
+      rc->loss_scale_max = t;
+      continue;
+    }
     if (strcmp(f, "--nccl-timeout") == 0) {
       float t;
       if (parse_float(f, v, 0.0, 1e6, &t)) return -1;
@@ -199,7 +205,7 @@ void st_cli_print_train_usage(void) {
       "          --global-batch G (sequences per optimizer step, default 16;\n"
       "            gradient accumulation = G / (B * ranks))\n"
       "  system  --zero 0|1|2 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
-      "          --recompute none|selective|full\n"
+      "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"

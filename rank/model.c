@@ -10,18 +10,56 @@
 
 #include "util/error.h"
 
-static int64_t acts_floats(const st_ops *ops, const st_model_config *c, int B, int T) {
-  const int64_t BT = (int64_t)B * T, C = c->n_embd, L = c->n_layer;
-  const int64_t att = ops->attention_state_floats(B, T, c->n_head);
-  int64_t per_block = BT * (C * 7 + 3 * C + 8 * C + 4) + att;
-  int64_t scratch = BT * (C * 3 + 3 * C + 8 * C) + att;
-  return BT * C + L * per_block + BT * (C + 2) + BT * c->padded_vocab_size + BT + scratch;
+/* Carves buffers out of one allocation. With base == NULL it only
+ * measures, so sizing and layout come from the same code. */
+typedef struct {
+  char *base;
+  size_t off;
+} carver;
+
+static void *take(carver *cv, int64_t n, size_t elem) {
+  cv->off = (cv->off + 255) & ~(size_t)255; /* vector loads and cuBLASLt like alignment */
+  void *p = cv->base ? cv->base + cv->off : NULL;
+  cv->off += (size_t)n * elem;
+  return p;
 }
 
-static float *take(float **cursor, int64_t n) {
-  float *p = *cursor;
-  *cursor += n;
-  return p;
+static void layout_acts(st_model *m, carver *cv) {
+  const st_model_config *c = &m->cfg;
+  const int64_t BT = (int64_t)m->B * m->T, C = c->n_embd;
+  const int64_t natt = m->ops->attention_state_floats(m->B, m->T, c->n_head);
+  const size_t es = m->es, f4 = sizeof(float);
+  m->encoded = take(cv, BT * C, es);
+  for (int l = 0; l < c->n_layer; l++) {
+    st_block_acts *a = &m->blk[l];
+    a->ln1 = take(cv, BT * C, es);
+    a->ln1_mean = take(cv, BT, f4);
+    a->ln1_rstd = take(cv, BT, f4);
+    a->qkv = take(cv, BT * 3 * C, es);
+    a->atty = take(cv, BT * C, es);
+    a->att = take(cv, natt, f4);
+    a->attproj = take(cv, BT * C, es);
+    a->residual2 = take(cv, BT * C, es);
+    a->ln2 = take(cv, BT * C, es);
+    a->ln2_mean = take(cv, BT, f4);
+    a->ln2_rstd = take(cv, BT, f4);
+    a->fch = take(cv, BT * 4 * C, es);
+    a->fch_gelu = take(cv, BT * 4 * C, es);
+    a->fcproj = take(cv, BT * C, es);
+    a->residual3 = take(cv, BT * C, es);
+  }
+  m->lnf = take(cv, BT * C, es);
+  m->lnf_mean = take(cv, BT, f4);
+  m->lnf_rstd = take(cv, BT, f4);
+  m->logits = take(cv, BT * c->padded_vocab_size, es);
+  m->losses = take(cv, BT, f4);
+  m->dres = take(cv, BT * C, es);
+  m->dln = take(cv, BT * C, es);
+  m->datty = take(cv, BT * C, es);
+  m->dqkv = take(cv, BT * 3 * C, es);
+  m->dfch = take(cv, BT * 4 * C, es);
+  m->dfch_gelu = take(cv, BT * 4 * C, es);
+  m->datt = take(cv, natt, f4);
 }
 
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
@@ -31,61 +69,57 @@ int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, in
   m->ops = ops;
   m->B = B;
   m->T = T;
+  m->es = st_dtype_size(ops->dtype);
   if (st_param_table_build(cfg, &m->tab)) return -1;
   m->padded_total = (m->tab.total + pad_multiple - 1) / pad_multiple * pad_multiple;
-  size_t pbytes = (size_t)m->padded_total * sizeof(float);
+  m->blk = calloc((size_t)cfg->n_layer + 1, sizeof *m->blk);
+  if (!m->blk) return st_error_set("out of host memory for the model's activation table");
+  carver measure = {NULL, 0};
+  layout_acts(m, &measure);
+  m->act_bytes = measure.off;
+  size_t pbytes = (size_t)m->padded_total * m->es, gbytes = (size_t)m->padded_total * sizeof(float);
   m->params = ops->alloc(pbytes);
-  m->grads = ops->alloc(pbytes);
-  int64_t na = acts_floats(ops, cfg, B, T);
-  m->act_mem = ops->alloc((size_t)na * sizeof(float));
+  m->grads = ops->alloc(gbytes);
+  m->act_mem = ops->alloc(m->act_bytes);
   m->losses_host = calloc((size_t)B * T, sizeof(float));
-  m->blk = calloc((size_t)cfg->n_layer, sizeof *m->blk);
-  if (!m->params || !m->grads || !m->act_mem || !m->losses_host || !m->blk) {
+  if (!m->params || !m->grads || !m->act_mem || !m->losses_host) {
+    double mib = (pbytes + gbytes + (double)m->act_bytes) / 1048576.0;
     st_model_free(m);
     return st_error_set("cannot allocate %.1f MiB of %s memory for the model "
                         "(parameters, gradients, activations); lower --micro-batch or --seq-len",
-                        (2.0 * pbytes + na * 4.0) / 1048576.0, ops->name);
+                        mib, ops->name);
   }
-  if (st_param_views_bind(cfg, &m->tab, m->params, &m->p) ||
-      st_param_views_bind(cfg, &m->tab, m->grads, &m->g))
+  if (st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p) ||
+      st_param_views_bind(cfg, &m->tab, m->grads, sizeof(float), &m->g))
     return -1;
   /* Table order: wte, wpe, 12 tensors per block, ln_f: blocks are one
    * contiguous range of equal-sized pieces. */
   m->block_begin = m->tab.t[2].offset;
   m->block_numel = cfg->n_layer > 0 ? m->tab.t[2 + 12].offset - m->block_begin : 0;
-  const int64_t BT = (int64_t)B * T, C = cfg->n_embd, NHTT = ops->attention_state_floats(B, T, cfg->n_head);
-  float *cur = m->act_mem;
-  m->encoded = take(&cur, BT * C);
-  for (int l = 0; l < cfg->n_layer; l++) {
-    st_block_acts *a = &m->blk[l];
-    a->ln1 = take(&cur, BT * C);
-    a->ln1_mean = take(&cur, BT);
-    a->ln1_rstd = take(&cur, BT);
-    a->qkv = take(&cur, BT * 3 * C);
-    a->atty = take(&cur, BT * C);
-    a->att = take(&cur, NHTT);
-    a->attproj = take(&cur, BT * C);
-    a->residual2 = take(&cur, BT * C);
-    a->ln2 = take(&cur, BT * C);
-    a->ln2_mean = take(&cur, BT);
-    a->ln2_rstd = take(&cur, BT);
-    a->fch = take(&cur, BT * 4 * C);
-    a->fch_gelu = take(&cur, BT * 4 * C);
-    a->fcproj = take(&cur, BT * C);
-    a->residual3 = take(&cur, BT * C);
-  }
-  m->lnf = take(&cur, BT * C);
-  m->lnf_mean = take(&cur, BT);
-  m->lnf_rstd = take(&cur, BT);
-  m->logits = take(&cur, BT * cfg->padded_vocab_size);
-  m->losses = take(&cur, BT);
-  m->dres = take(&cur, BT * C);
-  m->dln = take(&cur, BT * C);
-  m->datty = take(&cur, BT * C);
-  m->dqkv = take(&cur, BT * 3 * C);
-  m->dfch = take(&cur, BT * 4 * C);
-  m->dfch_gelu = take(&cur, BT * 4 * C);
-  m->datt = take(&cur, NHTT);
+  carver cv = {m->act_mem, 0};
+  layout_acts(m, &cv);
+  return 0;
+}
+
+int st_model_set_weights(st_model *m, const float *host) {
+  size_t n = (size_t)m->padded_total, bytes = n * m->es;
+  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes);
+  if (m->ops->dtype != ST_FP32 && !staged)
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
+  if (staged) st_dtype_from_f32(m->ops->dtype, staged, host, n);
+  m->ops->to_device(m->params, staged ? staged : host, bytes);
+  free(staged);
+  return 0;
+}
+
+int st_model_get_weights(const st_model *m, float *host) {
+  size_t n = (size_t)m->padded_total, bytes = n * m->es;
+  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes);
+  if (m->ops->dtype != ST_FP32 && !staged)
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
+  m->ops->to_host(staged ? staged : host, m->params, bytes);
+  if (staged) st_dtype_to_f32(m->ops->dtype, host, staged, n);
+  free(staged);
   return 0;
 }
 
@@ -110,12 +144,10 @@ static void fill_normal(float *x, int64_t n, float std, st_rng *rng) {
   for (int64_t i = 0; i < n; i++) x[i] = std * st_rng_normal(rng);
 }
 
-int st_model_init_weights(st_model *m, st_rng *rng) {
+int st_model_draw_weights(const st_model *m, st_rng *rng, float *host) {
   const st_model_config *c = &m->cfg;
   const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
-  size_t bytes = (size_t)m->padded_total * sizeof(float);
-  float *host = calloc(1, bytes);
-  if (!host) return st_error_set("cannot allocate %zu bytes of host memory for initial weights", bytes);
+  memset(host, 0, (size_t)m->padded_total * sizeof(float));
   for (int i = 0; i < m->tab.n; i++) {
     const st_tensor *t = &m->tab.t[i];
     float *x = host + t->offset;
@@ -128,9 +160,16 @@ int st_model_init_weights(st_model *m, st_rng *rng) {
       for (int64_t k = 0; k < t->numel; k++) x[k] = 1.0f;
     }
   }
-  m->ops->to_device(m->params, host, bytes);
-  free(host);
   return 0;
+}
+
+int st_model_init_weights(st_model *m, st_rng *rng) {
+  size_t bytes = (size_t)m->padded_total * sizeof(float);
+  float *host = malloc(bytes);
+  if (!host) return st_error_set("cannot allocate %zu bytes of host memory for initial weights", bytes);
+  int rc = st_model_draw_weights(m, rng, host) || st_model_set_weights(m, host) ? -1 : 0;
+  free(host);
+  return rc;
 }
 
 /* Elements of the head gradient buffer: wte + wpe, then ln_f. */
@@ -167,7 +206,7 @@ int st_model_use_grad_buckets(st_model *m) {
 /* Point block l's gradient views at a one-block bucket. */
 static void bind_block_grads(st_model *m, int l, float *bucket) {
   st_block_params *b = &m->g.h[l];
-  float **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attproj_w, &b->attproj_b,
+  void **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attproj_w, &b->attproj_b,
                        &b->ln2_w, &b->ln2_b, &b->fc_w, &b->fc_b, &b->fcproj_w, &b->fcproj_b};
   const int64_t base = m->block_begin + (int64_t)l * m->block_numel;
   for (int k = 0; k < 12; k++) *slots[k] = bucket + (m->tab.t[2 + 12 * l + k].offset - base);
@@ -179,7 +218,7 @@ double st_model_forward(st_model *m, const int *inp, const int *targets, int B, 
   const st_model_config *c = &m->cfg;
   const int C = c->n_embd, NH = c->n_head, BT = B * T, Vp = c->padded_vocab_size;
   op->encoder_forward(m->encoded, inp, m->p.wte, m->p.wpe, B, T, C);
-  const float *x = m->encoded;
+  const void *x = m->encoded;
   for (int l = 0; l < c->n_layer; l++) {
     st_block_acts *a = &m->blk[l];
     const st_block_params *w = &m->p.h[l];
@@ -223,7 +262,7 @@ void st_model_backward_bucketed(st_model *m, const int *inp, int B, int T,
 static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_fn ready,
                      void *ctx) {
   const st_ops *op = m->ops;
-#define zero(x, n) op->zero((x), (size_t)(n) * sizeof(float))
+#define zero(x, n) op->zero((x), (size_t)(n) * m->es)
   const st_model_config *c = &m->cfg;
   const int C = c->n_embd, NH = c->n_head, BT = B * T, Vp = c->padded_vocab_size;
   const int64_t BTC = (int64_t)BT * C;
@@ -234,7 +273,7 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
   zero(m->dln, BTC);
   op->matmul_backward(m->dln, g->wte, NULL, m->logits, m->lnf, m->p.wte, BT, C, Vp);
   zero(m->dres, BTC);
-  const float *xlast = c->n_layer > 0 ? m->blk[c->n_layer - 1].residual3 : m->encoded;
+  const void *xlast = c->n_layer > 0 ? m->blk[c->n_layer - 1].residual3 : m->encoded;
   op->layernorm_backward(m->dres, g->lnf_w, g->lnf_b, m->dln, xlast, m->p.lnf_w, m->lnf_mean,
                          m->lnf_rstd, BT, C);
 
@@ -244,7 +283,7 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
     st_block_acts *a = &m->blk[l];
     const st_block_params *w = &m->p.h[l];
     st_block_params *gw = &g->h[l];
-    const float *x = l == 0 ? m->encoded : m->blk[l - 1].residual3;
+    const void *x = l == 0 ? m->encoded : m->blk[l - 1].residual3;
     if (ready) bind_block_grads(m, l, m->bucket[l % 2]);
 
     zero(m->dfch_gelu, 4 * BTC);
@@ -261,7 +300,7 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
     op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty, w->attproj_w,
                         BT, C, C);
     zero(m->dqkv, 3 * BTC);
-    op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+    op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, NH);
     zero(m->dln, BTC);
     op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, 3 * C);
     op->layernorm_backward(m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
@@ -269,7 +308,7 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
     if (ready) {
       int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
       ready(ctx, m->bucket[l % 2], b0, b0 + m->block_numel);
-      zero(m->bucket[l % 2], m->block_numel); /* reused by block l-2 */
+      (op->zero)(m->bucket[l % 2], (size_t)m->block_numel * sizeof(float)); /* reused by l-2 */
     }
   }
   op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);

@@ -14,17 +14,21 @@
 #include "rank/params.h"
 #include "rank/rng.h"
 
+/* Activations of one block. void *: storage dtype (ops->dtype); float *:
+ * always fp32. */
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd; /* [B,T,C], [B,T], [B,T] */
-  float *qkv;                       /* [B,T,3C] */
-  float *atty;                      /* [B,T,C] attention output */
-  float *att;                       /* [B,NH,T,T] softmax (CPU reference) */
-  float *attproj;                   /* [B,T,C] */
-  float *residual2;                 /* [B,T,C] */
-  float *ln2, *ln2_mean, *ln2_rstd;
-  float *fch, *fch_gelu;            /* [B,T,4C] */
-  float *fcproj;                    /* [B,T,C] */
-  float *residual3;                 /* [B,T,C] block output */
+  void *ln1;                        /* [B,T,C] */
+  float *ln1_mean, *ln1_rstd;       /* [B,T] */
+  void *qkv;                        /* [B,T,3C] */
+  void *atty;                       /* [B,T,C] attention output */
+  float *att;                       /* attention_state_floats(B,T,NH) */
+  void *attproj;                    /* [B,T,C] */
+  void *residual2;                  /* [B,T,C] */
+  void *ln2;
+  float *ln2_mean, *ln2_rstd;
+  void *fch, *fch_gelu;             /* [B,T,4C] */
+  void *fcproj;                     /* [B,T,C] */
+  void *residual3;                  /* [B,T,C] block output */
 } st_block_acts;
 
 typedef struct {
@@ -32,38 +36,53 @@ typedef struct {
   st_param_table tab;
   const st_ops *ops;
   int64_t padded_total;   /* length of params/grads (>= tab.total) */
-  float *params, *grads;  /* flat, padded_total elements; grads is NULL when bucketed */
+  size_t es;              /* bytes per element of the storage dtype */
+  void *params;           /* working weights, storage dtype, padded_total elements */
+  float *grads;           /* fp32, padded_total elements; NULL when bucketed */
   /* ZeRO 2 (st_model_use_grad_buckets): block l's gradients live in
    * bucket[l % 2] only while its backward runs; the head tensors' (wte, wpe,
    * ln_f) live in head_grads. */
   float *head_grads, *bucket[2];
   int64_t block_begin, block_numel; /* flat range of block 0, size of one block */
-  st_param_views p, g;
+  st_param_views p, g;    /* p: into params (storage dtype); g: into fp32 gradients */
   int B, T;               /* activation capacity */
-  float *act_mem;         /* one allocation for everything below */
-  float *encoded;         /* [B,T,C] */
+  size_t act_bytes;       /* size of act_mem */
+  void *act_mem;          /* one allocation for everything below */
+  void *encoded;          /* [B,T,C] */
   st_block_acts *blk;
-  float *lnf, *lnf_mean, *lnf_rstd;
-  float *logits;          /* [B,T,Vp]; holds dlogits after a training forward */
+  void *lnf;              /* [B,T,C] */
+  float *lnf_mean, *lnf_rstd;
+  void *logits;           /* [B,T,Vp]; holds dlogits after a training forward */
   float *losses;          /* [B,T] */
   float *losses_host;     /* [B,T] host copy for the loss sum */
   /* backward scratch, reused by every layer */
-  float *dres, *dln, *dqkv, *datty, *datt, *dfch, *dfch_gelu;
+  void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+  float *datt;
 } st_model;
 
-/* Build the parameter table and allocate parameters, gradients (padded to a
- * multiple of pad_multiple elements) and activations for micro-batch B x T,
- * all in the memory of `ops` (host for CPU, device for CUDA). Pointers passed
+/* Build the parameter table and allocate working weights (ops->dtype),
+ * fp32 gradients (both padded to a multiple of pad_multiple elements) and
+ * activations for micro-batch B x T, all in the memory of `ops` (host for
+ * CPU, device for CUDA). Pointers passed
  * to forward/backward (inp, targets) must live in that memory too.
  * 0, or -1 with st_error (names the bytes that could not be allocated). */
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
                   int pad_multiple);
 void st_model_free(st_model *m);
 
+/* Set the working weights from host fp32 values host[padded_total],
+ * rounded to the storage dtype. 0, or -1 with st_error. */
+int st_model_set_weights(st_model *m, const float *host);
+/* Read the working weights into host[padded_total] as fp32. 0, or -1. */
+int st_model_get_weights(const st_model *m, float *host);
+
 /* GPT-2 initialisation (Radford et al. 2019 / nanoGPT): weights N(0, 0.02),
  * residual output projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm
  * gain 1; padded vocabulary rows 0. Deterministic in the rng's state; drawn
- * on the host and copied to the backend's memory. 0, or -1 with st_error. */
+ * in fp32 into host[padded_total], the source of master and working weights.
+ * 0, or -1 with st_error. */
+int st_model_draw_weights(const st_model *m, st_rng *rng, float *host);
+/* Draw as above and set the working weights. 0, or -1 with st_error. */
 int st_model_init_weights(st_model *m, st_rng *rng);
 
 /* Forward over inp[B,T] (token ids < vocab_size) with targets[B,T]. Returns

@@ -22,8 +22,8 @@ float st_clip_scale(const st_optim_config *o, double norm) {
 }
 
 void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
-                    float lr, float grad_scale, int64_t t, float *params, const float *grads,
-                    float *m, float *v, int64_t begin, int64_t end) {
+                    float lr, float grad_scale, int64_t t, float *master, void *work, size_t es,
+                    const float *grads, float *m, float *v, int64_t begin, int64_t end) {
   /* Walk the tensors that intersect [begin, end): each segment gets its own
    * decay setting. A partition boundary may cut a tensor anywhere. */
   for (int i = 0; i < tab->n; i++) {
@@ -31,8 +31,9 @@ void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim
     int64_t b = ts->offset > begin ? ts->offset : begin;
     int64_t e = ts->offset + ts->numel < end ? ts->offset + ts->numel : end;
     if (b >= e) continue;
-    ops->adamw_update(params + b, grads + (b - begin), m + (b - begin), v + (b - begin), e - b,
-                      lr, o->beta1, o->beta2, o->eps, ts->decay ? o->weight_decay : 0.0f,
-                      grad_scale, t);
+    const int64_t k = b - begin;
+    ops->adamw_update(master + k, grads + k, m + k, v + k, e - b, lr, o->beta1, o->beta2, o->eps,
+                      ts->decay ? o->weight_decay : 0.0f, grad_scale, t,
+                      work ? (char *)work + (size_t)k * es : NULL);
   }
 }

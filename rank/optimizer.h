@@ -3,6 +3,7 @@
 #ifndef ST_OPTIMIZER_H
 #define ST_OPTIMIZER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/ops.h"
@@ -27,11 +28,14 @@ float st_lr_at(const st_optim_config *o, int64_t s);
  * the rule of torch.nn.utils.clip_grad_norm_. 1 when clip is 0. */
 float st_clip_scale(const st_optim_config *o, double norm);
 
-/* AdamW on the flat range [begin, end) of the parameter vector. grads, m and
- * v point at element `begin` (length end-begin); params is the whole vector.
+/* AdamW on the flat range [begin, end) of the parameter vector. master
+ * (fp32 weights), grads, m and v point at element `begin` (length
+ * end-begin). work, when not NULL, points at element `begin` of the working
+ * weights in the storage dtype (elements of es bytes) and receives the
+ * updated values; NULL when master is itself the working copy (fp32).
  * Weight decay follows each tensor's decay flag. t is the 1-based step. */
 void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
-                    float lr, float grad_scale, int64_t t, float *params, const float *grads,
-                    float *m, float *v, int64_t begin, int64_t end);
+                    float lr, float grad_scale, int64_t t, float *master, void *work, size_t es,
+                    const float *grads, float *m, float *v, int64_t begin, int64_t end);
 
 #endif

@@ -61,23 +61,26 @@ int st_param_find(const st_param_table *tab, const char *name) {
   return -1;
 }
 
-int st_param_views_bind(const st_model_config *cfg, const st_param_table *tab,
-                   float *flat, st_param_views *v) {
+int st_param_views_bind(const st_model_config *cfg, const st_param_table *tab, void *flat,
+                        size_t elem_size, st_param_views *v) {
+  char *base = flat;
+#define AT(off) (void *)(base + (size_t)(off) * elem_size)
   /* The table order is fixed by st_param_table_build: walk it. */
   int i = 0;
   v->h = calloc((size_t)cfg->n_layer, sizeof *v->h);
   if (!v->h) return st_error_set("out of host memory for parameter views");
-  v->wte = flat + tab->t[i++].offset;
-  v->wpe = flat + tab->t[i++].offset;
+  v->wte = AT(tab->t[i++].offset);
+  v->wpe = AT(tab->t[i++].offset);
   for (int l = 0; l < cfg->n_layer; l++) {
     st_block_params *b = &v->h[l];
-    float **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b,
+    void **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b,
                          &b->attproj_w, &b->attproj_b, &b->ln2_w, &b->ln2_b,
                          &b->fc_w, &b->fc_b, &b->fcproj_w, &b->fcproj_b};
-    for (int k = 0; k < 12; k++) *slots[k] = flat + tab->t[i++].offset;
+    for (int k = 0; k < 12; k++) *slots[k] = AT(tab->t[i++].offset);
   }
-  v->lnf_w = flat + tab->t[i++].offset;
-  v->lnf_b = flat + tab->t[i++].offset;
+  v->lnf_w = AT(tab->t[i++].offset);
+  v->lnf_b = AT(tab->t[i++].offset);
+#undef AT
   return 0;
 }
 

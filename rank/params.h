@@ -11,6 +11,7 @@
 #ifndef ST_PARAMS_H
 #define ST_PARAMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rank/config.h"
@@ -32,21 +33,22 @@ typedef struct {
   int64_t total;       /* elements in the flat vector */
 } st_param_table;
 
-/* Pointers into a flat buffer for one transformer block. */
+/* Pointers into a flat buffer for one transformer block. void *: the same
+ * views address the working weights (storage dtype) and the fp32 gradients. */
 typedef struct {
-  float *ln1_w, *ln1_b;      /* [C] */
-  float *qkv_w, *qkv_b;      /* [3C, C], [3C] */
-  float *attproj_w, *attproj_b; /* [C, C], [C] */
-  float *ln2_w, *ln2_b;      /* [C] */
-  float *fc_w, *fc_b;        /* [4C, C], [4C] */
-  float *fcproj_w, *fcproj_b; /* [C, 4C], [C] */
+  void *ln1_w, *ln1_b;       /* [C] */
+  void *qkv_w, *qkv_b;       /* [3C, C], [3C] */
+  void *attproj_w, *attproj_b; /* [C, C], [C] */
+  void *ln2_w, *ln2_b;       /* [C] */
+  void *fc_w, *fc_b;         /* [4C, C], [4C] */
+  void *fcproj_w, *fcproj_b; /* [C, 4C], [C] */
 } st_block_params;
 
 typedef struct {
-  float *wte;                /* [Vp, C], tied with the LM head */
-  float *wpe;                /* [block_size, C] */
+  void *wte;                 /* [Vp, C], tied with the LM head */
+  void *wpe;                 /* [block_size, C] */
   st_block_params *h;        /* n_layer entries (malloc'ed) */
-  float *lnf_w, *lnf_b;      /* [C] */
+  void *lnf_w, *lnf_b;       /* [C] */
 } st_param_views;
 
 /* Build the table for a model. 0, or -1 with st_error on allocation failure. */
@@ -54,9 +56,10 @@ int st_param_table_build(const st_model_config *cfg, st_param_table *tab);
 void st_param_table_free(st_param_table *tab);
 /* Index of the tensor with this name, or -1. */
 int st_param_find(const st_param_table *tab, const char *name);
-/* Resolve named views into a flat buffer laid out by tab. */
-int st_param_views_bind(const st_model_config *cfg, const st_param_table *tab,
-                        float *flat, st_param_views *v);
+/* Resolve named views into a flat buffer laid out by tab whose elements
+ * are elem_size bytes (4 for fp32, 2 for bf16/fp16). */
+int st_param_views_bind(const st_model_config *cfg, const st_param_table *tab, void *flat,
+                        size_t elem_size, st_param_views *v);
 void st_param_views_free(st_param_views *v);
 
 #endif

@@ -16,7 +16,8 @@ typedef struct {
   int micro_batch;          /* sequences per rank per micro-step */
   int global_batch;         /* sequences per optimizer step */
   int zero_stage;           /* 0, 1 or 2 */
-  char precision[8];        /* fp32 on CPU */
+  char precision[8];        /* fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on CPU) */
+  float loss_scale_max;     /* fp16 dynamic loss scale ceiling (2^24) */
   char recompute[16];       /* none on CPU */
   char device[8];           /* cpu | cuda | auto */
   char data[1024];          /* train tokens (.h5 or .bin) */

@@ -61,7 +61,10 @@ static int setup_backend(trainer *tr) {
     tr->device_index = st_cuda_bind_device(e->local_rank, name, sizeof name);
     if (tr->device_index < 0) return -1;
     snprintf(tr->device_name, sizeof tr->device_name, "cuda:%d (%s)", tr->device_index, name);
-    tr->ops = st_ops_cuda();
+    if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "bf16");
+    tr->ops = st_ops_cuda(strcmp(rc->precision, "bf16") == 0   ? ST_BF16
+                          : strcmp(rc->precision, "fp16") == 0 ? ST_FP16
+                                                                 : ST_FP32);
 #endif
   }
   snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
@@ -74,10 +77,10 @@ static int setup_backend(trainer *tr) {
     tr->omp_auto = 1;
   }
   if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
-  if (strcmp(rc->precision, "fp32") != 0)
-    return st_error_set("--precision %s: this version computes in fp32 on %s; use --precision "
-                        "fp32 (bf16/fp16 mixed precision comes with the next CUDA version)",
-                        rc->precision, rc->device);
+  if (!cuda && strcmp(rc->precision, "fp32") != 0)
+    return st_error_set("--precision %s: the CPU backend is the fp32 reference; use --precision "
+                        "fp32 (or auto) on the CPU, or run on GPUs for bf16/fp16",
+                        rc->precision);
   if (strcmp(rc->recompute, "none") != 0)
     return st_error_set("--recompute %s: this version keeps all activations; use --recompute "
                         "none", rc->recompute);
@@ -212,6 +215,15 @@ static int setup_state(trainer *tr) {
   tr->adam_m = ops->alloc(n * sizeof(float));
   tr->adam_v = ops->alloc(n * sizeof(float));
   tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float)) : NULL;
+  /* Mixed precision: fp32 master weights for the range this rank updates;
+   * the model holds the bf16/fp16 working copy. fp32 runs update in place. */
+  if (ops->dtype != ST_FP32) {
+    tr->master = ops->alloc(n * sizeof(float));
+    if (!tr->master)
+      return st_error_set("cannot allocate %.1f MiB of %s memory for fp32 master weights",
+                          n * 4.0 / 1048576.0, ops->name);
+  }
+  st_loss_scaler_init(&tr->scaler, ops->dtype == ST_FP16, rc->loss_scale_max);
   if (rc->zero_stage == 2) {
     /* Only the shard is kept: block gradients live in two buckets. */
     if (st_model_use_grad_buckets(&tr->model)) return -1;
@@ -230,6 +242,16 @@ static int setup_state(trainer *tr) {
     return st_error_set("cannot allocate %s memory for optimizer state (%zu floats) and batches",
                         ops->name, n * 2);
   tr->config_json = st_run_config_to_json(rc);
+  return 0;
+}
+
+/* host[padded_total] fp32 -> the working weights (storage dtype) and, in
+ * mixed precision, this rank's fp32 master range. */
+static int set_weights(trainer *tr, const float *host) {
+  if (st_model_set_weights(&tr->model, host)) return -1;
+  if (tr->master)
+    tr->ops->to_device(tr->master, host + tr->opt_part.begin,
+                       (size_t)(tr->opt_part.end - tr->opt_part.begin) * sizeof(float));
   return 0;
 }
 
@@ -252,7 +274,14 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
     st_error_code(ST_EXIT_CHECKPOINT);
     return st_error_prefix("--resume %s", rc->resume);
   }
-  if (!found) return st_model_init_weights(&tr->model, &tr->rng);
+  if (!found) {
+    size_t np = (size_t)tr->model.padded_total;
+    float *host = malloc(np * sizeof(float));
+    if (!host) return st_error_set("cannot allocate host memory for initial weights");
+    int rc_init = st_model_draw_weights(&tr->model, &tr->rng, host) || set_weights(tr, host);
+    free(host);
+    return rc_init ? -1 : 0;
+  }
   /* Read into host staging buffers, then hand them to the backend. */
   st_ckpt_meta meta;
   size_t np = (size_t)tr->model.padded_total, nm = (size_t)(tr->opt_part.end - tr->opt_part.begin);
@@ -262,8 +291,8 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   if (!hp || !hm || !hv) st_error_set("cannot allocate host memory to load %s", from);
   else rc_load = st_ckpt_load_shared(from, &tr->model.tab, &tr->opt_part, tr->comm->rank,
                                      tr->comm->world, hp, hm, hv, &meta);
+  if (!rc_load) rc_load = set_weights(tr, hp);
   if (!rc_load) {
-    tr->ops->to_device(tr->model.params, hp, np * sizeof(float));
     tr->ops->to_device(tr->adam_m, hm, nm * sizeof(float));
     tr->ops->to_device(tr->adam_v, hv, nm * sizeof(float));
   }
@@ -285,6 +314,13 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   tr->tokens_seen = meta.tokens_seen;
   tr->rng.s[0] = meta.rng_state[0];
   tr->rng.s[1] = meta.rng_state[1];
+  if (meta.has_scaler && tr->scaler.enabled) {
+    tr->scaler.scale = (float)meta.loss_scale;
+    if (tr->scaler.scale > tr->scaler.max_scale) tr->scaler.scale = tr->scaler.max_scale;
+    tr->scaler.clean_steps = meta.scaler_clean_steps;
+    tr->scaler.hysteresis_left = meta.scaler_hysteresis_left;
+  }
+  if (meta.has_scaler) tr->scaler.skipped_steps = meta.skipped_steps;
   *resumed = 1;
   return 0;
 }

@@ -76,6 +76,16 @@ static int validate(trainer *tr, double *loss_out) {
   return 0;
 }
 
+/* host[begin, end) = the fp32 weights of that range of this rank: the
+ * master copy in mixed precision (which holds opt_part), else the model's
+ * own fp32 params. */
+static void fp32_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t end) {
+  if (end <= begin) return;
+  const float *src = tr->master ? tr->master + (begin - tr->opt_part.begin)
+                                : (const float *)tr->model.params + begin;
+  tr->ops->to_host(host + begin, src, (size_t)(end - begin) * sizeof(float));
+}
+
 static int save_checkpoint(trainer *tr) {
   st_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
@@ -86,6 +96,11 @@ static int save_checkpoint(trainer *tr) {
   meta.rng_state[1] = tr->rng.s[1];
   meta.world_size = tr->comm->world;
   meta.zero_stage = tr->rc->zero_stage;
+  meta.has_scaler = 1;
+  meta.loss_scale = tr->scaler.scale;
+  meta.scaler_clean_steps = tr->scaler.clean_steps;
+  meta.scaler_hysteresis_left = tr->scaler.hysteresis_left;
+  meta.skipped_steps = tr->scaler.skipped_steps;
   snprintf(meta.config_json, sizeof meta.config_json, "%s", tr->config_json);
   /* The file holds this rank's ZeRO partition whatever the stage, so the
    * layout on disk depends only on the rank count. Staged through host
@@ -104,7 +119,7 @@ static int save_checkpoint(trainer *tr) {
     free(hv);
     return code;
   }
-  tr->ops->to_host(hp, tr->model.params, np * sizeof(float));
+  fp32_weights_to_host(tr, hp, tr->part.begin, tr->part.end);
   tr->ops->to_host(hm, tr->adam_m + off, nm * sizeof(float));
   tr->ops->to_host(hv, tr->adam_v + off, nm * sizeof(float));
   int rc = st_ckpt_save(tr->rc->out, tr->comm, &tr->model.tab, &tr->part, hp, hm, hv, &meta);
@@ -136,6 +151,25 @@ static void fault_stall(trainer *tr) {
   nanosleep(&ts, NULL);
 }
 
+/* Fault injection for the loss-scaler tests: ST_FAULT_OVERFLOW="STEP[,STEP...]"
+ * puts an inf into this rank's reduced gradients at those steps, as an fp16
+ * overflow would. */
+static void fault_overflow(trainer *tr, const float *g) {
+  const char *f = getenv("ST_FAULT_OVERFLOW");
+  if (!f || tr->part.end <= tr->part.begin) return;
+  for (const char *p = f; *p;) {
+    char *end;
+    long long step = strtoll(p, &end, 10);
+    if (end == p) return;
+    if (step == tr->step + 1) {
+      const float inf = INFINITY;
+      tr->ops->to_device((float *)g, &inf, sizeof inf);
+      return;
+    }
+    p = *end == ',' ? end + 1 : end;
+  }
+}
+
 /* A gradient or parameter collective failed or its watchdog fired. The
  * peers may be stuck inside the same collective, so agreeing with them could
  * hang: say what happened here and now, and take the whole job down. */
@@ -164,11 +198,11 @@ static void bucket_ready(void *ctx, const float *grads, int64_t begin, int64_t e
   if (!mine) return;
   int64_t lo = begin > tr->part.begin ? begin : tr->part.begin;
   float *dst = tr->grad_shard + (lo - tr->part.begin);
-  tr->ops->residual_forward(dst, dst, tr->bucket_recv, (int64_t)mine);
+  tr->ops->accumulate_f32(dst, tr->bucket_recv, (int64_t)mine);
 }
 
 /* One optimizer step. Returns an exit code (0 = ok). */
-static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
+static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *skipped) {
   st_run_config *rc = tr->rc;
   st_comm *c = tr->comm;
   st_model *m = &tr->model;
@@ -177,7 +211,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
   tr->dcomm->step = tr->comm->step = tr->step + 1;
   fault_stall(tr);
   if (pos != tr->data_pos) tr->epoch++;
-  const float dloss = 1.0f / (float)((double)rc->global_batch * T);
+  const float dloss = tr->scaler.scale / (float)((double)rc->global_batch * T);
   double loss_sum = 0.0;
   int failed = 0, done = 0; /* done: micro-steps completed */
   const int zero2 = rc->zero_stage == 2;
@@ -226,25 +260,35 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr) {
       collective_failed(tr);
     g = tr->grad_shard;
   }
+  fault_overflow(tr, g);
   /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
-   * and 1, so the two stages agree closely. */
+   * and 1, so the two stages agree closely. Non-finite under fp16 means the
+   * loss scale overflowed: the scaler skips the step and backs off. */
   double red[3] = {m->ops->sum_squares(g, tr->part.end - tr->part.begin), loss_sum, failed};
   c->all_reduce_double_sum(c, red, 3);
   if (red[2] > 0) return st_trainer_agree(tr, failed);
-  *norm = sqrt(red[0]);
+  const float loss_scale = tr->scaler.scale;
+  *norm = sqrt(red[0]) / loss_scale;
   *loss = red[1] / ((double)rc->global_batch * T);
   *lr = st_lr_at(&rc->optim, tr->step);
-  float scale = st_clip_scale(&rc->optim, *norm);
-  int64_t t = tr->step + 1;
-  if (rc->zero_stage == 0) {
-    st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, m->params, m->grads, tr->adam_m,
-                   tr->adam_v, 0, m->tab.total);
+  if (st_loss_scaler_update(&tr->scaler, !isfinite(red[0]))) {
+    *skipped = 1;
   } else {
-    st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, m->params, tr->grad_shard,
-                   tr->adam_m, tr->adam_v, tr->part.begin, tr->part.end);
-    float *mine = m->params + (int64_t)c->rank * tr->part.shard;
-    if (tr->dcomm->all_gather(tr->dcomm, mine, m->params, (size_t)tr->part.shard))
-      collective_failed(tr);
+    float scale = st_clip_scale(&rc->optim, *norm) / loss_scale;
+    int64_t t = tr->step + 1 - tr->scaler.skipped_steps; /* Adam's count of real updates */
+    const int64_t b = tr->opt_part.begin, e = tr->opt_part.end;
+    float *master = tr->master ? tr->master : (float *)m->params + b;
+    void *work = tr->master ? (char *)m->params + (size_t)b * m->es : NULL;
+    if (rc->zero_stage == 0) {
+      st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es, m->grads,
+                     tr->adam_m, tr->adam_v, b, e);
+    } else {
+      st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es,
+                     tr->grad_shard, tr->adam_m, tr->adam_v, b, e);
+      void *mine = (char *)m->params + (size_t)c->rank * tr->part.shard * m->es;
+      if (tr->dcomm->all_gather(tr->dcomm, mine, m->params, (size_t)tr->part.shard, m->es))
+        collective_failed(tr);
+    }
   }
   tr->data_pos = pos + tr->step_tokens;
   tr->tokens_seen += tr->step_tokens;
@@ -258,7 +302,7 @@ static void fmt_time(double s, char *buf, size_t cap) {
   else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
-static void log_step(trainer *tr, double loss, double norm, float lr, double dt) {
+static void log_step(trainer *tr, double loss, double norm, float lr, int skipped, double dt) {
   if (tr->comm->rank != 0) return;
   double el = MPI_Wtime() - tr->t_start;
   double tps = tr->step_tokens / dt;
@@ -266,18 +310,33 @@ static void log_step(trainer *tr, double loss, double norm, float lr, double dt)
   char e1[32], e2[32];
   fmt_time(el, e1, sizeof e1);
   fmt_time(left * dt, e2, sizeof e2);
-  if (tr->step % tr->rc->log_every == 0 || tr->step == tr->rc->steps || tr->step == 1) {
+  const st_loss_scaler *ls = &tr->scaler;
+  if (skipped || tr->step % tr->rc->log_every == 0 || tr->step == tr->rc->steps ||
+      tr->step == 1) {
     printf("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1fk tok/s | %s elapsed | "
-           "ETA %s\n", (long long)tr->step, (long long)tr->rc->steps, loss, lr, norm, tps / 1e3,
+           "ETA %s", (long long)tr->step, (long long)tr->rc->steps, loss, lr, norm, tps / 1e3,
            e1, e2);
+    if (ls->enabled) printf(" | loss scale %g", ls->scale);
+    if (skipped && ls->enabled)
+      printf(" | skipped: gradients overflowed (inf/nan), loss scale now %g", ls->scale);
+    else if (skipped)
+      printf(" | skipped: gradients are not finite (inf/nan); weights left unchanged");
+    printf("\n");
     fflush(stdout);
   }
   if (tr->metrics) {
+    char nb[32];
+    if (isfinite(norm)) snprintf(nb, sizeof nb, "%.9g", norm);
+    else snprintf(nb, sizeof nb, "null"); /* JSON has no inf */
     fprintf(tr->metrics,
-            "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,"
-            "\"tokens_seen\":%lld,\"epoch\":%lld,\"elapsed_s\":%.3f}\n",
-            (long long)tr->step, loss, lr, norm, tps, (long long)tr->tokens_seen,
+            "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
+            "\"tokens_seen\":%lld,\"epoch\":%lld,\"elapsed_s\":%.3f",
+            (long long)tr->step, loss, lr, nb, tps, (long long)tr->tokens_seen,
             (long long)tr->epoch, el);
+    if (ls->enabled || skipped)
+      fprintf(tr->metrics, ",\"loss_scale\":%g,\"skipped\":%d,\"skipped_steps\":%lld", ls->scale,
+              skipped, (long long)ls->skipped_steps);
+    fprintf(tr->metrics, "}\n");
     fflush(tr->metrics);
   }
 }
@@ -300,20 +359,30 @@ static int run_validation(trainer *tr) {
   return 0;
 }
 
+/* --dump-params: the final fp32 weights, whole, as raw float32 from rank 0.
+ * Each rank contributes its partition (the master copy in mixed precision
+ * holds only that at ZeRO >= 1), gathered on the host. Collective. */
 static int dump_params(trainer *tr) {
-  if (tr->comm->rank != 0 || !tr->rc->dump_params[0]) return 0;
-  FILE *f = fopen(tr->rc->dump_params, "wb");
-  if (!f) return st_error_set("--dump-params %s: %s", tr->rc->dump_params, strerror(errno));
-  size_t n = (size_t)tr->model.tab.total;
-  float *host = malloc(n * sizeof(float));
-  int ok = host != NULL;
-  if (ok) {
-    tr->ops->to_host(host, tr->model.params, n * sizeof(float));
-    ok = fwrite(host, sizeof(float), n, f) == n;
+  if (!tr->rc->dump_params[0]) return 0;
+  st_comm *c = tr->comm;
+  const size_t shard = (size_t)tr->part.shard;
+  float *host = calloc(shard * (size_t)c->world + 1, sizeof(float));
+  int failed = host == NULL;
+  if (c->all_reduce_int_max(c, &failed, 1) || failed) {
+    free(host);
+    return st_error_set("--dump-params %s: cannot allocate host memory", tr->rc->dump_params);
+  }
+  fp32_weights_to_host(tr, host, tr->part.begin, tr->part.end);
+  int rc = c->all_gather(c, host + (size_t)c->rank * shard, host, shard, sizeof(float));
+  if (!rc && c->rank == 0) {
+    FILE *f = fopen(tr->rc->dump_params, "wb");
+    size_t n = (size_t)tr->model.tab.total;
+    int ok = f && fwrite(host, sizeof(float), n, f) == n;
+    if (f) ok &= fclose(f) == 0;
+    if (!ok) rc = st_error_set("--dump-params %s: %s", tr->rc->dump_params, strerror(errno));
   }
   free(host);
-  ok &= fclose(f) == 0;
-  return ok ? 0 : st_error_set("--dump-params %s: write failed", tr->rc->dump_params);
+  return rc;
 }
 
 /* At a step boundary: if any rank got SIGUSR1/SIGTERM, all ranks agree,
@@ -342,10 +411,11 @@ static int train_loop(trainer *tr) {
   while (tr->step < stop) {
     double t0 = MPI_Wtime(), loss = 0, norm = 0;
     float lr = 0;
-    if ((code = train_step(tr, &loss, &norm, &lr))) return code;
+    int skipped = 0;
+    if ((code = train_step(tr, &loss, &norm, &lr, &skipped))) return code;
     tr->last_loss = loss;
     tr->trained = 1;
-    log_step(tr, loss, norm, lr, MPI_Wtime() - t0);
+    log_step(tr, loss, norm, lr, skipped, MPI_Wtime() - t0);
     if (rc->val_every > 0 && tr->step % rc->val_every == 0 && tr->step < rc->steps &&
         (code = run_validation(tr)))
       return code;

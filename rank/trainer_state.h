@@ -9,6 +9,7 @@
 #include "collectives/collectives.h"
 #include "io/tokens.h"
 #include "launcher/env.h"
+#include "rank/loss_scaler.h"
 #include "rank/model.h"
 #include "rank/partition.h"
 #include "rank/rng.h"
@@ -32,6 +33,9 @@ typedef struct {
   int device_index;        /* CUDA device of this rank, -1 on CPU */
   int omp_auto;            /* OpenMP threads chosen here (OMP_NUM_THREADS unset) */
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
+  float *master;           /* fp32 master weights of opt_part; NULL when the storage is
+                            * fp32 (the model's params are then the master copy) */
+  st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
   float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
   float *bucket_recv;      /* ZeRO 2: one bucket's share for this rank, part.shard */
   size_t *bucket_counts;   /* ZeRO 2: per-rank share of the bucket being reduced */

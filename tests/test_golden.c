@@ -13,6 +13,15 @@
  *   3 AdamW steps |ours - ref| <= 5e-5 per element       observed max 1.3e-5
  * AdamW's first steps move each weight by about lr * sign(g), so an element
  * whose gradient is near zero amplifies fp32 rounding; hence the looser bound.
+ *
+ * bf16 storage on CUDA (fp32 arithmetic, fp32 gradients and master weights)
+ * rounds every activation to 8 significant bits, so it is held to bounds on
+ * whole tensors instead of elements:
+ *   logits        |ours - ref| <= 0.05 + 0.02 |ref| per element
+ *   loss          |ours - ref| <= 2e-3
+ *   gradients     ||ours - ref|| <= 0.02 ||ref|| per tensor
+ *   3 AdamW steps ||ours - ref|| <= 0.05 ||ref - initial|| per tensor
+ * The values observed on an H200 are printed and kept in docs/precision.md.
  */
 #include <hdf5.h>
 #include <math.h>
@@ -44,12 +53,17 @@ static int *g_inp, *g_tgt;    /* host */
 static int *d_inp, *d_tgt;    /* backend memory */
 static const st_ops *g_ops;   /* the backend under test */
 
-/* A host copy of n floats of backend memory (caller frees). */
-static float *host_copy(const float *src, int64_t n) {
+/* A host fp32 copy of n elements of backend memory in dtype dt (caller frees). */
+static float *host_copy_dt(const void *src, int64_t n, st_dtype dt) {
   float *h = malloc((size_t)n * sizeof *h);
-  g_ops->to_host(h, src, (size_t)n * sizeof *h);
+  void *raw = malloc((size_t)n * st_dtype_size(dt));
+  g_ops->to_host(raw, src, (size_t)n * st_dtype_size(dt));
+  st_dtype_to_f32(dt, h, raw, (size_t)n);
+  free(raw);
   return h;
 }
+static float *host_copy(const float *src, int64_t n) { return host_copy_dt(src, n, ST_FP32); }
+static int mixed(void) { return g_ops->dtype != ST_FP32; }
 
 static double attr_d(const char *name) {
   double v = 0;
@@ -74,8 +88,8 @@ static double *read_tensor(const char *group, const st_tensor *t) {
   return x;
 }
 
-/* Load the initial weights of the fixture into the model. */
-static void load_initial_params(void) {
+/* The fixture's initial weights as fp32 host[padded_total] (caller frees). */
+static float *initial_params(void) {
   float *h = calloc((size_t)g_model.padded_total, sizeof *h);
   for (int i = 0; i < g_model.tab.n; i++) {
     const st_tensor *t = &g_model.tab.t[i];
@@ -83,8 +97,25 @@ static void load_initial_params(void) {
     for (int64_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)x[k];
     free(x);
   }
-  g_ops->to_device(g_model.params, h, (size_t)g_model.padded_total * sizeof *h);
+  return h;
+}
+
+/* Load the initial weights of the fixture into the model. */
+static void load_initial_params(void) {
+  float *h = initial_params();
+  assert_int_equal(st_model_set_weights(&g_model, h), 0);
   free(h);
+}
+
+/* Per-tensor relative error ||a - ref|| / ||ref - base|| (base NULL: 0). */
+static double rel_err(const float *a, const double *ref, const float *base, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t k = 0; k < n; k++) {
+    double d = a[k] - ref[k], r = ref[k] - (base ? base[k] : 0.0);
+    num += d * d;
+    den += r * r;
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 static int setup(void **state) {
@@ -140,16 +171,17 @@ static void test_forward_logits_and_loss(void **state) {
   double ref_loss;
   read_doubles("loss", &ref_loss);
   printf("loss: ours %.8f reference %.8f\n", loss, ref_loss);
-  assert_true(fabs(loss - ref_loss) <= 1e-5);
+  assert_true(fabs(loss - ref_loss) <= (mixed() ? 2e-3 : 1e-5));
   double *ref = malloc(sizeof(double) * N * V), worst = 0;
   read_doubles("logits", ref);
-  float *logits = host_copy(g_model.logits, (int64_t)N * Vp);
+  float *logits = host_copy_dt(g_model.logits, (int64_t)N * Vp, g_ops->dtype);
+  const double tabs = mixed() ? 0.05 : 1e-4, trel = mixed() ? 0.02 : 1e-4;
   int bad = 0;
   for (int n = 0; n < N; n++)
     for (int v = 0; v < V; v++) {
       double a = logits[(int64_t)n * Vp + v], r = ref[(int64_t)n * V + v];
       worst = fmax(worst, fabs(a - r));
-      bad += fabs(a - r) > 1e-4 + 1e-4 * fabs(r);
+      bad += fabs(a - r) > tabs + trel * fabs(r);
     }
   printf("logits: max |diff| %.3g over %d values\n", worst, N * V);
   assert_int_equal(bad, 0);
@@ -166,10 +198,20 @@ static void test_backward_gradients(void **state) {
   st_model_backward(&g_model, d_inp, g_B, g_T);
   float *grads = host_copy(g_model.grads, g_model.tab.total);
   int bad = 0;
-  double worst = 0;
+  double worst = 0, worst_rel = 0;
   for (int i = 0; i < g_model.tab.n; i++) {
     const st_tensor *t = &g_model.tab.t[i];
     double *ref = read_tensor("grads", t);
+    double re = rel_err(grads + t->offset, ref, NULL, t->numel);
+    worst_rel = fmax(worst_rel, re);
+    if (mixed()) {
+      if (re > 0.02) {
+        print_error("%s: relative gradient error %.4g > 0.02\n", t->name, re);
+        bad++;
+      }
+      free(ref);
+      continue;
+    }
     for (int64_t k = 0; k < t->numel; k++) {
       double a = grads[t->offset + k], r = ref[k], e = fabs(a - r);
       worst = fmax(worst, e);
@@ -180,7 +222,8 @@ static void test_backward_gradients(void **state) {
     }
     free(ref);
   }
-  printf("gradients: max |diff| %.3g over %d tensors\n", worst, g_model.tab.n);
+  printf("gradients: max |diff| %.3g, worst per-tensor relative error %.3g over %d tensors\n",
+         worst, worst_rel, g_model.tab.n);
   free(grads);
   assert_int_equal(bad, 0);
 }
@@ -199,6 +242,12 @@ static void test_adamw_three_steps(void **state) {
   int steps = (int)attr_d("steps");
   int64_t n = g_model.tab.total;
   float *m = g_ops->alloc((size_t)n * sizeof(float)), *v = g_ops->alloc((size_t)n * sizeof(float));
+  /* Mixed precision: fp32 master weights, the model's params the working copy. */
+  float *init = initial_params(), *master = NULL;
+  if (mixed()) {
+    master = g_ops->alloc((size_t)n * sizeof(float));
+    g_ops->to_device(master, init, (size_t)n * sizeof(float));
+  }
   double ref_losses[8];
   read_doubles("adamw/loss", ref_losses);
   for (int s = 1; s <= steps; s++) {
@@ -206,17 +255,28 @@ static void test_adamw_three_steps(void **state) {
     double loss = st_model_forward(&g_model, d_inp, d_tgt, g_B, g_T, 1.0f / N) / N;
     st_model_backward(&g_model, d_inp, g_B, g_T);
     printf("step %d loss: ours %.8f reference %.8f\n", s, loss, ref_losses[s - 1]);
-    assert_true(fabs(loss - ref_losses[s - 1]) <= 1e-5);
+    assert_true(fabs(loss - ref_losses[s - 1]) <= (mixed() ? 2e-3 : 1e-5));
     double norm = sqrt(g_model.ops->sum_squares(g_model.grads, n));
     st_adamw_range(g_model.ops, &g_model.tab, &o, o.lr, st_clip_scale(&o, norm), s,
-                   g_model.params, g_model.grads, m, v, 0, n);
+                   master ? master : (float *)g_model.params, master ? g_model.params : NULL,
+                   g_model.es, g_model.grads, m, v, 0, n);
   }
-  float *params = host_copy(g_model.params, n);
+  float *params = host_copy(master ? master : (const float *)g_model.params, n);
   int bad = 0;
-  double worst = 0;
+  double worst = 0, worst_rel = 0;
   for (int i = 0; i < g_model.tab.n; i++) {
     const st_tensor *t = &g_model.tab.t[i];
     double *ref = read_tensor("adamw/params", t);
+    double re = rel_err(params + t->offset, ref, init + t->offset, t->numel);
+    worst_rel = fmax(worst_rel, re);
+    if (mixed()) {
+      if (re > 0.05) {
+        print_error("%s: relative error of the 3-step update %.4g > 0.05\n", t->name, re);
+        bad++;
+      }
+      free(ref);
+      continue;
+    }
     for (int64_t k = 0; k < t->numel; k++) {
       double e = fabs(params[t->offset + k] - ref[k]);
       worst = fmax(worst, e);
@@ -228,8 +288,11 @@ static void test_adamw_three_steps(void **state) {
     }
     free(ref);
   }
-  printf("after %d AdamW steps: max |param diff| %.3g\n", steps, worst);
+  printf("after %d AdamW steps: max |param diff| %.3g, worst per-tensor relative update error "
+         "%.3g\n", steps, worst, worst_rel);
   free(params);
+  free(init);
+  if (master) g_ops->free(master);
   assert_int_equal(bad, 0);
   g_ops->free(m);
   g_ops->free(v);
@@ -245,10 +308,12 @@ int main(void) {
   int failed = cmocka_run_group_tests_name("golden_cpu_fp32", tests, setup, teardown);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (st_cuda_device_count() > 0) {
-    g_ops = st_ops_cuda();
+    g_ops = st_ops_cuda(ST_FP32);
     failed += cmocka_run_group_tests_name("golden_cuda_fp32", tests, setup, teardown);
+    g_ops = st_ops_cuda(ST_BF16);
+    failed += cmocka_run_group_tests_name("golden_cuda_bf16", tests, setup, teardown);
   } else {
-    printf("SKIP golden_cuda_fp32: no CUDA device visible\n");
+    printf("SKIP golden_cuda_fp32, golden_cuda_bf16: no CUDA device visible\n");
   }
 #endif
   return failed;

@@ -2,11 +2,14 @@
  * decoupled decay p *= 1 - lr*wd, then p -= lr * m_hat / (sqrt(v_hat) + eps).
  * Also the sum of squares for the global gradient norm. */
 #include <math.h>
+#include <stddef.h>
 
 #include "kernels/cpu/cpu_ops.h"
 
 void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                      float b1, float b2, float eps, float wd, float grad_scale, int64_t t) {
+                      float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
+                      void *work_) {
+  float *work = work_ == p ? NULL : work_; /* fp32 storage: master and work may coincide */
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
 #pragma omp parallel for
   for (int64_t i = 0; i < n; i++) {
@@ -17,6 +20,7 @@ void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, f
     v[i] = vi;
     float pi = p[i] * (1.0f - lr * wd);
     p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    if (work) work[i] = p[i];
   }
 }
 

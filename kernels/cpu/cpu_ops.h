@@ -1,35 +1,38 @@
 /* cpu_ops.h - fp32 reference kernels; gathered into the op table by
- * ops_table.c. Signatures and semantics are documented in kernels/ops.h. */
+ * ops_table.c. Signatures and semantics are documented in kernels/ops.h;
+ * the CPU table's storage dtype is fp32, so every void * tensor is float. */
 #ifndef ST_CPU_OPS_H
 #define ST_CPU_OPS_H
 
 #include <stdint.h>
 
-void cpu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+void cpu_encoder_forward(void *out, const int *inp, const void *wte, const void *wpe,
                          int B, int T, int C);
-void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int *inp,
                           int B, int T, int C);
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, int N, int C);
-void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, const float *mean,
+void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
+                           const void *w, const void *b, int N, int C);
+void cpu_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,
+                            const void *inp, const void *w, const float *mean,
                             const float *rstd, int N, int C);
-void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+void cpu_matmul_forward(void *out, const void *inp, const void *w, const void *bias,
                         int N, int C, int OC);
-void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                         const float *inp, const float *w, int N, int C, int OC);
+void cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
+                         const void *inp, const void *w, int N, int C, int OC);
 int64_t cpu_attention_state_floats(int B, int T, int NH);
-void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+void cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                            int NH);
-void cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int C, int NH);
-void cpu_gelu_forward(float *out, const float *inp, int64_t n);
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
-void cpu_residual_forward(float *out, const float *a, const float *b, int64_t n);
-void cpu_softmax_crossentropy(float *loss, float *dlogits, const float *logits,
+void cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *qkv,
+                            const void *out, const float *att, int B, int T, int C, int NH);
+void cpu_gelu_forward(void *out, const void *inp, int64_t n);
+void cpu_gelu_backward(void *dinp, const void *inp, const void *dout, int64_t n);
+void cpu_residual_forward(void *out, const void *a, const void *b, int64_t n);
+void cpu_accumulate_f32(float *dst, const float *src, int64_t n);
+void cpu_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
                               const int *targets, float dloss, int N, int V, int Vp);
 void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                      float b1, float b2, float eps, float wd, float grad_scale, int64_t t);
+                      float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
+                      void *work);
 double cpu_sum_squares(const float *x, int64_t n);
 
 #endif

@@ -6,8 +6,10 @@
 
 #include "kernels/cpu/cpu_ops.h"
 
-void cpu_softmax_crossentropy(float *loss, float *dlogits, const float *logits,
+void cpu_softmax_crossentropy(float *loss, void *dlogits_, const void *logits_,
                               const int *targets, float dloss, int N, int V, int Vp) {
+  float *dlogits = dlogits_;
+  const float *logits = logits_;
 #pragma omp parallel for
   for (int n = 0; n < N; n++) {
     const float *l = logits + (int64_t)n * Vp;

@@ -1,8 +1,11 @@
 /* encoder.c - token + position embedding, forward and backward. */
 #include "kernels/cpu/cpu_ops.h"
 
-void cpu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+void cpu_encoder_forward(void *out_, const int *inp, const void *wte_, const void *wpe_,
                          int B, int T, int C) {
+  float *out = out_;
+  const float *wte = wte_;
+  const float *wpe = wpe_;
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
@@ -15,8 +18,9 @@ void cpu_encoder_forward(float *out, const int *inp, const float *wte, const flo
 /* The same token can appear many times in a batch, so rows of dwte collide.
  * Each thread owns a band of columns and walks every position in order:
  * no atomics, and the summation order does not depend on the thread count. */
-void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout_, const int *inp,
                           int B, int T, int C) {
+  const float *dout = dout_;
   const int band = 16;
 #pragma omp parallel for
   for (int c0 = 0; c0 < C; c0 += band) {

@@ -6,7 +6,9 @@
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
-void cpu_gelu_forward(float *out, const float *inp, int64_t n) {
+void cpu_gelu_forward(void *out_, const void *inp_, int64_t n) {
+  float *out = out_;
+  const float *inp = inp_;
 #pragma omp parallel for
   for (int64_t i = 0; i < n; i++) {
     float x = inp[i];
@@ -14,7 +16,10 @@ void cpu_gelu_forward(float *out, const float *inp, int64_t n) {
   }
 }
 
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n) {
+void cpu_gelu_backward(void *dinp_, const void *inp_, const void *dout_, int64_t n) {
+  float *dinp = dinp_;
+  const float *inp = inp_;
+  const float *dout = dout_;
 #pragma omp parallel for
   for (int64_t i = 0; i < n; i++) {
     float x = inp[i];

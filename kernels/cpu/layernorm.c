@@ -4,8 +4,12 @@
 
 #include "kernels/cpu/cpu_ops.h"
 
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, int N, int C) {
+void cpu_layernorm_forward(void *out_, float *mean, float *rstd, const void *inp_,
+                           const void *w_, const void *b_, int N, int C) {
+  float *out = out_;
+  const float *inp = inp_;
+  const float *w = w_;
+  const float *b = b_;
 #pragma omp parallel for
   for (int n = 0; n < N; n++) {
     const float *x = inp + (int64_t)n * C;
@@ -26,9 +30,13 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 /* dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w, the
  * standard LayerNorm input gradient. dw and db sum over rows: threads own
  * column bands so the row order is fixed. */
-void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, const float *mean,
+void cpu_layernorm_backward(void *dinp_, float *dw, float *db, const void *dout_,
+                            const void *inp_, const void *w_, const float *mean,
                             const float *rstd, int N, int C) {
+  float *dinp = dinp_;
+  const float *dout = dout_;
+  const float *inp = inp_;
+  const float *w = w_;
 #pragma omp parallel for
   for (int n = 0; n < N; n++) {
     const float *x = inp + (int64_t)n * C, *d = dout + (int64_t)n * C;

@@ -15,8 +15,12 @@
 
 /* Forward on a transposed copy wT[C, OC]: the inner loop then walks OC
  * contiguously, accumulating a ROWS x COLS tile that stays in L1. */
-void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+void cpu_matmul_forward(void *out_, const void *inp_, const void *w_, const void *bias_,
                         int N, int C, int OC) {
+  float *out = out_;
+  const float *inp = inp_;
+  const float *w = w_;
+  const float *bias = bias_;
   float *wT = malloc((size_t)C * OC * sizeof *wT);
 #pragma omp parallel for
   for (int c = 0; c < C; c++)
@@ -44,8 +48,12 @@ void cpu_matmul_forward(float *out, const float *inp, const float *w, const floa
   free(wT);
 }
 
-void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                         const float *inp, const float *w, int N, int C, int OC) {
+void cpu_matmul_backward(void *dinp_, float *dw, float *dbias, const void *dout_,
+                         const void *inp_, const void *w_, int N, int C, int OC) {
+  float *dinp = dinp_;
+  const float *dout = dout_;
+  const float *inp = inp_;
+  const float *w = w_;
   /* dinp[n, :] += sum_o dout[n, o] * w[o, :] */
 #pragma omp parallel for
   for (int n0 = 0; n0 < N; n0 += ROWS) {

@@ -15,6 +15,7 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) {
 
 static const st_ops k_cpu_ops = {
     .name = "cpu-fp32",
+    .dtype = ST_FP32,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,
@@ -32,6 +33,7 @@ static const st_ops k_cpu_ops = {
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .residual_forward = cpu_residual_forward,
+    .accumulate_f32 = cpu_accumulate_f32,
     .softmax_crossentropy = cpu_softmax_crossentropy,
     .adamw_update = cpu_adamw_update,
     .sum_squares = cpu_sum_squares,
