@@ -1,15 +1,19 @@
 /* adamw.cu - AdamW (Loshchilov & Hutter 2019) in the form of
- * torch.optim.AdamW, one thread per element; and the sum of squares for the
- * global gradient norm, in double over a fixed grid whose block partials are
- * added on the host in block order (deterministic, no atomics). */
+ * torch.optim.AdamW, one thread per element, on the fp32 master weights;
+ * the updated weight is also rounded into the working copy (storage type)
+ * when there is one, so no separate conversion pass reads p again. And the
+ * sum of squares for the global gradient norm, in double over a fixed grid
+ * whose block partials are added on the host in block order (deterministic,
+ * no atomics). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "kernels/cuda/cuda_ops.h"
 
+template <typename S>
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                              float b1, float b2, float eps, float wd, float grad_scale,
-                             float bc1, float bc2) {
+                             float bc1, float bc2, S *work) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     float gi = g[i] * grad_scale;
@@ -18,25 +22,40 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64
     m[i] = mi;
     v[i] = vi;
     float pi = p[i] * (1.0f - lr * wd);
-    p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    pi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    p[i] = pi;
+    if (work) work[i] = st_st<S>(pi);
   }
 }
 
+template <typename S>
 void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t) {
+                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
+                       void *work_) {
   if (n <= 0) return;
+  /* fp32 storage may use the master copy as its working copy */
+  S *work = (void *)p == work_ ? NULL : (S *)work_;
   /* bias corrections in float on the host, as the CPU reference computes them */
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  adamw_kernel<<<st_blocks_capped(n, 256), 256>>>(p, g, m, v, n, lr, b1, b2, eps, wd,
-                                                 grad_scale, bc1, bc2);
+  adamw_kernel<S><<<st_blocks_capped(n, 256), 256>>>(p, g, m, v, n, lr, b1, b2, eps, wd,
+                                                    grad_scale, bc1, bc2, work);
   ST_CUDA_LAUNCHED();
 }
+
+#define ADAMW_INST(S)                                                                        \
+  template void cuda_adamw_update<S>(float *, const float *, float *, float *, int64_t, float, \
+                                     float, float, float, float, float, int64_t, void *);
+ST_FOR_EACH_STORAGE(ADAMW_INST)
 
 #define SSQ_BLOCKS 512 /* fixed: the summation order must not depend on the GPU */
 #define SSQ_THREADS 256
 
 /* Thread k of the grid sums elements k, k + grid, ... in double; the block
- * adds its threads' sums in a fixed tree and writes one partial. */
+ * adds its threads' sums in a fixed tree and writes one partial. A
+ * non-finite element makes its square inf or nan, and both survive every
+ * later addition (squares are never -inf, so inf + -inf cannot arise): the
+ * loss scaler relies on the result being non-finite exactly then. Finite
+ * floats cannot overflow it (each square is below 2^256 in double). */
 __global__ void sum_squares_kernel(double *part, const float *x, int64_t n) {
   __shared__ double s[SSQ_THREADS / 32];
   double acc = 0.0;

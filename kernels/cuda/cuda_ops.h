@@ -1,7 +1,13 @@
-/* cuda_ops.h - the CUDA backend's kernels, gathered into the op table by
+/* cuda_ops.h - the CUDA backend's kernels, gathered into the op tables by
  * ops_table.cu; signatures and semantics are those of kernels/ops.h. Also
  * the helpers every .cu file shares: error checks, launch geometry, warp
- * reductions and the backend's scratch buffer.
+ * reductions, storage-dtype loads and stores, and the backend's scratch
+ * buffer.
+ *
+ * Every op is a template on its storage type S (float, __nv_bfloat16 or
+ * __half), instantiated for all three in its own .cu file; ops_table.cu
+ * puts the instantiations of one S into one table. Kernels load S, compute
+ * in fp32, and round once when they store S (round to nearest even).
  *
  * Everything runs on the legacy default stream of the current device, so
  * ops are ordered with each other and with the synchronous copies of the
@@ -14,7 +20,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -62,6 +71,70 @@ __device__ __forceinline__ float st_warp_max(float v) {
   return v;
 }
 
+/* ---- storage dtypes. st_ld widens one element to fp32; st_st<S> rounds an
+ * fp32 value to S (nearest even, the rounding of st_dtype_from_f32 on the
+ * host, so host and device conversions agree bit for bit). */
+__device__ __forceinline__ float st_ld(float x) { return x; }
+__device__ __forceinline__ float st_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float st_ld(__half x) { return __half2float(x); }
+template <typename S> __device__ __forceinline__ S st_st(float x);
+template <> __device__ __forceinline__ float st_st<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 st_st<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half st_st<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+/* Elements of S in one 16-byte access (4 fp32, 8 bf16/fp16). */
+template <typename S> constexpr int st_pack() { return (int)(16 / sizeof(S)); }
+
+/* V consecutive elements as one access: V = st_pack<S>() for 16-byte loads
+ * and stores (the address must be 16-byte aligned), V = 1 for plain ones.
+ * Kernels take V as a template parameter and the host picks the 16-byte
+ * instantiation only when every pointer is aligned (st_aligned16) and the
+ * row length is a multiple of V: parameter views can start at any element. */
+template <typename S, int V> struct alignas(sizeof(S) * V) st_vec { S v[V]; };
+
+template <typename S, int V>
+__device__ __forceinline__ void st_load(float (&f)[V], const S *p) {
+  st_vec<S, V> k;
+  if constexpr (sizeof(k) == 16) {
+    const int4 raw = *reinterpret_cast<const int4 *>(p); /* one 128-bit load */
+    memcpy(&k, &raw, 16);
+  } else {
+    k = *reinterpret_cast<const st_vec<S, V> *>(p);
+  }
+#pragma unroll
+  for (int i = 0; i < V; i++) f[i] = st_ld(k.v[i]);
+}
+
+template <typename S, int V>
+__device__ __forceinline__ void st_store(S *p, const float (&f)[V]) {
+  st_vec<S, V> k;
+#pragma unroll
+  for (int i = 0; i < V; i++) k.v[i] = st_st<S>(f[i]);
+  if constexpr (sizeof(k) == 16) {
+    int4 raw;
+    memcpy(&raw, &k, 16);
+    *reinterpret_cast<int4 *>(p) = raw;
+  } else {
+    *reinterpret_cast<st_vec<S, V> *>(p) = k;
+  }
+}
+
+static inline bool st_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* cuBLASLt's name for a storage type. */
+template <typename S> constexpr cudaDataType_t st_cuda_type();
+template <> constexpr cudaDataType_t st_cuda_type<float>() { return CUDA_R_32F; }
+template <> constexpr cudaDataType_t st_cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
+template <> constexpr cudaDataType_t st_cuda_type<__half>() { return CUDA_R_16F; }
+
+/* Explicit instantiation of an op family for the three storage types: each
+ * .cu file defines X(S) as the list of its entry points for S. */
+#define ST_FOR_EACH_STORAGE(X) X(float) X(__nv_bfloat16) X(__half)
+
 /* ---- column sums over rows in a fixed order (layernorm dw/db, matmul
  * dbias): rows are cut into chunks that depend only on N, each chunk's
  * per-column partial is written to scratch, and a second pass adds the
@@ -89,32 +162,47 @@ void cuda_to_host(void *host_dst, const void *src, size_t bytes);
  * after the first step nothing is allocated. Valid until the next call. */
 void *cuda_scratch(size_t bytes);
 
-/* ---- ops (one file per family, mirroring kernels/cpu/) */
-void cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
-                          int B, int T, int C);
-void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                           int B, int T, int C);
-void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int N, int C);
-void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, const float *mean,
+/* ---- ops (one file per family, mirroring kernels/cpu/). S is the storage
+ * type of every void * tensor; float * tensors are fp32 whatever S is. */
+template <typename S>
+void cuda_encoder_forward(void *out, const int *inp, const void *wte, const void *wpe, int B,
+                          int T, int C);
+template <typename S>
+void cuda_encoder_backward(float *dwte, float *dwpe, const void *dout, const int *inp, int B,
+                           int T, int C);
+template <typename S>
+void cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *w,
+                            const void *b, int N, int C);
+template <typename S>
+void cuda_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,
+                             const void *inp, const void *w, const float *mean,
                              const float *rstd, int N, int C);
-void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                         int N, int C, int OC);
-void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                          const float *inp, const float *w, int N, int C, int OC);
+template <typename S>
+void cuda_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N,
+                         int C, int OC);
+template <typename S>
+void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
+                          const void *inp, const void *w, int N, int C, int OC);
 int64_t cuda_attention_state_floats(int B, int T, int NH);
-void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+template <typename S>
+void cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                             int NH);
-void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                             const float *att, int B, int T, int C, int NH);
-void cuda_gelu_forward(float *out, const float *inp, int64_t n);
-void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
-void cuda_residual_forward(float *out, const float *a, const float *b, int64_t n);
-void cuda_softmax_crossentropy(float *loss, float *dlogits, const float *logits,
+template <typename S>
+void cuda_attention_backward(void *dqkv, float *datt, const void *dout, const void *qkv,
+                             const void *out, const float *att, int B, int T, int C, int NH);
+template <typename S> void cuda_gelu_forward(void *out, const void *inp, int64_t n);
+template <typename S>
+void cuda_gelu_backward(void *dinp, const void *inp, const void *dout, int64_t n);
+template <typename S>
+void cuda_residual_forward(void *out, const void *a, const void *b, int64_t n);
+void cuda_accumulate_f32(float *dst, const float *src, int64_t n);
+template <typename S>
+void cuda_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
                                const int *targets, float dloss, int N, int V, int Vp);
+template <typename S>
 void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t);
+                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
+                       void *work);
 double cuda_sum_squares(const float *x, int64_t n);
 
 #endif

@@ -1,28 +1,52 @@
 /* layernorm.cu - LayerNorm over the channel dim (Ba et al. 2016), eps 1e-5
  * as in GPT-2 / torch.nn.LayerNorm. One warp per row for the forward and for
- * the input gradient; dw and db (sums over rows) in two passes: per-chunk
- * column partials, then the partials added in chunk order. */
+ * the input gradient, statistics in fp32 from the storage-type row; dw and
+ * db (fp32 sums over rows) in two passes: per-chunk column partials, then
+ * the partials added in chunk order.
+ *
+ * The row kernels take V channels per access (16-byte loads when C is a
+ * multiple of V and every pointer is aligned; V = 1 otherwise): lane l
+ * handles channels [V(l + 32k), V(l + 32k) + V) for k = 0, 1, ... */
 #include "kernels/cuda/cuda_ops.h"
 
 #define LN_THREADS 256
 #define LN_WARPS (LN_THREADS / 32)
 
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *b, int N, int C) {
+template <typename S, int V>
+__global__ void layernorm_forward_kernel(S *out, float *mean, float *rstd, const S *inp,
+                                         const S *w, const S *b, int N, int C) {
   int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= N) return;
-  const float *x = inp + (int64_t)row * C;
+  const S *x = inp + (int64_t)row * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
-  const float m = st_warp_sum(s) / C;
-  float v = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    float d = x[c] - m;
-    v += d * d;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V];
+    st_load<S, V>(xv, x + c);
+#pragma unroll
+    for (int k = 0; k < V; k++) s += xv[k];
   }
-  const float r = 1.0f / sqrtf(st_warp_sum(v) / C + 1e-5f);
-  float *o = out + (int64_t)row * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  const float m = st_warp_sum(s) / C;
+  float var = 0.0f;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V];
+    st_load<S, V>(xv, x + c);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      float d = xv[k] - m;
+      var += d * d;
+    }
+  }
+  const float r = 1.0f / sqrtf(st_warp_sum(var) / C + 1e-5f);
+  S *o = out + (int64_t)row * C;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V], wv[V], bv[V], ov[V];
+    st_load<S, V>(xv, x + c);
+    st_load<S, V>(wv, w + c);
+    st_load<S, V>(bv, b + c);
+#pragma unroll
+    for (int k = 0; k < V; k++) ov[k] = (xv[k] - m) * r * wv[k] + bv[k];
+    st_store<S, V>(o + c, ov);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -30,31 +54,49 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
 }
 
 /* dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. */
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *w, const float *mean,
-                                               const float *rstd, int N, int C) {
+template <typename S, int V>
+__global__ void layernorm_backward_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *w,
+                                               const float *mean, const float *rstd, int N,
+                                               int C) {
   int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= N) return;
-  const float *x = inp + (int64_t)row * C, *d = dout + (int64_t)row * C;
-  float *di = dinp + (int64_t)row * C;
+  const S *x = inp + (int64_t)row * C, *d = dout + (int64_t)row * C;
+  S *di = dinp + (int64_t)row * C;
   const float m = mean[row], s = rstd[row];
   float gsum = 0.0f, gxsum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    float g = d[c] * w[c];
-    gsum += g;
-    gxsum += g * (x[c] - m) * s;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V], dv[V], wv[V];
+    st_load<S, V>(xv, x + c);
+    st_load<S, V>(dv, d + c);
+    st_load<S, V>(wv, w + c);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      float g = dv[k] * wv[k];
+      gsum += g;
+      gxsum += g * (xv[k] - m) * s;
+    }
   }
   const float gmean = st_warp_sum(gsum) / C, gxmean = st_warp_sum(gxsum) / C;
-  for (int c = lane; c < C; c += 32) {
-    float xhat = (x[c] - m) * s;
-    di[c] += s * (d[c] * w[c] - gmean - xhat * gxmean);
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V], dv[V], wv[V], iv[V];
+    st_load<S, V>(xv, x + c);
+    st_load<S, V>(dv, d + c);
+    st_load<S, V>(wv, w + c);
+    st_load<S, V>(iv, di + c);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      float xhat = (xv[k] - m) * s;
+      iv[k] += s * (dv[k] * wv[k] - gmean - xhat * gxmean);
+    }
+    st_store<S, V>(di + c, iv);
   }
 }
 
 /* Pass 1: block (band of 32 columns, chunk of rows). Lane y of the block sums
  * rows y, y+8, ... of the chunk; the 8 lane sums are added in lane order.
  * part[chunk][0:C] gets dw, part[chunk][C:2C] gets db. */
-__global__ void layernorm_backward_part_kernel(float *part, const float *dout, const float *inp,
+template <typename S>
+__global__ void layernorm_backward_part_kernel(float *part, const S *dout, const S *inp,
                                                const float *mean, const float *rstd, int N,
                                                int C, int rows_per_chunk) {
   __shared__ float sw[ST_COLSUM_LANES][ST_COLSUM_BAND], sb[ST_COLSUM_LANES][ST_COLSUM_BAND];
@@ -65,8 +107,8 @@ __global__ void layernorm_backward_part_kernel(float *part, const float *dout, c
   float aw = 0.0f, ab = 0.0f;
   if (c < C)
     for (int r = r0 + ty; r < r1; r += ST_COLSUM_LANES) {
-      float d = dout[(int64_t)r * C + c];
-      aw += d * (inp[(int64_t)r * C + c] - mean[r]) * rstd[r];
+      float d = st_ld(dout[(int64_t)r * C + c]);
+      aw += d * (st_ld(inp[(int64_t)r * C + c]) - mean[r]) * rstd[r];
       ab += d;
     }
   sw[ty][tx] = aw;
@@ -97,26 +139,52 @@ __global__ void layernorm_backward_reduce_kernel(float *dw, float *db, const flo
   db[c] = ab;
 }
 
-void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int N, int C) {
+template <typename S>
+void cuda_layernorm_forward(void *out_, float *mean, float *rstd, const void *inp_,
+                            const void *w_, const void *b_, int N, int C) {
+  S *out = (S *)out_;
+  const S *inp = (const S *)inp_, *w = (const S *)w_, *b = (const S *)b_;
   if (N == 0) return;
-  layernorm_forward_kernel<<<st_blocks(N, LN_WARPS), LN_THREADS>>>(out, mean, rstd, inp, w, b,
-                                                                  N, C);
+  constexpr int P = st_pack<S>();
+  const unsigned grid = st_blocks(N, LN_WARPS);
+  if (C % P == 0 && st_aligned16(out) && st_aligned16(inp) && st_aligned16(w) &&
+      st_aligned16(b))
+    layernorm_forward_kernel<S, P><<<grid, LN_THREADS>>>(out, mean, rstd, inp, w, b, N, C);
+  else
+    layernorm_forward_kernel<S, 1><<<grid, LN_THREADS>>>(out, mean, rstd, inp, w, b, N, C);
   ST_CUDA_LAUNCHED();
 }
 
-void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, const float *mean,
+template <typename S>
+void cuda_layernorm_backward(void *dinp_, float *dw, float *db, const void *dout_,
+                             const void *inp_, const void *w_, const float *mean,
                              const float *rstd, int N, int C) {
+  S *dinp = (S *)dinp_;
+  const S *dout = (const S *)dout_, *inp = (const S *)inp_, *w = (const S *)w_;
   if (N == 0 || C == 0) return;
-  layernorm_backward_dinp_kernel<<<st_blocks(N, LN_WARPS), LN_THREADS>>>(dinp, dout, inp, w,
-                                                                        mean, rstd, N, C);
+  constexpr int P = st_pack<S>();
+  const unsigned grid = st_blocks(N, LN_WARPS);
+  if (C % P == 0 && st_aligned16(dinp) && st_aligned16(dout) && st_aligned16(inp) &&
+      st_aligned16(w))
+    layernorm_backward_dinp_kernel<S, P><<<grid, LN_THREADS>>>(dinp, dout, inp, w, mean, rstd,
+                                                               N, C);
+  else
+    layernorm_backward_dinp_kernel<S, 1><<<grid, LN_THREADS>>>(dinp, dout, inp, w, mean, rstd,
+                                                               N, C);
   ST_CUDA_LAUNCHED();
   const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
   float *part = (float *)cuda_scratch((size_t)chunks * 2 * C * sizeof(float));
-  dim3 grid(st_blocks(C, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
-  layernorm_backward_part_kernel<<<grid, block>>>(part, dout, inp, mean, rstd, N, C, rows);
+  dim3 pgrid(st_blocks(C, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
+  layernorm_backward_part_kernel<S><<<pgrid, block>>>(part, dout, inp, mean, rstd, N, C, rows);
   ST_CUDA_LAUNCHED();
   layernorm_backward_reduce_kernel<<<st_blocks(C, 256), 256>>>(dw, db, part, C, chunks);
   ST_CUDA_LAUNCHED();
 }
+
+#define LN_INST(S)                                                                            \
+  template void cuda_layernorm_forward<S>(void *, float *, float *, const void *, const void *, \
+                                          const void *, int, int);                            \
+  template void cuda_layernorm_backward<S>(void *, float *, float *, const void *,             \
+                                           const void *, const void *, const float *,          \
+                                           const float *, int, int);
+ST_FOR_EACH_STORAGE(LN_INST)

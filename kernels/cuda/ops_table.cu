@@ -1,5 +1,6 @@
-/* ops_table.cu - the CUDA backend's op table (see kernels/ops.h), device
- * discovery and binding, and the fatal-error path of every CUDA call. */
+/* ops_table.cu - the CUDA backend's op tables, one per storage dtype (see
+ * kernels/ops.h), device discovery and binding, and the fatal-error path of
+ * every CUDA call. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,37 +19,50 @@ void st_cuda_fail(const char *what, const char *file, int line) {
   exit(ST_EXIT_ERROR);
 }
 
-static st_ops make_table(void) {
+/* The table of storage type S: the S instantiation of every op. */
+template <typename S>
+static st_ops make_table(const char *name, st_dtype dt) {
   st_ops t = {};
-  t.name = "cuda-fp32";
+  t.name = name;
+  t.dtype = dt;
   t.alloc = cuda_alloc;
   t.free = cuda_free;
   t.zero = cuda_zero;
   t.to_device = cuda_to_device;
   t.to_host = cuda_to_host;
-  t.encoder_forward = cuda_encoder_forward;
-  t.encoder_backward = cuda_encoder_backward;
-  t.layernorm_forward = cuda_layernorm_forward;
-  t.layernorm_backward = cuda_layernorm_backward;
-  t.matmul_forward = cuda_matmul_forward;
-  t.matmul_backward = cuda_matmul_backward;
+  t.encoder_forward = cuda_encoder_forward<S>;
+  t.encoder_backward = cuda_encoder_backward<S>;
+  t.layernorm_forward = cuda_layernorm_forward<S>;
+  t.layernorm_backward = cuda_layernorm_backward<S>;
+  t.matmul_forward = cuda_matmul_forward<S>;
+  t.matmul_backward = cuda_matmul_backward<S>;
   t.attention_state_floats = cuda_attention_state_floats;
-  t.attention_forward = cuda_attention_forward;
-  t.attention_backward = cuda_attention_backward;
-  t.gelu_forward = cuda_gelu_forward;
-  t.gelu_backward = cuda_gelu_backward;
-  t.residual_forward = cuda_residual_forward;
-  t.softmax_crossentropy = cuda_softmax_crossentropy;
-  t.adamw_update = cuda_adamw_update;
+  t.attention_forward = cuda_attention_forward<S>;
+  t.attention_backward = cuda_attention_backward<S>;
+  t.gelu_forward = cuda_gelu_forward<S>;
+  t.gelu_backward = cuda_gelu_backward<S>;
+  t.residual_forward = cuda_residual_forward<S>;
+  t.accumulate_f32 = cuda_accumulate_f32;
+  t.softmax_crossentropy = cuda_softmax_crossentropy<S>;
+  t.adamw_update = cuda_adamw_update<S>;
   t.sum_squares = cuda_sum_squares;
   return t;
 }
 
-/* Filled at load time (a namespace-scope initialiser, not a function-local
- * static, so no C++ runtime support is needed when C programs link this). */
-static const st_ops k_cuda_ops = make_table();
+/* Filled at load time (namespace-scope initialisers, not function-local
+ * statics, so no C++ runtime support is needed when C programs link this). */
+static const st_ops k_cuda_fp32 = make_table<float>("cuda-fp32", ST_FP32);
+static const st_ops k_cuda_bf16 = make_table<__nv_bfloat16>("cuda-bf16", ST_BF16);
+static const st_ops k_cuda_fp16 = make_table<__half>("cuda-fp16", ST_FP16);
 
-extern "C" const st_ops *st_ops_cuda(void) { return &k_cuda_ops; }
+extern "C" const st_ops *st_ops_cuda(st_dtype dt) {
+  switch (dt) {
+  case ST_BF16: return &k_cuda_bf16;
+  case ST_FP16: return &k_cuda_fp16;
+  case ST_FP32: break;
+  }
+  return &k_cuda_fp32;
+}
 
 extern "C" int st_cuda_device_count(void) {
   int n = 0;
