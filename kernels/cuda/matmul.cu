@@ -1,7 +1,8 @@
-/* matmul.cu - the linear layer out = inp @ w^T + bias through cuBLASLt, in
- * fp32 with CUBLAS_COMPUTE_32F (plain FFMA, not TF32), so results stay close
- * to the CPU reference. Backward: dinp += dout @ w and dw += dout^T @ inp are
- * GEMMs with beta = 1; dbias += colsum(dout) is a two-pass column sum.
+/* matmul.cu - the linear layer out = inp @ w^T + bias through cuBLASLt with
+ * CUBLAS_COMPUTE_32F (fp32 accumulation; fp32 tables run plain FFMA, not
+ * TF32, so results stay close to the CPU reference; bf16 and fp16 tables
+ * run on tensor cores). Backward: dinp += dout @ w and dw += dout^T @ inp
+ * are GEMMs with beta = 1; dbias += colsum(dout) is a two-pass column sum.
  *
  * cuBLAS is column-major. A row-major [R, K] matrix is a column-major
  * [K, R] one, so with w [OC, C], inp [N, C] and out [N, OC] row-major:
@@ -9,7 +10,18 @@
  *   dinp:    dinp^T[C,N]  = (w as [C,OC])    * (dout as [OC,N])     (N, N)
  *   dw:        dw^T[C,OC] = (inp as [C,N])   * (dout as [OC,N])^T   (N, T)
  * The forward adds the bias with cuBLASLt's bias epilogue (a vector over the
- * rows of out^T, i.e. over OC) when the heuristic offers it.
+ * rows of out^T, i.e. over OC, in the storage type) when the heuristic
+ * offers it. Types: A, B, C, D and the bias are in the storage type, except
+ * dw, whose C and D are fp32 (A and B bf16/fp16, a combination cuBLASLt
+ * supports with COMPUTE_32F): weight gradients are never rounded to 16 bits.
+ *
+ * Determinism: cuBLASLt gives bit-identical results for the same algorithm,
+ * problem and workspace on one stream. Each problem's descriptors and the
+ * heuristic's algorithm are made once and kept in a small cache, so a shape
+ * keeps its algorithm for the life of the process. Split-K is asked for
+ * with partial sums kept in the compute type (fp32) and reduced in a
+ * separate pass: the in-place and output-type schemes would add partials in
+ * bf16/fp16 (they are taken only if the heuristic offers nothing else).
  *
  * The handle and a 32 MiB workspace are made on the first matmul, on the
  * device current then (st_cuda_bind_device runs before any op).
@@ -35,88 +47,172 @@ static void lt_init(void) {
   ST_CUDA_CHECK(cudaMalloc(&g_workspace, k_workspace_bytes));
 }
 
-/* Largest power of two (<= 256) dividing the address: the heuristic must only
- * offer kernels that work with the real alignment (views into the flat
- * parameter vector can sit at any float offset). */
-static uint32_t alignment_of(const void *p) {
+/* Largest power of two (<= 256, >= the element size) dividing the address:
+ * the heuristic must only offer kernels that work with the real alignment
+ * (views into the flat parameter vector can sit at any element offset). */
+static uint32_t alignment_of(const void *p, uint32_t elem) {
   uintptr_t a = (uintptr_t)p;
   uint32_t al = 256;
-  while (al > 4 && (a % al) != 0) al >>= 1;
+  while (al > elem && (a % al) != 0) al >>= 1;
   return al;
+}
+
+static uint32_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4u : 2u; }
+
+/* Everything the descriptors and the heuristic's choice depend on. Compared
+ * with memcmp, so it is zeroed before it is filled (padding included). */
+typedef struct {
+  int m, n, k, lda, ldb, ldd;
+  int ta, tb, has_bias;
+  cudaDataType_t ab, cd;
+  uint32_t al_a, al_b, al_d, al_bias;
+} lt_key;
+
+typedef struct {
+  lt_key key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+  int ok; /* 0: no algorithm (cached too, so the heuristic is asked once) */
+} lt_plan;
+
+/* A GPT-2 step uses about 15 shapes (5 forward, 10 backward) per micro-batch
+ * size; evaluation adds a few. Past the capacity, plans are replaced round
+ * robin; a replaced shape gets the same algorithm again from the heuristic. */
+#define LT_CACHE 64
+static lt_plan g_plans[LT_CACHE];
+static int g_nplans, g_next_evict;
+
+static void plan_destroy(lt_plan *p) {
+  cublasLtMatrixLayoutDestroy(p->ld);
+  cublasLtMatrixLayoutDestroy(p->lb);
+  cublasLtMatrixLayoutDestroy(p->la);
+  cublasLtMatmulDescDestroy(p->desc);
+}
+
+/* Asks the heuristic for the best algorithm under the key's alignments and
+ * the given split-K reduction schemes; 1 when it offers one. */
+static int plan_heuristic(lt_plan *p, uint32_t schemes) {
+  const lt_key *key = &p->key;
+  cublasLtMatmulPreference_t pref;
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = k_workspace_bytes;
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->al_a, sizeof key->al_a));
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->al_b, sizeof key->al_b));
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->al_d, sizeof key->al_d));
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->al_d, sizeof key->al_d));
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0;
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->la, p->lb, p->ld, p->ld,
+                                                     pref, 1, &heur, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return 0;
+  p->algo = heur.algo;
+  return 1;
+}
+
+/* bias: the first call's bias pointer (the heuristic looks at its alignment,
+ * which the key fixes for every later call that uses this plan). */
+static void plan_build(lt_plan *p, const lt_key *key, const void *bias) {
+  memset(p, 0, sizeof *p);
+  p->key = *key;
+  ST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t opa = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opb = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                                 sizeof opa));
+  ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                                 sizeof opb));
+  if (bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    int32_t bias_type = key->cd;
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                   sizeof epi));
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof bias_type));
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias, sizeof bias));
+  }
+  const int m = key->m, n = key->n, k = key->k;
+  ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, key->ab, key->ta ? k : m, key->ta ? m : k,
+                                             key->lda));
+  ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, key->ab, key->tb ? n : k, key->tb ? k : n,
+                                             key->ldb));
+  ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, key->cd, m, n, key->ldd));
+  /* fp32 split-K partials first; the other schemes (still deterministic:
+   * in-place reduction is sequenced by counters) only when nothing else
+   * is offered */
+  const uint32_t fp32_partials =
+      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  p->ok = plan_heuristic(p, fp32_partials) || plan_heuristic(p, CUBLASLT_REDUCTION_SCHEME_MASK);
+}
+
+static lt_plan *plan_get(const lt_key *key, const void *bias) {
+  for (int i = 0; i < g_nplans; i++)
+    if (memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
+  lt_plan *p;
+  if (g_nplans < LT_CACHE) {
+    p = &g_plans[g_nplans++];
+  } else {
+    p = &g_plans[g_next_evict];
+    g_next_evict = (g_next_evict + 1) % LT_CACHE;
+    plan_destroy(p); /* cublasLtMatmul reads descriptors when called: nothing in flight uses them */
+  }
+  plan_build(p, key, bias);
+  return p;
 }
 
 /* D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m]) + beta * D, column-major, with
  * op = transpose when ta/tb. A is stored [m,k] (or [k,m] when ta) with
- * leading dim lda; likewise B. Returns 0, or -1 when cuBLASLt offers no
- * algorithm (only asked with a bias: the caller then adds it itself). */
-static int lt_matmul(float *d, const float *a, const float *b, const float *bias, int m, int n,
-                     int k, int ta, int tb, int lda, int ldb, int ldd, float beta) {
+ * leading dim lda; likewise B. A and B have type ab, D and the bias cd.
+ * Returns 0, or -1 when cuBLASLt offers no algorithm (only asked with a
+ * bias: the caller then adds it itself). */
+static int lt_matmul(void *d, const void *a, const void *b, const void *bias, int m, int n,
+                     int k, int ta, int tb, int lda, int ldb, int ldd, float beta,
+                     cudaDataType_t ab, cudaDataType_t cd) {
   lt_init();
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t la, lb, ld;
-  cublasLtMatmulPreference_t pref;
-  ST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
-                                                 sizeof opa));
-  ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
-                                                 sizeof opb));
-  if (bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                   sizeof epi));
-    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+  lt_key key;
+  memset(&key, 0, sizeof key);
+  key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
+  key.ta = ta, key.tb = tb, key.has_bias = bias != NULL, key.ab = ab, key.cd = cd;
+  key.al_a = alignment_of(a, type_size(ab));
+  key.al_b = alignment_of(b, type_size(ab));
+  key.al_d = alignment_of(d, type_size(cd));
+  key.al_bias = bias ? alignment_of(bias, type_size(cd)) : 0;
+  lt_plan *p = plan_get(&key, bias);
+  if (!p->ok) {
+    if (!bias) st_cuda_fail("cuBLASLt offers no algorithm for this matmul", __FILE__, __LINE__);
+    return -1;
+  }
+  if (bias) /* this call's bias: same alignment as the one the plan was made with */
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof bias));
-  }
-  ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
-  ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
-  ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
-  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws = k_workspace_bytes;
-  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  uint32_t al_a = alignment_of(a), al_b = alignment_of(b), al_d = alignment_of(d);
-  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-  cublasLtMatmulHeuristicResult_t heur;
-  int found = 0;
-  cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(g_lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-  int rc = 0;
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-    if (!bias) {
-      st_cuda_fail("cuBLASLt offers no fp32 algorithm for this matmul", __FILE__, __LINE__);
-    }
-    rc = -1;
-  } else {
-    const float alpha = 1.0f;
-    ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
-                                   &heur.algo, g_workspace, k_workspace_bytes, 0));
-  }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(desc);
-  return rc;
+  const float alpha = 1.0f;
+  ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d,
+                                 p->ld, &p->algo, g_workspace, k_workspace_bytes, 0));
+  return 0;
 }
 
 /* out[n, o] += bias[o]: used only when the bias epilogue is not offered. */
-__global__ void add_bias_kernel(float *out, const float *bias, int OC, int64_t n) {
+template <typename S>
+__global__ void add_bias_kernel(S *out, const S *bias, int OC, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
-    out[i] += bias[i % OC];
+    out[i] = st_st<S>(st_ld(out[i]) + st_ld(bias[i % OC]));
 }
 
 /* dbias column sums, pass 1: block (band of 32 columns, chunk of rows); lane
  * y sums rows y, y+8, ... of the chunk, then the lanes are added in order. */
-__global__ void bias_backward_part_kernel(float *part, const float *dout, int N, int OC,
+template <typename S>
+__global__ void bias_backward_part_kernel(float *part, const S *dout, int N, int OC,
                                           int rows_per_chunk) {
   __shared__ float s[ST_COLSUM_LANES][ST_COLSUM_BAND];
   const int tx = threadIdx.x, ty = threadIdx.y, chunk = blockIdx.y;
@@ -125,7 +221,7 @@ __global__ void bias_backward_part_kernel(float *part, const float *dout, int N,
   const int r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
   float acc = 0.0f;
   if (o < OC)
-    for (int r = r0 + ty; r < r1; r += ST_COLSUM_LANES) acc += dout[(int64_t)r * OC + o];
+    for (int r = r0 + ty; r < r1; r += ST_COLSUM_LANES) acc += st_ld(dout[(int64_t)r * OC + o]);
   s[ty][tx] = acc;
   __syncthreads();
   if (ty == 0 && o < OC) {
@@ -144,37 +240,48 @@ __global__ void bias_backward_reduce_kernel(float *dbias, const float *part, int
   dbias[o] = acc;
 }
 
-void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                         int N, int C, int OC) {
+template <typename S>
+void cuda_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N,
+                         int C, int OC) {
+  constexpr cudaDataType_t dt = st_cuda_type<S>();
   if (N == 0 || OC == 0) return;
   if (C == 0) { /* an empty sum: out = bias (or 0) */
-    cuda_zero(out, (size_t)N * OC * sizeof(float));
-  } else if (lt_matmul(out, w, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f) == 0) {
+    cuda_zero(out, (size_t)N * OC * sizeof(S));
+  } else if (lt_matmul(out, w, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, dt, dt) == 0) {
     return;
   } else {
-    lt_matmul(out, w, inp, NULL, OC, N, C, 1, 0, C, C, OC, 0.0f);
+    lt_matmul(out, w, inp, NULL, OC, N, C, 1, 0, C, C, OC, 0.0f, dt, dt);
   }
   if (bias) {
     int64_t n = (int64_t)N * OC;
-    add_bias_kernel<<<st_blocks_capped(n, 256), 256>>>(out, bias, OC, n);
+    add_bias_kernel<S><<<st_blocks_capped(n, 256), 256>>>((S *)out, (const S *)bias, OC, n);
     ST_CUDA_LAUNCHED();
   }
 }
 
-void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                          const float *inp, const float *w, int N, int C, int OC) {
+template <typename S>
+void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
+                          const void *inp, const void *w, int N, int C, int OC) {
+  constexpr cudaDataType_t dt = st_cuda_type<S>();
   if (N == 0 || C == 0 || OC == 0) return;
   /* dinp^T[C,N] += w[C,OC] * dout[OC,N] */
-  lt_matmul(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 1.0f);
-  /* dw^T[C,OC] += inp[C,N] * (dout[OC,N])^T */
-  lt_matmul(dw, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f);
+  lt_matmul(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 1.0f, dt, dt);
+  /* dw^T[C,OC] += inp[C,N] * (dout[OC,N])^T, accumulated in fp32 */
+  lt_matmul(dw, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, dt, CUDA_R_32F);
   if (dbias) {
     const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
     float *part = (float *)cuda_scratch((size_t)chunks * OC * sizeof(float));
     dim3 grid(st_blocks(OC, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
-    bias_backward_part_kernel<<<grid, block>>>(part, dout, N, OC, rows);
+    bias_backward_part_kernel<S><<<grid, block>>>(part, (const S *)dout, N, OC, rows);
     ST_CUDA_LAUNCHED();
     bias_backward_reduce_kernel<<<st_blocks(OC, 256), 256>>>(dbias, part, OC, chunks);
     ST_CUDA_LAUNCHED();
   }
 }
+
+#define MM_INST(S)                                                                          \
+  template void cuda_matmul_forward<S>(void *, const void *, const void *, const void *, int, \
+                                       int, int);                                           \
+  template void cuda_matmul_backward<S>(void *, float *, float *, const void *, const void *, \
+                                        const void *, int, int, int);
+ST_FOR_EACH_STORAGE(MM_INST)
