@@ -1,8 +1,11 @@
-/* attention.cu - causal multi-head self-attention (Vaswani et al. 2017) in
- * fp32 as flash attention (Dao et al. 2022): no T x T matrix exists; memory
- * is O(B*T*C). What forward saves for backward (`att`) is the per-row
- * log-sum-exp L = m + log(l) of the scaled scores, laid out [B,NH,T];
- * backward's scratch (`datt`, same size) holds D = rowsum(dO * O).
+/* attention.cu - causal multi-head self-attention (Vaswani et al. 2017) as
+ * flash attention (Dao et al. 2022) on CUDA cores: no T x T matrix exists;
+ * memory is O(B*T*C). qkv, out, dout and dqkv are in the storage type S;
+ * tiles are widened to fp32 as they are loaded into shared memory and all
+ * arithmetic is fp32, so S changes only the loads and the final stores.
+ * What forward saves for backward (`att`, fp32) is the per-row log-sum-exp
+ * L = m + log(l) of the scaled scores, laid out [B,NH,T]; backward's
+ * scratch (`datt`, same size) holds D = rowsum(dO * O).
  *
  * Tiles of FA_BR = FA_BC = 64 rows, 256 threads as a 16 x 16 grid (tx, ty);
  * a thread owns a 4 x 4 micro-tile of each score tile (rows ty + 16i,
@@ -14,13 +17,16 @@
  * Forward: one block per (b, h, query tile); online softmax over the key
  * tiles 0..query tile (causal), row statistics reduced over the 16 lanes of
  * a half-warp by butterfly.
- * Backward: dq_kernel, one block per query tile, walks the key tiles twice:
- * first to get D = sum_j P_ij dP_ij (P = exp(S - L) recomputed, dP = dO V^T;
- * equal to rowsum(dO * O)), written to datt; then dS = P * (dP - D) * scale
- * and dQ += dS K. dkv_kernel, one block per key tile, walks the query tiles
- * from the diagonal on: dV += P^T dO, dK += dS^T Q. Each gradient element is
- * owned by one thread that sums in a fixed order and adds once into dqkv:
- * no atomics, bit-identical from run to run.
+ * Backward: dq_kernel, one block per query tile, first takes
+ * D = rowsum(dO * O) from its dO tile and forward's output O (equal to
+ * sum_j P_ij dP_ij, which would need a second walk over the key tiles) and
+ * writes it to datt; then it walks the key tiles once: P = exp(S - L)
+ * recomputed, dP = dO V^T, dS = P * (dP - D) * scale, dQ += dS K.
+ * dkv_kernel, one block per key tile and launched after dq_kernel (it reads
+ * D), walks the query tiles from the diagonal on: dV += P^T dO,
+ * dK += dS^T Q. Each gradient element is owned by one thread that sums in a
+ * fixed order and adds once into dqkv (one rounding to S): no atomics,
+ * bit-identical from run to run.
  */
 #include <math.h>
 
@@ -30,15 +36,16 @@
 #define FA_THREADS 256 /* 16 x 16 */
 #define FA_PLD (FA_T + 1) /* padded row length of the score tiles in shared memory */
 
-/* Loads rows row0..row0+63 of a [*, stride] matrix (row r at src + r*stride,
- * hs valid columns) into dst[64][HD+1]; rows >= T and columns >= hs are 0. */
-template <int HD>
-__device__ __forceinline__ void fa_load(float *dst, const float *src, int64_t stride, int row0,
+/* Loads rows row0..row0+63 of a [*, stride] matrix of S (row r at
+ * src + r*stride, hs valid columns) into dst[64][HD+1] as fp32; rows >= T
+ * and columns >= hs are 0. */
+template <int HD, typename S>
+__device__ __forceinline__ void fa_load(float *dst, const S *src, int64_t stride, int row0,
                                         int T, int hs) {
   constexpr int LD = HD + 1;
   for (int idx = threadIdx.x; idx < FA_T * HD; idx += FA_THREADS) {
     const int r = idx / HD, d = idx % HD, t = row0 + r;
-    dst[r * LD + d] = (t < T && d < hs) ? src[(int64_t)t * stride + d] : 0.0f;
+    dst[r * LD + d] = (t < T && d < hs) ? st_ld(src[(int64_t)t * stride + d]) : 0.0f;
   }
 }
 
@@ -121,10 +128,9 @@ __device__ __forceinline__ float fa_row_sum(float v) {
   return v;
 }
 
-template <int HD>
+template <int HD, typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH,
-                         float scale) {
+    flash_forward_kernel(S *out, float *lse, const S *qkv, int T, int C, int NH, float scale) {
   constexpr int LD = HD + 1, NJ = HD / 16;
   extern __shared__ float smem[];
   float *Qs = smem, *Ks = Qs + FA_T * LD, *Vs = Ks + FA_T * LD, *Ps = Vs + FA_T * LD;
@@ -132,7 +138,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   const int qt = nq - 1 - (int)blockIdx.y; /* longest rows first */
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, q0 = qt * FA_T;
-  const float *base = qkv + (int64_t)b * T * C3 + h * hs;
+  const S *base = qkv + (int64_t)b * T * C3 + h * hs;
   fa_load<HD>(Qs, base, C3, q0, T, hs);
   float m[4], l[4], o[4][NJ];
 #pragma unroll
@@ -182,20 +188,20 @@ __global__ void __launch_bounds__(FA_THREADS)
     const int r = q0 + ty + 16 * i;
     if (r >= T) continue;
     const float inv = 1.0f / l[i];
-    float *orow = out + ((int64_t)b * T + r) * C + h * hs;
+    S *orow = out + ((int64_t)b * T + r) * C + h * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const int d = tx + 16 * j;
-      if (d < hs) orow[d] = o[i][j] * inv;
+      if (d < hs) orow[d] = st_st<S>(o[i][j] * inv);
     }
     if (tx == 0) lse[(int64_t)bh * T + r] = m[i] + logf(l[i]);
   }
 }
 
 /* One block per (b, h, query tile): D (written to Dg) and dQ (added to dqkv). */
-template <int HD>
+template <int HD, typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_dq_kernel(float *dqkv, float *Dg, const float *dout, const float *qkv,
+    flash_dq_kernel(S *dqkv, float *Dg, const S *dout, const S *qkv, const S *out,
                     const float *lse, int T, int C, int NH, float scale) {
   constexpr int LD = HD + 1, NJ = HD / 16;
   extern __shared__ float smem[];
@@ -205,43 +211,24 @@ __global__ void __launch_bounds__(FA_THREADS)
   const int qt = nq - 1 - (int)blockIdx.y;
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, q0 = qt * FA_T;
-  const float *base = qkv + (int64_t)b * T * C3 + h * hs;
+  const S *base = qkv + (int64_t)b * T * C3 + h * hs;
   fa_load<HD>(Qs, base, C3, q0, T, hs);
   fa_load<HD>(dOs, dout + (int64_t)b * T * C + h * hs, C, q0, T, hs);
+  /* D = rowsum(dO * O): O borrows the K tile's buffer until the walk starts */
+  fa_load<HD>(Ks, out + (int64_t)b * T * C + h * hs, C, q0, T, hs);
+  __syncthreads();
   float L[4], D[4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    const int r = q0 + ty + 16 * i;
+    const int rl = ty + 16 * i, r = q0 + rl;
+    float d = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) d = fmaf(dOs[rl * LD + tx + 16 * j], Ks[rl * LD + tx + 16 * j], d);
+    D[i] = fa_row_sum(d);
     L[i] = r < T ? lse[(int64_t)bh * T + r] : 0.0f;
-    D[i] = 0.0f;
-  }
-  /* pass 1: D = sum_j P_ij dP_ij */
-  for (int kt = 0; kt <= qt; kt++) {
-    const int k0 = kt * FA_T;
-    __syncthreads();
-    fa_load<HD>(Ks, base + C, C3, k0, T, hs);
-    fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
-    __syncthreads();
-    float s[4][4], dp[4][4];
-    fa_dot2<HD>(s, dp, Qs, Ks, dOs, Vs, ty, tx);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int r = q0 + ty + 16 * i;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int c = k0 + tx + 16 * j;
-        const float p = (c <= r && r < T) ? expf(s[i][j] * scale - L[i]) : 0.0f;
-        D[i] = fmaf(p, dp[i][j], D[i]);
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    D[i] = fa_row_sum(D[i]);
-    const int r = q0 + ty + 16 * i;
     if (tx == 0 && r < T) Dg[(int64_t)bh * T + r] = D[i];
   }
-  /* pass 2: dS = P (dP - D) scale, dQ += dS K */
+  /* dS = P (dP - D) scale, dQ += dS K */
   float dq[4][NJ];
 #pragma unroll
   for (int i = 0; i < 4; i++)
@@ -249,7 +236,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     for (int j = 0; j < NJ; j++) dq[i][j] = 0.0f;
   for (int kt = 0; kt <= qt; kt++) {
     const int k0 = kt * FA_T;
-    __syncthreads();
+    __syncthreads(); /* the previous tile (or O) is no longer read */
     fa_load<HD>(Ks, base + C, C3, k0, T, hs);
     fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
     __syncthreads();
@@ -272,21 +259,21 @@ __global__ void __launch_bounds__(FA_THREADS)
   for (int i = 0; i < 4; i++) {
     const int r = q0 + ty + 16 * i;
     if (r >= T) continue;
-    float *g = dqkv + ((int64_t)b * T + r) * C3 + h * hs;
+    S *g = dqkv + ((int64_t)b * T + r) * C3 + h * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const int d = tx + 16 * j;
-      if (d < hs) g[d] += dq[i][j];
+      if (d < hs) g[d] = st_st<S>(st_ld(g[d]) + dq[i][j]);
     }
   }
 }
 
 /* One block per (b, h, key tile): dK and dV (added to dqkv). Here a thread's
  * micro-tile rows are keys (ty + 16i) and its columns queries (tx + 16j). */
-template <int HD>
+template <int HD, typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_dkv_kernel(float *dqkv, const float *Dg, const float *dout, const float *qkv,
-                     const float *lse, int T, int C, int NH, float scale) {
+    flash_dkv_kernel(S *dqkv, const float *Dg, const S *dout, const S *qkv, const float *lse,
+                     int T, int C, int NH, float scale) {
   constexpr int LD = HD + 1, NJ = HD / 16;
   extern __shared__ float smem[];
   float *Ks = smem, *Vs = Ks + FA_T * LD, *Qs = Vs + FA_T * LD, *dOs = Qs + FA_T * LD;
@@ -296,8 +283,8 @@ __global__ void __launch_bounds__(FA_THREADS)
   const int kt = blockIdx.y; /* key tile 0 has the most query tiles: first */
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, k0 = kt * FA_T;
-  const float *base = qkv + (int64_t)b * T * C3 + h * hs;
-  const float *dobase = dout + (int64_t)b * T * C + h * hs;
+  const S *base = qkv + (int64_t)b * T * C3 + h * hs;
+  const S *dobase = dout + (int64_t)b * T * C + h * hs;
   fa_load<HD>(Ks, base + C, C3, k0, T, hs);
   fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
   float dk[4][NJ], dv[4][NJ];
@@ -338,11 +325,14 @@ __global__ void __launch_bounds__(FA_THREADS)
   for (int i = 0; i < 4; i++) {
     const int c = k0 + ty + 16 * i;
     if (c >= T) continue;
-    float *g = dqkv + ((int64_t)b * T + c) * C3 + C + h * hs;
+    S *g = dqkv + ((int64_t)b * T + c) * C3 + C + h * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const int d = tx + 16 * j;
-      if (d < hs) g[d] += dk[i][j], g[C + d] += dv[i][j];
+      if (d < hs) {
+        g[d] = st_st<S>(st_ld(g[d]) + dk[i][j]);
+        g[C + d] = st_st<S>(st_ld(g[C + d]) + dv[i][j]);
+      }
     }
   }
 }
@@ -356,36 +346,40 @@ static size_t fa_dkv_smem() {
   return (size_t)(4 * FA_T * (HD + 1) + 2 * FA_T * FA_PLD + 2 * FA_T) * sizeof(float);
 }
 
-template <int HD>
-static void fa_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+template <int HD, typename S>
+static void fa_forward(S *out, float *lse, const S *qkv, int B, int T, int C, int NH,
                        float scale) {
   const size_t sm = fa_forward_smem<HD>();
-  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HD>,
+  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HD, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
   const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_T - 1) / FA_T));
-  flash_forward_kernel<HD><<<grid, FA_THREADS, sm>>>(out, lse, qkv, T, C, NH, scale);
+  flash_forward_kernel<HD, S><<<grid, FA_THREADS, sm>>>(out, lse, qkv, T, C, NH, scale);
   ST_CUDA_LAUNCHED();
 }
 
-template <int HD>
-static void fa_backward(float *dqkv, float *D, const float *dout, const float *qkv,
+template <int HD, typename S>
+static void fa_backward(S *dqkv, float *D, const S *dout, const S *qkv, const S *out,
                         const float *lse, int B, int T, int C, int NH, float scale) {
   const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_T - 1) / FA_T));
   const size_t sq = fa_dq_smem<HD>(), skv = fa_dkv_smem<HD>();
-  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<HD>,
+  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<HD, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq));
-  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dkv_kernel<HD>,
+  ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dkv_kernel<HD, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv));
-  flash_dq_kernel<HD><<<grid, FA_THREADS, sq>>>(dqkv, D, dout, qkv, lse, T, C, NH, scale);
+  flash_dq_kernel<HD, S><<<grid, FA_THREADS, sq>>>(dqkv, D, dout, qkv, out, lse, T, C, NH,
+                                                   scale);
   ST_CUDA_LAUNCHED();
-  flash_dkv_kernel<HD><<<grid, FA_THREADS, skv>>>(dqkv, D, dout, qkv, lse, T, C, NH, scale);
+  flash_dkv_kernel<HD, S><<<grid, FA_THREADS, skv>>>(dqkv, D, dout, qkv, lse, T, C, NH, scale);
   ST_CUDA_LAUNCHED();
 }
 
 int64_t cuda_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T; }
 
-void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+template <typename S>
+void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int T, int C,
                             int NH) {
+  S *out = (S *)out_;
+  const S *qkv = (const S *)qkv_;
   if ((int64_t)B * T * C == 0) return;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -395,13 +389,22 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
   else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
 
-void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                             const float *att, int B, int T, int C, int NH) {
+template <typename S>
+void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const void *qkv_,
+                             const void *out_, const float *att, int B, int T, int C, int NH) {
+  S *dqkv = (S *)dqkv_;
+  const S *dout = (const S *)dout_, *qkv = (const S *)qkv_, *out = (const S *)out_;
   if ((int64_t)B * T * C == 0) return;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
-  if (hs <= 32) fa_backward<32>(dqkv, datt, dout, qkv, att, B, T, C, NH, scale);
-  else if (hs <= 64) fa_backward<64>(dqkv, datt, dout, qkv, att, B, T, C, NH, scale);
-  else if (hs <= 128) fa_backward<128>(dqkv, datt, dout, qkv, att, B, T, C, NH, scale);
+  if (hs <= 32) fa_backward<32>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
+  else if (hs <= 64) fa_backward<64>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
+  else if (hs <= 128) fa_backward<128>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
   else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
+
+#define ATT_INST(S)                                                                           \
+  template void cuda_attention_forward<S>(void *, float *, const void *, int, int, int, int); \
+  template void cuda_attention_backward<S>(void *, float *, const void *, const void *,       \
+                                           const void *, const float *, int, int, int, int);
+ST_FOR_EACH_STORAGE(ATT_INST)
