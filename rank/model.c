@@ -30,24 +30,29 @@ static void layout_acts(st_model *m, carver *cv) {
   const int64_t natt = m->ops->attention_state_floats(m->B, m->T, c->n_head);
   const size_t es = m->es, f4 = sizeof(float);
   m->encoded = take(cv, BT * C, es);
+  /* Recompute: what backward rebuilds lives once, in the shared block
+   * blk[n_layer], instead of once per layer. selective shares the LayerNorm
+   * and GELU outputs; full shares everything but the block output, which is
+   * the next block's input. X(field, elements, element size, shared?) */
+  const int sel = m->recompute != ST_RECOMPUTE_NONE, full = m->recompute == ST_RECOMPUTE_FULL;
+#define BLOCK_FIELDS(X)                                                                   \
+  X(ln1, BT * C, es, sel) X(ln1_mean, BT, f4, full) X(ln1_rstd, BT, f4, full)              \
+  X(qkv, BT * 3 * C, es, full) X(atty, BT * C, es, full) X(att, natt, f4, full)            \
+  X(attproj, BT * C, es, full) X(residual2, BT * C, es, full) X(ln2, BT * C, es, sel)      \
+  X(ln2_mean, BT, f4, full) X(ln2_rstd, BT, f4, full) X(fch, BT * 4 * C, es, full)         \
+  X(fch_gelu, BT * 4 * C, es, sel) X(fcproj, BT * C, es, full)
+#define SHARE(f, n, e, shared) sh->f = (shared) ? take(cv, n, e) : NULL;
+#define PICK(f, n, e, shared) a->f = (shared) ? sh->f : take(cv, n, e);
+  st_block_acts *sh = &m->blk[c->n_layer];
+  BLOCK_FIELDS(SHARE)
   for (int l = 0; l < c->n_layer; l++) {
     st_block_acts *a = &m->blk[l];
-    a->ln1 = take(cv, BT * C, es);
-    a->ln1_mean = take(cv, BT, f4);
-    a->ln1_rstd = take(cv, BT, f4);
-    a->qkv = take(cv, BT * 3 * C, es);
-    a->atty = take(cv, BT * C, es);
-    a->att = take(cv, natt, f4);
-    a->attproj = take(cv, BT * C, es);
-    a->residual2 = take(cv, BT * C, es);
-    a->ln2 = take(cv, BT * C, es);
-    a->ln2_mean = take(cv, BT, f4);
-    a->ln2_rstd = take(cv, BT, f4);
-    a->fch = take(cv, BT * 4 * C, es);
-    a->fch_gelu = take(cv, BT * 4 * C, es);
-    a->fcproj = take(cv, BT * C, es);
+    BLOCK_FIELDS(PICK)
     a->residual3 = take(cv, BT * C, es);
   }
+#undef PICK
+#undef SHARE
+#undef BLOCK_FIELDS
   m->lnf = take(cv, BT * C, es);
   m->lnf_mean = take(cv, BT, f4);
   m->lnf_rstd = take(cv, BT, f4);
@@ -63,8 +68,9 @@ static void layout_acts(st_model *m, carver *cv) {
 }
 
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
-                  int pad_multiple) {
+                  int pad_multiple, st_recompute recompute) {
   memset(m, 0, sizeof *m);
+  m->recompute = recompute;
   m->cfg = *cfg;
   m->ops = ops;
   m->B = B;
@@ -212,28 +218,55 @@ static void bind_block_grads(st_model *m, int l, float *bucket) {
   for (int k = 0; k < 12; k++) *slots[k] = bucket + (m->tab.t[2 + 12 * l + k].offset - base);
 }
 
+/* Block l's forward from its input x: the one definition that forward and
+ * full recompute share, so a recomputed block is bit-identical. */
+static void block_forward(st_model *m, int l, const void *x, int B, int T) {
+  const st_ops *op = m->ops;
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+  st_block_acts *a = &m->blk[l];
+  const st_block_params *w = &m->p.h[l];
+  op->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT, C);
+  op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, 3 * C);
+  op->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+  op->matmul_forward(a->attproj, a->atty, w->attproj_w, w->attproj_b, BT, C, C);
+  op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
+  op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT,
+                        C);
+  op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
+  op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
+  op->matmul_forward(a->fcproj, a->fch_gelu, w->fcproj_w, w->fcproj_b, BT, 4 * C, C);
+  op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
+}
+
+/* Rebuild what the recompute policy did not keep for block l's backward:
+ * full reruns the block from its input (the residual3 it writes is already
+ * there and comes out the same); selective reruns the two LayerNorms and
+ * the GELU, whose inputs were kept. */
+static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
+  const st_ops *op = m->ops;
+  const int C = m->cfg.n_embd, BT = B * T;
+  st_block_acts *a = &m->blk[l];
+  const st_block_params *w = &m->p.h[l];
+  if (m->recompute == ST_RECOMPUTE_FULL) {
+    block_forward(m, l, x, B, T);
+  } else if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
+    op->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT, C);
+    op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b,
+                          BT, C);
+    op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
+  }
+}
+
 double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
                         float dloss) {
   const st_ops *op = m->ops;
   const st_model_config *c = &m->cfg;
-  const int C = c->n_embd, NH = c->n_head, BT = B * T, Vp = c->padded_vocab_size;
+  const int C = c->n_embd, BT = B * T, Vp = c->padded_vocab_size;
   op->encoder_forward(m->encoded, inp, m->p.wte, m->p.wpe, B, T, C);
   const void *x = m->encoded;
   for (int l = 0; l < c->n_layer; l++) {
-    st_block_acts *a = &m->blk[l];
-    const st_block_params *w = &m->p.h[l];
-    op->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT, C);
-    op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, 3 * C);
-    op->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
-    op->matmul_forward(a->attproj, a->atty, w->attproj_w, w->attproj_b, BT, C, C);
-    op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
-    op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b,
-                          BT, C);
-    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
-    op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
-    op->matmul_forward(a->fcproj, a->fch_gelu, w->fcproj_w, w->fcproj_b, BT, 4 * C, C);
-    op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
-    x = a->residual3;
+    block_forward(m, l, x, B, T);
+    x = m->blk[l].residual3;
   }
   op->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnf_w, m->p.lnf_b, BT, C);
   op->matmul_forward(m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp);
@@ -285,6 +318,7 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
     st_block_params *gw = &g->h[l];
     const void *x = l == 0 ? m->encoded : m->blk[l - 1].residual3;
     if (ready) bind_block_grads(m, l, m->bucket[l % 2]);
+    block_recompute(m, l, x, B, T);
 
     zero(m->dfch_gelu, 4 * BTC);
     op->matmul_backward(m->dfch_gelu, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,

@@ -31,8 +31,20 @@ typedef struct {
   void *residual3;                  /* [B,T,C] block output */
 } st_block_acts;
 
+/* Activation recompute (Chen et al. 2016; Korthikanti et al. 2022 for the
+ * selective form): none keeps every activation for backward; selective drops
+ * the LayerNorm and GELU outputs (6 of 18 B*T*C-sized tensors per block) and
+ * recomputes them from kept inputs; full keeps only each block's output and
+ * reruns the whole block before its backward. Results are bit-identical. */
+typedef enum {
+  ST_RECOMPUTE_NONE = 0,
+  ST_RECOMPUTE_SELECTIVE = 1,
+  ST_RECOMPUTE_FULL = 2
+} st_recompute;
+
 typedef struct {
   st_model_config cfg;
+  st_recompute recompute;
   st_param_table tab;
   const st_ops *ops;
   int64_t padded_total;   /* length of params/grads (>= tab.total) */
@@ -49,7 +61,7 @@ typedef struct {
   size_t act_bytes;       /* size of act_mem */
   void *act_mem;          /* one allocation for everything below */
   void *encoded;          /* [B,T,C] */
-  st_block_acts *blk;
+  st_block_acts *blk;     /* n_layer blocks, then the shared one recompute rebuilds into */
   void *lnf;              /* [B,T,C] */
   float *lnf_mean, *lnf_rstd;
   void *logits;           /* [B,T,Vp]; holds dlogits after a training forward */
@@ -62,12 +74,12 @@ typedef struct {
 
 /* Build the parameter table and allocate working weights (ops->dtype),
  * fp32 gradients (both padded to a multiple of pad_multiple elements) and
- * activations for micro-batch B x T, all in the memory of `ops` (host for
- * CPU, device for CUDA). Pointers passed
+ * activations for micro-batch B x T under the recompute policy, all in the
+ * memory of `ops` (host for CPU, device for CUDA). Pointers passed
  * to forward/backward (inp, targets) must live in that memory too.
  * 0, or -1 with st_error (names the bytes that could not be allocated). */
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
-                  int pad_multiple);
+                  int pad_multiple, st_recompute recompute);
 void st_model_free(st_model *m);
 
 /* Set the working weights from host fp32 values host[padded_total],

@@ -81,9 +81,6 @@ static int setup_backend(trainer *tr) {
     return st_error_set("--precision %s: the CPU backend is the fp32 reference; use --precision "
                         "fp32 (or auto) on the CPU, or run on GPUs for bf16/fp16",
                         rc->precision);
-  if (strcmp(rc->recompute, "none") != 0)
-    return st_error_set("--recompute %s: this version keeps all activations; use --recompute "
-                        "none", rc->recompute);
   st_error_code(ST_EXIT_ERROR);
   return 0;
 }
@@ -205,7 +202,10 @@ static int setup_state(trainer *tr) {
   st_comm *c = tr->comm;
   int B = rc->micro_batch, T = rc->model.block_size;
   const st_ops *ops = tr->ops;
-  if (st_model_init(&tr->model, &rc->model, ops, B, T, c->world)) return -1;
+  st_recompute rec = strcmp(rc->recompute, "full") == 0        ? ST_RECOMPUTE_FULL
+                     : strcmp(rc->recompute, "selective") == 0 ? ST_RECOMPUTE_SELECTIVE
+                                                               : ST_RECOMPUTE_NONE;
+  if (st_model_init(&tr->model, &rc->model, ops, B, T, c->world, rec)) return -1;
   st_partition_make(tr->model.tab.total, c->rank, c->world, &tr->part);
   /* ZeRO 0 keeps the whole optimizer state on every rank. */
   if (rc->zero_stage == 0) st_partition_make(tr->model.tab.total, 0, 1, &tr->opt_part);

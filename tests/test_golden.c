@@ -133,7 +133,8 @@ static int setup(void **state) {
   g_cfg.vocab_size = (int)attr_d("vocab_size");
   g_B = (int)attr_d("batch");
   g_T = g_cfg.block_size;
-  if (st_model_validate(&g_cfg) || st_model_init(&g_model, &g_cfg, g_ops, g_B, g_T, 1))
+  if (st_model_validate(&g_cfg) || st_model_init(&g_model, &g_cfg, g_ops, g_B, g_T, 1,
+                                                    ST_RECOMPUTE_NONE))
     return -1;
   printf("backend: %s\n", g_ops->name);
   g_inp = malloc(sizeof(int) * g_B * g_T);

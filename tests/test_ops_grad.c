@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -230,7 +231,7 @@ static void test_model(void **state) {
   assert_int_equal(st_model_validate(&cfg), 0);
   assert_int_equal(cfg.padded_vocab_size, 128);
   st_model m;
-  assert_int_equal(st_model_init(&m, &cfg, ops, 2, 8, 1), 0);
+  assert_int_equal(st_model_init(&m, &cfg, ops, 2, 8, 1, ST_RECOMPUTE_NONE), 0);
   st_rng r;
   st_rng_seed(&r, 7);
   st_model_init_weights(&m, &r);
@@ -260,6 +261,52 @@ static void test_model(void **state) {
   st_model_free(&m);
 }
 
+/* ---- recompute: selective and full give the same loss and gradients, bit
+ * for bit, as keeping everything, over two micro-steps (accumulation), and
+ * need less activation memory. ---- */
+static void run_policy(st_recompute rec, double *loss, float *grad, size_t *act_bytes) {
+  st_model_config cfg = {.n_layer = 3, .n_head = 2, .n_embd = 16, .block_size = 8,
+                         .vocab_size = 50};
+  assert_int_equal(st_model_validate(&cfg), 0);
+  st_model m;
+  assert_int_equal(st_model_init(&m, &cfg, ops, 2, 8, 1, rec), 0);
+  st_rng r;
+  st_rng_seed(&r, 11);
+  st_model_init_weights(&m, &r);
+  int inp[16], tgt[16];
+  st_model_zero_grad(&m);
+  *loss = 0;
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 16; i++) {
+      inp[i] = (int)(st_rng_next(&r) % 50);
+      tgt[i] = (int)(st_rng_next(&r) % 50);
+    }
+    *loss += st_model_forward(&m, inp, tgt, 2, 8, 1.0f / 32);
+    st_model_backward(&m, inp, 2, 8);
+  }
+  memcpy(grad, m.grads, (size_t)m.tab.total * sizeof(float));
+  *act_bytes = m.act_bytes;
+  st_model_free(&m);
+}
+
+static void test_recompute(void **state) {
+  (void)state;
+  size_t n = 1 << 16, bytes[3];
+  double loss[3];
+  float *g[3];
+  for (int p = 0; p < 3; p++) {
+    g[p] = calloc(n, sizeof(float));
+    run_policy((st_recompute)p, &loss[p], g[p], &bytes[p]);
+  }
+  for (int p = 1; p < 3; p++) {
+    assert_true(loss[p] == loss[0]);
+    assert_memory_equal(g[p], g[0], n * sizeof(float));
+  }
+  printf("activation bytes: none %zu, selective %zu, full %zu\n", bytes[0], bytes[1], bytes[2]);
+  assert_true(bytes[1] < bytes[0] && bytes[2] < bytes[1]);
+  for (int p = 0; p < 3; p++) free(g[p]);
+}
+
 int main(void) {
   st_rng_seed(&g_rng, 42);
   ops = st_ops_cpu();
@@ -268,6 +315,7 @@ int main(void) {
       cmocka_unit_test(test_attention), cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_encoder),   cmocka_unit_test(test_crossentropy),
       cmocka_unit_test(test_adamw),     cmocka_unit_test(test_model),
+      cmocka_unit_test(test_recompute),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
