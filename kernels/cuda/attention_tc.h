@@ -1,0 +1,33 @@
+/* attention_tc.h - causal multi-head flash attention (FlashAttention-2, Dao
+ * 2023) on tensor cores for bf16 and fp16 storage: warp-level mma.sync with
+ * fp32 accumulation and fp32 softmax statistics, deterministic backward (no
+ * floating-point atomics). See attention_tc.cu for the tiling.
+ *
+ * All calls run on the legacy default stream of the current device. Pointers
+ * must be 16-byte aligned (cudaMalloc'd buffers are); the functions end the
+ * process through st_cuda_fail on an unsupported shape or dtype, so callers
+ * ask cuda_attention_tc_supported first.
+ */
+#ifndef ST_ATTENTION_TC_H
+#define ST_ATTENTION_TC_H
+
+#include "kernels/dtype.h"
+
+/* 1 when the tensor-core kernels handle this shape (head size C/NH) and dtype (ST_BF16 or ST_FP16):
+ * head sizes 32, 64 and 128. */
+int cuda_attention_tc_supported(int C, int NH, st_dtype dt);
+
+/* qkv [B,T,3C] in dtype dt: row (b,t) holds q | k | v, head h at columns h*hs..h*hs+hs-1 of each third.
+ * out [B,T,C] in dt (written, not accumulated). lse [B,NH,T] fp32: log-sum-exp of the scaled scores
+ * (scale 1/sqrt(hs)) of each row, natural log. */
+void cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
+                               st_dtype dt);
+
+/* dqkv [B,T,3C] in dt: ACCUMULATES (+=) the gradients of q, k and v (read-add-write; callers usually
+ * zero it first). dout, out [B,T,C] in dt (out is forward's output, used for D = rowsum(dO*O)). lse as
+ * forward saved it. scratch: B*NH*T floats the function may overwrite (for D). */
+void cuda_attention_tc_backward(void *dqkv, float *scratch, const void *dout, const void *qkv,
+                                const void *out, const float *lse, int B, int T, int C, int NH,
+                                st_dtype dt);
+
+#endif
