@@ -30,6 +30,10 @@
  */
 #include <math.h>
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cuda_ops.h"
 
 #define FA_T 64       /* rows per query tile and per key tile */
@@ -375,9 +379,27 @@ static void fa_backward(S *dqkv, float *D, const S *dout, const S *qkv, const S 
 
 int64_t cuda_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T; }
 
+/* bf16/fp16 go to the tensor-core kernels (attention_tc.cu) when they take
+ * the head size; these fp32-arithmetic kernels remain the fp32 path and the
+ * fallback. ST_ATTENTION_KERNEL=simt forces the fallback (for comparisons). */
+static int g_force_simt = -1;
+template <typename S>
+static int use_tc(int C, int NH) {
+  if (sizeof(S) != 2) return 0;
+  if (g_force_simt < 0) {
+    const char *e = getenv("ST_ATTENTION_KERNEL");
+    g_force_simt = e && strcmp(e, "simt") == 0;
+  }
+  return !g_force_simt && cuda_attention_tc_supported(C, NH, st_storage_dtype<S>());
+}
+
 template <typename S>
 void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int T, int C,
                             int NH) {
+  if (use_tc<S>(C, NH)) {
+    cuda_attention_tc_forward(out_, att, qkv_, B, T, C, NH, st_storage_dtype<S>());
+    return;
+  }
   S *out = (S *)out_;
   const S *qkv = (const S *)qkv_;
   if ((int64_t)B * T * C == 0) return;
@@ -392,6 +414,11 @@ void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int
 template <typename S>
 void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const void *qkv_,
                              const void *out_, const float *att, int B, int T, int C, int NH) {
+  if (use_tc<S>(C, NH)) {
+    cuda_attention_tc_backward(dqkv_, datt, dout_, qkv_, out_, att, B, T, C, NH,
+                               st_storage_dtype<S>());
+    return;
+  }
   S *dqkv = (S *)dqkv_;
   const S *dout = (const S *)dout_, *qkv = (const S *)qkv_, *out = (const S *)out_;
   if ((int64_t)B * T * C == 0) return;

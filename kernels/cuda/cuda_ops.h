@@ -125,6 +125,12 @@ __device__ __forceinline__ void st_store(S *p, const float (&f)[V]) {
 
 static inline bool st_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* The st_dtype of a storage type. */
+template <typename S> constexpr st_dtype st_storage_dtype();
+template <> constexpr st_dtype st_storage_dtype<float>() { return ST_FP32; }
+template <> constexpr st_dtype st_storage_dtype<__nv_bfloat16>() { return ST_BF16; }
+template <> constexpr st_dtype st_storage_dtype<__half>() { return ST_FP16; }
+
 /* cuBLASLt's name for a storage type. */
 template <typename S> constexpr cudaDataType_t st_cuda_type();
 template <> constexpr cudaDataType_t st_cuda_type<float>() { return CUDA_R_32F; }
