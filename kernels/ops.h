@@ -9,8 +9,11 @@
  * the weights) is in that dtype; every `float *` is fp32 whatever the table
  * (parameter gradients, LayerNorm statistics, attention state, losses,
  * master weights, Adam moments). Arithmetic is fp32 inside every op.
- * Backward ops ACCUMULATE (+=) into parameter gradients and into input
- * gradients, so callers zero gradient buffers once per micro-batch.
+ * Backward ops ACCUMULATE (+=) into parameter gradients (fp32), so callers
+ * zero those once per optimizer step. Input gradients are OVERWRITTEN,
+ * except layernorm_backward's dinp, which accumulates: it is the residual
+ * stream, whose gradient gathers both branches of every block. Overwriting
+ * saves a memset and a read of every activation gradient.
  * Reductions run in a fixed order independent of the thread count, so a run
  * is bit-for-bit repeatable on the same machine.
  */
@@ -54,7 +57,7 @@ typedef struct {
   /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
   void (*matmul_forward)(void *out, const void *inp, const void *w,
                          const void *bias, int N, int C, int OC);
-  /* dinp += dout @ w; dw += dout^T @ inp; dbias += colsum(dout) (if not NULL). */
+  /* dinp = dout @ w; dw += dout^T @ inp; dbias += colsum(dout) (if not NULL). */
   void (*matmul_backward)(void *dinp, float *dw, float *dbias,
                           const void *dout, const void *inp, const void *w,
                           int N, int C, int OC);

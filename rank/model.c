@@ -303,7 +303,6 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
 
   /* LM head (tied): logits = lnf @ wte^T, so dwte gets the head's share here
    * and the embedding's share in encoder_backward. */
-  zero(m->dln, BTC);
   op->matmul_backward(m->dln, g->wte, NULL, m->logits, m->lnf, m->p.wte, BT, C, Vp);
   zero(m->dres, BTC);
   const void *xlast = c->n_layer > 0 ? m->blk[c->n_layer - 1].residual3 : m->encoded;
@@ -320,22 +319,16 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
     if (ready) bind_block_grads(m, l, m->bucket[l % 2]);
     block_recompute(m, l, x, B, T);
 
-    zero(m->dfch_gelu, 4 * BTC);
     op->matmul_backward(m->dfch_gelu, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,
                         w->fcproj_w, BT, 4 * C, C);
-    zero(m->dfch, 4 * BTC);
     op->gelu_backward(m->dfch, a->fch, m->dfch_gelu, 4 * BTC);
-    zero(m->dln, BTC);
     op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, w->fc_w, BT, C, 4 * C);
     op->layernorm_backward(m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w,
                            a->ln2_mean, a->ln2_rstd, BT, C);
 
-    zero(m->datty, BTC);
     op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty, w->attproj_w,
                         BT, C, C);
-    zero(m->dqkv, 3 * BTC);
     op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, NH);
-    zero(m->dln, BTC);
     op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, 3 * C);
     op->layernorm_backward(m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
                            a->ln1_rstd, BT, C);

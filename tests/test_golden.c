@@ -20,8 +20,14 @@
  *   logits        |ours - ref| <= 0.05 + 0.02 |ref| per element
  *   loss          |ours - ref| <= 2e-3
  *   gradients     ||ours - ref|| <= 0.02 ||ref|| per tensor
- *   3 AdamW steps ||ours - ref|| <= 0.05 ||ref - initial|| per tensor
- * The values observed on an H200 are printed and kept in docs/precision.md.
+ *   3 AdamW steps ||ours - ref|| <= 0.05 ||ref - initial|| per tensor, over
+ *                 the elements whose reference gradient is at least 0.1 of
+ *                 the tensor's RMS gradient
+ * Adam's first steps move a weight by about lr * sign(g): where the true
+ * gradient is near zero (exactly zero for the key bias, which softmax
+ * cancels) bf16 noise picks the sign, so those elements carry no signal and
+ * are left out. The values observed on an H200 are printed and kept in
+ * docs/precision.md.
  */
 #include <hdf5.h>
 #include <math.h>
@@ -107,15 +113,21 @@ static void load_initial_params(void) {
   free(h);
 }
 
-/* Per-tensor relative error ||a - ref|| / ||ref - base|| (base NULL: 0). */
-static double rel_err(const float *a, const double *ref, const float *base, int64_t n) {
+/* Per-tensor relative error ||a - ref|| / ||ref - base|| (base NULL: 0),
+ * over the elements where mask is NULL or nonzero. */
+static double rel_err_masked(const float *a, const double *ref, const float *base, int64_t n,
+                             const char *mask) {
   double num = 0, den = 0;
   for (int64_t k = 0; k < n; k++) {
+    if (mask && !mask[k]) continue;
     double d = a[k] - ref[k], r = ref[k] - (base ? base[k] : 0.0);
     num += d * d;
     den += r * r;
   }
   return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+static double rel_err(const float *a, const double *ref, const float *base, int64_t n) {
+  return rel_err_masked(a, ref, base, n, NULL);
 }
 
 static int setup(void **state) {
@@ -268,7 +280,18 @@ static void test_adamw_three_steps(void **state) {
   for (int i = 0; i < g_model.tab.n; i++) {
     const st_tensor *t = &g_model.tab.t[i];
     double *ref = read_tensor("adamw/params", t);
-    double re = rel_err(params + t->offset, ref, init + t->offset, t->numel);
+    /* mixed precision: only where the reference gradient carries signal */
+    char *mask = NULL;
+    if (mixed()) {
+      double *g = read_tensor("grads", t), ss = 0;
+      for (int64_t k = 0; k < t->numel; k++) ss += g[k] * g[k];
+      double rms = sqrt(ss / (double)t->numel);
+      mask = malloc((size_t)t->numel);
+      for (int64_t k = 0; k < t->numel; k++) mask[k] = fabs(g[k]) >= 0.1 * rms;
+      free(g);
+    }
+    double re = rel_err_masked(params + t->offset, ref, init + t->offset, t->numel, mask);
+    free(mask);
     worst_rel = fmax(worst_rel, re);
     if (mixed()) {
       if (re > 0.05) {

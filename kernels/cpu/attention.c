@@ -4,6 +4,7 @@
  * each of which owns its slices of every output, so no two threads write the
  * same element and the order of every sum is fixed. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
 
@@ -56,6 +57,7 @@ void cpu_attention_backward(void *dqkv_, float *datt, const void *dout_, const v
   (void)out; /* the reference keeps the softmax; no D pass to save */
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
+  memset(dqkv, 0, (size_t)B * T * C3 * sizeof(float)); /* dqkv is overwritten */
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)

@@ -27,6 +27,6 @@ void cpu_gelu_backward(void *dinp_, const void *inp_, const void *dout_, int64_t
     float th = tanhf(u);
     float sech2 = 1.0f - th * th;
     float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += grad * dout[i];
+    dinp[i] = grad * dout[i];
   }
 }

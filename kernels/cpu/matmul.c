@@ -54,10 +54,11 @@ void cpu_matmul_backward(void *dinp_, float *dw, float *dbias, const void *dout_
   const float *dout = dout_;
   const float *inp = inp_;
   const float *w = w_;
-  /* dinp[n, :] += sum_o dout[n, o] * w[o, :] */
+  /* dinp[n, :] = sum_o dout[n, o] * w[o, :] */
 #pragma omp parallel for
   for (int n0 = 0; n0 < N; n0 += ROWS) {
     int nr = N - n0 < ROWS ? N - n0 : ROWS;
+    memset(dinp + (int64_t)n0 * C, 0, (size_t)nr * C * sizeof(float));
     for (int o = 0; o < OC; o++) {
       const float *wr = w + (int64_t)o * C;
       for (int r = 0; r < nr; r++) {

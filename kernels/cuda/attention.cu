@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const int d = tx + 16 * j;
-      if (d < hs) g[d] = st_st<S>(st_ld(g[d]) + dq[i][j]);
+      if (d < hs) g[d] = st_st<S>(dq[i][j]);
     }
   }
 }
@@ -334,8 +334,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     for (int j = 0; j < NJ; j++) {
       const int d = tx + 16 * j;
       if (d < hs) {
-        g[d] = st_st<S>(st_ld(g[d]) + dk[i][j]);
-        g[C + d] = st_st<S>(st_ld(g[C + d]) + dv[i][j]);
+        g[d] = st_st<S>(dk[i][j]);
+        g[C + d] = st_st<S>(dv[i][j]);
       }
     }
   }

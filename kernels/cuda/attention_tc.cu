@@ -508,8 +508,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
     for (int nd = 0; nd < ND; nd++) {
       uint32_t *p = (uint32_t *)(gq + 8 * nd);
-      const float2 old = TT::unpack(*p);
-      *p = TT::pack(old.x + dq[nd][2 * hh] * scale, old.y + dq[nd][2 * hh + 1] * scale);
+      *p = TT::pack(dq[nd][2 * hh] * scale, dq[nd][2 * hh + 1] * scale);
     }
   }
 }
@@ -636,9 +635,8 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
     for (int nd = 0; nd < ND; nd++) {
       uint32_t *pk = (uint32_t *)(gk + 8 * nd), *pv = (uint32_t *)(gk + C + 8 * nd);
-      const float2 ok = TT::unpack(*pk), ov = TT::unpack(*pv);
-      *pk = TT::pack(ok.x + dk[nd][2 * hh] * scale, ok.y + dk[nd][2 * hh + 1] * scale);
-      *pv = TT::pack(ov.x + dv[nd][2 * hh], ov.y + dv[nd][2 * hh + 1]);
+      *pk = TT::pack(dk[nd][2 * hh] * scale, dk[nd][2 * hh + 1] * scale);
+      *pv = TT::pack(dv[nd][2 * hh], dv[nd][2 * hh + 1]);
     }
   }
 }

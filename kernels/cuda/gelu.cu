@@ -27,7 +27,6 @@ __global__ void gelu_backward_kernel(S *dinp, const S *inp, const S *dout, int64
     float x[V], d[V], di[V];
     st_load<S, V>(x, inp + i * V);
     st_load<S, V>(d, dout + i * V);
-    st_load<S, V>(di, dinp + i * V);
 #pragma unroll
     for (int k = 0; k < V; k++) {
       float u = GELU_S * (x[k] + 0.044715f * x[k] * x[k] * x[k]);
@@ -35,7 +34,7 @@ __global__ void gelu_backward_kernel(S *dinp, const S *inp, const S *dout, int64
       float sech2 = 1.0f - th * th;
       float grad = 0.5f * (1.0f + th) +
                    0.5f * x[k] * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x[k] * x[k]);
-      di[k] += grad * d[k];
+      di[k] = grad * d[k];
     }
     st_store<S, V>(dinp + i * V, di);
   }

@@ -1,8 +1,9 @@
 /* matmul.cu - the linear layer out = inp @ w^T + bias through cuBLASLt with
  * CUBLAS_COMPUTE_32F (fp32 accumulation; fp32 tables run plain FFMA, not
  * TF32, so results stay close to the CPU reference; bf16 and fp16 tables
- * run on tensor cores). Backward: dinp += dout @ w and dw += dout^T @ inp
- * are GEMMs with beta = 1; dbias += colsum(dout) is a two-pass column sum.
+ * run on tensor cores). Backward: dinp = dout @ w (beta = 0) and
+ * dw += dout^T @ inp (beta = 1) are GEMMs; dbias += colsum(dout) is a
+ * two-pass column sum.
  *
  * cuBLAS is column-major. A row-major [R, K] matrix is a column-major
  * [K, R] one, so with w [OC, C], inp [N, C] and out [N, OC] row-major:
@@ -264,8 +265,8 @@ void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                           const void *inp, const void *w, int N, int C, int OC) {
   constexpr cudaDataType_t dt = st_cuda_type<S>();
   if (N == 0 || C == 0 || OC == 0) return;
-  /* dinp^T[C,N] += w[C,OC] * dout[OC,N] */
-  lt_matmul(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 1.0f, dt, dt);
+  /* dinp^T[C,N] = w[C,OC] * dout[OC,N] */
+  lt_matmul(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, dt, dt);
   /* dw^T[C,OC] += inp[C,N] * (dout[OC,N])^T, accumulated in fp32 */
   lt_matmul(dw, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, dt, CUDA_R_32F);
   if (dbias) {
