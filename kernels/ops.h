@@ -37,6 +37,8 @@ typedef struct {
   void (*zero)(void *p, size_t bytes);
   void (*to_device)(void *dst, const void *host_src, size_t bytes);
   void (*to_host)(void *host_dst, const void *src, size_t bytes);
+  /* Wait until every op issued so far has finished (timing; a no-op on CPU). */
+  void (*synchronize)(void);
 
   /* out[B,T,C] = wte[inp[b,t]] + wpe[t].  inp: token ids in [0, V). */
   void (*encoder_forward)(void *out, const int *inp, const void *wte,

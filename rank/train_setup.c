@@ -15,6 +15,7 @@
 #include "collectives/collectives_nccl.h"
 #include "kernels/ops_cuda.h"
 #endif
+#include "kernels/profile.h"
 #include "rank/trainer_state.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -68,6 +69,10 @@ static int setup_backend(trainer *tr) {
 #endif
   }
   snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
+  if (getenv("ST_PROFILE_OPS")) { /* diagnostics: docs/benchmarks.md */
+    tr->ops = st_ops_profiled(tr->ops);
+    tr->profile = 1;
+  }
   /* OpenMP's default is one thread per core in every rank: with several
    * ranks per node that oversubscribes the cores several times over. Unless
    * the user chose, split the node's cores among its ranks. */

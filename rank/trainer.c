@@ -23,6 +23,7 @@
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "collectives/collectives_nccl.h"
 #endif
+#include "kernels/profile.h"
 #include "launcher/signals.h"
 #include "rank/dataloader.h"
 #include "rank/optimizer.h"
@@ -407,14 +408,17 @@ static int train_loop(trainer *tr) {
   st_run_config *rc = tr->rc;
   int code = 0;
   int64_t stop = rc->stop_after > 0 && rc->stop_after < rc->steps ? rc->stop_after : rc->steps;
-  int64_t last_ckpt = tr->step;
+  int64_t last_ckpt = tr->step, prof_from = tr->step + 2; /* ST_PROFILE_OPS: skip 2 warmup steps */
+  double prof_wall = 0;
   while (tr->step < stop) {
     double t0 = MPI_Wtime(), loss = 0, norm = 0;
     float lr = 0;
     int skipped = 0;
+    if (tr->profile && tr->step == prof_from) st_ops_profile_reset();
     if ((code = train_step(tr, &loss, &norm, &lr, &skipped))) return code;
     tr->last_loss = loss;
     tr->trained = 1;
+    if (tr->profile && tr->step > prof_from) prof_wall += MPI_Wtime() - t0;
     log_step(tr, loss, norm, lr, skipped, MPI_Wtime() - t0);
     if (rc->val_every > 0 && tr->step % rc->val_every == 0 && tr->step < rc->steps &&
         (code = run_validation(tr)))
@@ -424,6 +428,10 @@ static int train_loop(trainer *tr) {
       last_ckpt = tr->step;
     }
     if ((code = check_preempted(tr, last_ckpt))) return code;
+  }
+  if (tr->profile && tr->comm->rank == 0 && tr->step > prof_from) {
+    st_ops_profile_report(stdout, (int)(tr->step - prof_from), prof_wall);
+    fflush(stdout);
   }
   if (!tr->trained) {
     if (tr->comm->rank == 0)

@@ -31,6 +31,7 @@ typedef struct {
   st_comm nccl;            /* storage for the NCCL communicator when used */
   char device_name[128];   /* "cpu" or "cuda:N (NVIDIA H200)" */
   int device_index;        /* CUDA device of this rank, -1 on CPU */
+  int profile;             /* ST_PROFILE_OPS set: ops timed one by one (kernels/profile.h) */
   int omp_auto;            /* OpenMP threads chosen here (OMP_NUM_THREADS unset) */
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
   float *master;           /* fp32 master weights of opt_part; NULL when the storage is

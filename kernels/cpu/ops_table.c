@@ -13,6 +13,8 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) {
   if (dst != src) memcpy(dst, src, bytes);
 }
 
+static void cpu_synchronize(void) {}
+
 static const st_ops k_cpu_ops = {
     .name = "cpu-fp32",
     .dtype = ST_FP32,
@@ -21,6 +23,7 @@ static const st_ops k_cpu_ops = {
     .zero = cpu_zero,
     .to_device = cpu_copy,
     .to_host = cpu_copy,
+    .synchronize = cpu_synchronize,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,

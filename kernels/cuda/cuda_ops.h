@@ -163,6 +163,7 @@ void cuda_free(void *p);
 void cuda_zero(void *p, size_t bytes);
 void cuda_to_device(void *dst, const void *host_src, size_t bytes);
 void cuda_to_host(void *host_dst, const void *src, size_t bytes);
+void cuda_synchronize(void);
 /* Device scratch of at least `bytes`, owned by the backend and reused by every
  * op that needs partial sums; grows (never shrinks) on first use of a size, so
  * after the first step nothing is allocated. Valid until the next call. */

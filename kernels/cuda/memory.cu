@@ -33,6 +33,8 @@ void cuda_to_device(void *dst, const void *host_src, size_t bytes) {
 }
 
 /* Waits for every op queued before it, then copies. */
+void cuda_synchronize(void) { ST_CUDA_CHECK(cudaDeviceSynchronize()); }
+
 void cuda_to_host(void *host_dst, const void *src, size_t bytes) {
   if (bytes) ST_CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }

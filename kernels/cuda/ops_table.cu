@@ -30,6 +30,7 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.zero = cuda_zero;
   t.to_device = cuda_to_device;
   t.to_host = cuda_to_host;
+  t.synchronize = cuda_synchronize;
   t.encoder_forward = cuda_encoder_forward<S>;
   t.encoder_backward = cuda_encoder_backward<S>;
   t.layernorm_forward = cuda_layernorm_forward<S>;
