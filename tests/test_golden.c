@@ -286,7 +286,7 @@ static void test_adamw_three_steps(void **state) {
       double *g = read_tensor("grads", t), ss = 0;
       for (int64_t k = 0; k < t->numel; k++) ss += g[k] * g[k];
       double rms = sqrt(ss / (double)t->numel);
-      mask = malloc((size_t)t->numel);
+      mask = malloc(t->numel > 0 ? (size_t)t->numel : 1);
       for (int64_t k = 0; k < t->numel; k++) mask[k] = fabs(g[k]) >= 0.1 * rms;
       free(g);
     }
