@@ -1,7 +1,7 @@
 /* crossentropy.cu - softmax over the real vocabulary + cross-entropy, fused
  * with its gradient, one block per row. Columns V..Vp-1 (padding of the tied
- * embedding) are excluded from the softmax and get zero gradient. The sum of
- * exponentials is taken in double like the CPU reference; block reductions
+ * embedding) are excluded from the softmax and get zero gradient. Three
+ * passes over the row (max, sum of exponentials, gradient); block reductions
  * combine a fixed set of per-thread partials in a fixed tree, so the result
  * does not vary from run to run. logits may alias dlogits: every thread
  * reads what it needs before the barrier that precedes the first write, and
@@ -14,24 +14,48 @@
 #define CE_THREADS 256
 #define CE_WARPS (CE_THREADS / 32)
 
-template <typename S>
+/* P elements per access: 16-byte loads when rows allow (Vp a multiple of
+ * the pack, rows aligned), else 1. Columns v >= V are skipped. */
+template <typename S, int P>
 __global__ void softmax_crossentropy_kernel(float *loss, S *dlogits, const S *logits,
                                             const int *targets, float dloss, int V, int Vp) {
   __shared__ float smax[CE_WARPS];
   __shared__ double ssum[CE_WARPS];
   const int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const S *l = logits + (int64_t)n * Vp;
+  const int packs = Vp / P;
 
   float m = -INFINITY;
-  for (int v = tid; v < V; v += CE_THREADS) m = fmaxf(m, st_ld(l[v]));
+  for (int p = tid; p < packs; p += CE_THREADS) {
+    float x[P];
+    st_load<S, P>(x, l + (int64_t)p * P);
+#pragma unroll
+    for (int k = 0; k < P; k++)
+      if (p * P + k < V) m = fmaxf(m, x[k]);
+  }
   m = st_warp_max(m);
   if (lane == 0) smax[warp] = m;
   __syncthreads();
   float maxv = smax[0];
   for (int w = 1; w < CE_WARPS; w++) maxv = fmaxf(maxv, smax[w]);
 
+  /* fp32 keeps the CPU reference's double exponentials (debugging
+   * precision); bf16/fp16 logits carry 8-11 bits, so each thread sums its
+   * ~200 fp32 exponentials in fp32 and only the partials are combined in
+   * double. The row is L2-resident for this second read. */
   double s = 0.0;
-  for (int v = tid; v < V; v += CE_THREADS) s += exp((double)(st_ld(l[v]) - maxv));
+  float sf = 0.0f;
+  for (int p = tid; p < packs; p += CE_THREADS) {
+    float x[P];
+    st_load<S, P>(x, l + (int64_t)p * P);
+#pragma unroll
+    for (int k = 0; k < P; k++)
+      if (p * P + k < V) {
+        if constexpr (sizeof(S) == 4) s += exp((double)(x[k] - maxv));
+        else sf += expf(x[k] - maxv);
+      }
+  }
+  if constexpr (sizeof(S) != 4) s = sf;
   s = st_warp_sum_d(s);
   if (lane == 0) ssum[warp] = s;
   __syncthreads();
@@ -44,10 +68,15 @@ __global__ void softmax_crossentropy_kernel(float *loss, S *dlogits, const S *lo
   if (!dlogits) return;
   __syncthreads(); /* l[tgt] read by all before anyone overwrites it */
   S *d = dlogits + (int64_t)n * Vp;
-  for (int v = tid; v < Vp; v += CE_THREADS) {
-    float g = 0.0f;
-    if (v < V) g = (expf(st_ld(l[v]) - lse) - (v == tgt ? 1.0f : 0.0f)) * dloss;
-    d[v] = st_st<S>(g);
+  for (int p = tid; p < packs; p += CE_THREADS) {
+    float x[P];
+    st_load<S, P>(x, l + (int64_t)p * P);
+#pragma unroll
+    for (int k = 0; k < P; k++) {
+      const int v = p * P + k;
+      x[k] = v < V ? (expf(x[k] - lse) - (v == tgt ? 1.0f : 0.0f)) * dloss : 0.0f;
+    }
+    st_store<S, P>(d + (int64_t)p * P, x);
   }
 }
 
@@ -55,8 +84,14 @@ template <typename S>
 void cuda_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
                                const int *targets, float dloss, int N, int V, int Vp) {
   if (N == 0) return;
-  softmax_crossentropy_kernel<S><<<N, CE_THREADS>>>(loss, (S *)dlogits, (const S *)logits,
-                                                    targets, dloss, V, Vp);
+  constexpr int P = st_pack<S>();
+  const bool vec = Vp % P == 0 && st_aligned16(logits) && (!dlogits || st_aligned16(dlogits));
+  if (vec)
+    softmax_crossentropy_kernel<S, P><<<N, CE_THREADS>>>(loss, (S *)dlogits, (const S *)logits,
+                                                         targets, dloss, V, Vp);
+  else
+    softmax_crossentropy_kernel<S, 1><<<N, CE_THREADS>>>(loss, (S *)dlogits, (const S *)logits,
+                                                         targets, dloss, V, Vp);
   ST_CUDA_LAUNCHED();
 }
 
