@@ -2,7 +2,8 @@
  *
  * The MPI implementation (collectives_mpi.c) works on host fp32 buffers; an
  * NCCL implementation on device buffers arrives with the CUDA backend. All
- * calls are blocking and must be made by every rank of the communicator.
+ * calls are blocking (except the _start ones) and must be made by every rank
+ * of the communicator, in the same order.
  * Each returns 0, or -1 with st_error naming the collective.
  */
 #ifndef ST_COLLECTIVES_H
@@ -12,6 +13,8 @@
 #include <stdint.h>
 
 typedef struct st_comm st_comm;
+
+#define ST_COMM_TAGS 4 /* asynchronous operations in flight at once */
 
 struct st_comm {
   int rank, world;
@@ -26,6 +29,16 @@ struct st_comm {
    * first-to-last in rank order; rank r receives the sum of block r
    * (counts[r] elements, possibly 0). Used by ZeRO 2 for one bucket. */
   int (*reduce_scatterv_sum)(st_comm *c, const float *send, const size_t *counts, float *recv);
+  /* The same, started and not waited for: on GPUs it runs on the
+   * communication stream after the compute issued so far, while later
+   * compute goes on; send and recv must stay untouched until
+   * wait(c, tag). tag in [0, ST_COMM_TAGS) names it; a tag must be waited
+   * for before it is reused. The MPI implementation completes at once. */
+  int (*reduce_scatterv_sum_start)(st_comm *c, const float *send, const size_t *counts,
+                                   float *recv, int tag);
+  /* Block until the operation started with tag has finished (the watchdog
+   * applies). 0 at once when none is pending. */
+  int (*wait)(st_comm *c, int tag);
   /* every rank contributes count elements of elem_size bytes (4: fp32, 2:
    * bf16/fp16 working weights); recv holds world*count, rank order. send may
    * be recv's own block (in place). */

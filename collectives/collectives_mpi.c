@@ -63,6 +63,17 @@ static int mpi_all_gather(st_comm *c, const void *send, void *recv, size_t count
                count);
 }
 
+static int mpi_reduce_scatterv_sum_start(st_comm *c, const float *send, const size_t *counts,
+                                         float *recv, int tag) {
+  (void)tag; /* host buffers: nothing to overlap with, so it completes here */
+  return c->reduce_scatterv_sum(c, send, counts, recv);
+}
+
+static int mpi_wait(st_comm *c, int tag) {
+  (void)c, (void)tag;
+  return 0;
+}
+
 static int mpi_broadcast(st_comm *c, void *buf, size_t bytes, int root) {
   for (size_t off = 0; off < bytes; off += MAX_PIECE) {
     size_t n = bytes - off < MAX_PIECE ? bytes - off : MAX_PIECE;
@@ -99,6 +110,8 @@ int st_comm_mpi_init(st_comm *c) {
   c->reduce_scatter_sum = mpi_reduce_scatter_sum;
   c->reduce_scatterv_sum = mpi_reduce_scatterv_sum;
   c->all_gather = mpi_all_gather;
+  c->reduce_scatterv_sum_start = mpi_reduce_scatterv_sum_start;
+  c->wait = mpi_wait;
   c->broadcast = mpi_broadcast;
   c->barrier = mpi_barrier;
   c->all_reduce_double_sum = mpi_all_reduce_double_sum;

@@ -19,7 +19,15 @@
 typedef struct {
   MPI_Comm mpi;
   ncclComm_t nccl;
+  /* Non-blocking stream: collectives on it do not stall compute issued
+   * later on the legacy default stream. Each collective is ordered after the
+   * compute issued before it by `ready` (recorded on the default stream);
+   * a started one records done[tag] for wait. */
   cudaStream_t stream;
+  cudaEvent_t ready, done[ST_COMM_TAGS];
+  int pending[ST_COMM_TAGS];
+  const char *pending_what[ST_COMM_TAGS];
+  size_t pending_count[ST_COMM_TAGS];
   double timeout_s;
   char describe[512];
 } nccl_impl;
@@ -33,8 +41,10 @@ static double now_s(void) {
 }
 
 /* Wait until the communicator's pending work (init, or a collective on the
- * stream) completes; abort it past the timeout. */
-static int wait_done(st_comm *c, const char *what, size_t count, int check_stream) {
+ * stream, or up to `event` when it is not NULL) completes; abort it past the
+ * timeout. */
+static int wait_done_on(st_comm *c, const char *what, size_t count, int check_stream,
+                        cudaEvent_t event) {
   nccl_impl *n = impl_of(c);
   double t0 = now_s();
   for (;;) {
@@ -49,7 +59,7 @@ static int wait_done(st_comm *c, const char *what, size_t count, int check_strea
     }
     int done = async == ncclSuccess;
     if (done && check_stream) {
-      cudaError_t q = cudaStreamQuery(n->stream);
+      cudaError_t q = event ? cudaEventQuery(event) : cudaStreamQuery(n->stream);
       if (q != cudaSuccess && q != cudaErrorNotReady)
         return st_error_set("CUDA error during NCCL %s on rank %d: %s", what, c->rank,
                             cudaGetErrorString(q));
@@ -70,6 +80,19 @@ static int wait_done(st_comm *c, const char *what, size_t count, int check_strea
   }
 }
 
+static int wait_done(st_comm *c, const char *what, size_t count, int check_stream) {
+  return wait_done_on(c, what, count, check_stream, NULL);
+}
+
+/* Order the next collective after all compute issued so far. */
+static int after_compute(st_comm *c) {
+  nccl_impl *n = impl_of(c);
+  if (cudaEventRecord(n->ready, 0) != cudaSuccess ||
+      cudaStreamWaitEvent(n->stream, n->ready, 0) != cudaSuccess)
+    return st_error_set("CUDA event error before an NCCL collective on rank %d", c->rank);
+  return 0;
+}
+
 static int issued(st_comm *c, ncclResult_t r, const char *what, size_t count) {
   if (r != ncclSuccess && r != ncclInProgress)
     return st_error_set("NCCL %s of %zu elements failed on rank %d at step %lld: %s", what,
@@ -79,20 +102,22 @@ static int issued(st_comm *c, ncclResult_t r, const char *what, size_t count) {
 
 static int nccl_all_reduce_sum(st_comm *c, float *buf, size_t count) {
   nccl_impl *n = impl_of(c);
+  if (after_compute(c)) return -1;
   return issued(c, ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->nccl, n->stream),
                 "all-reduce", count);
 }
 
 static int nccl_reduce_scatter_sum(st_comm *c, const float *send, float *recv, size_t count) {
   nccl_impl *n = impl_of(c);
+  if (after_compute(c)) return -1;
   return issued(c, ncclReduceScatter(send, recv, count, ncclFloat, ncclSum, n->nccl, n->stream),
                 "reduce-scatter", count);
 }
 
 /* NCCL has no uneven reduce-scatter: one reduce per owner, grouped so they
- * launch as one operation. */
-static int nccl_reduce_scatterv_sum(st_comm *c, const float *send, const size_t *counts,
-                                    float *recv) {
+ * launch as one operation. Issues without waiting. */
+static ncclResult_t issue_scatterv(st_comm *c, const float *send, const size_t *counts,
+                                   float *recv) {
   nccl_impl *n = impl_of(c);
   size_t off = 0;
   ncclResult_t r = ncclGroupStart();
@@ -102,8 +127,50 @@ static int nccl_reduce_scatterv_sum(st_comm *c, const float *send, const size_t 
     off += counts[k];
   }
   ncclResult_t e = ncclGroupEnd();
-  if (r == ncclSuccess || r == ncclInProgress) r = e;
-  return issued(c, r, "reduce-scatter (bucket)", off);
+  return r == ncclSuccess || r == ncclInProgress ? e : r;
+}
+
+static size_t total_of(const st_comm *c, const size_t *counts) {
+  size_t t = 0;
+  for (int k = 0; k < c->world; k++) t += counts[k];
+  return t;
+}
+
+static int nccl_reduce_scatterv_sum(st_comm *c, const float *send, const size_t *counts,
+                                    float *recv) {
+  if (after_compute(c)) return -1;
+  return issued(c, issue_scatterv(c, send, counts, recv), "reduce-scatter (bucket)",
+                total_of(c, counts));
+}
+
+static int nccl_reduce_scatterv_sum_start(st_comm *c, const float *send, const size_t *counts,
+                                          float *recv, int tag) {
+  nccl_impl *n = impl_of(c);
+  if (tag < 0 || tag >= ST_COMM_TAGS || n->pending[tag])
+    return st_error_set("internal: asynchronous collective tag %d is out of range or busy", tag);
+  const size_t total = total_of(c, counts);
+  if (after_compute(c)) return -1;
+  ncclResult_t r = issue_scatterv(c, send, counts, recv);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return st_error_set("NCCL reduce-scatter (bucket) of %zu elements failed on rank %d at "
+                        "step %lld: %s", total, c->rank, c->step, ncclGetErrorString(r));
+  /* A non-blocking communicator may still be enqueuing the group: the event
+   * must follow the collective on the stream, so let the enqueue finish. */
+  if (r == ncclInProgress && wait_done_on(c, "reduce-scatter (bucket)", total, 0, NULL))
+    return -1;
+  if (cudaEventRecord(n->done[tag], n->stream) != cudaSuccess)
+    return st_error_set("CUDA event error after an NCCL collective on rank %d", c->rank);
+  n->pending[tag] = 1;
+  n->pending_what[tag] = "reduce-scatter (bucket)";
+  n->pending_count[tag] = total;
+  return 0;
+}
+
+static int nccl_wait(st_comm *c, int tag) {
+  nccl_impl *n = impl_of(c);
+  if (tag < 0 || tag >= ST_COMM_TAGS || !n->pending[tag]) return 0;
+  n->pending[tag] = 0;
+  return wait_done_on(c, n->pending_what[tag], n->pending_count[tag], 1, n->done[tag]);
 }
 
 static int nccl_all_gather(st_comm *c, const void *send, void *recv, size_t count,
@@ -111,6 +178,7 @@ static int nccl_all_gather(st_comm *c, const void *send, void *recv, size_t coun
   nccl_impl *n = impl_of(c);
   /* A gather moves bits: any 2-byte type serves bf16 and fp16 alike. */
   ncclDataType_t t = elem_size == 4 ? ncclFloat : ncclBfloat16;
+  if (after_compute(c)) return -1;
   return issued(c, ncclAllGather(send, recv, count, t, n->nccl, n->stream), "all-gather", count);
 }
 
@@ -144,8 +212,11 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
   if (!ok) return st_error_set("ncclGetUniqueId failed on rank 0 (is a network interface up? "
                                "see NCCL_SOCKET_IFNAME)");
   MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, n->mpi);
-  if (cudaStreamCreate(&n->stream) != cudaSuccess)
-    return st_error_set("cannot create a CUDA stream on rank %d", c->rank);
+  int ev_ok = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) == cudaSuccess;
+  for (int t = 0; t < ST_COMM_TAGS; t++)
+    ev_ok &= cudaEventCreateWithFlags(&n->done[t], cudaEventDisableTiming) == cudaSuccess;
+  if (cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess || !ev_ok)
+    return st_error_set("cannot create a CUDA stream and events on rank %d", c->rank);
 
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0; /* non-blocking: init can be bounded and aborted */
@@ -166,6 +237,8 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
   c->all_reduce_sum = nccl_all_reduce_sum;
   c->reduce_scatter_sum = nccl_reduce_scatter_sum;
   c->reduce_scatterv_sum = nccl_reduce_scatterv_sum;
+  c->reduce_scatterv_sum_start = nccl_reduce_scatterv_sum_start;
+  c->wait = nccl_wait;
   c->all_gather = nccl_all_gather;
   return 0;
 }
@@ -175,6 +248,9 @@ void st_comm_nccl_free(st_comm *c) {
   if (!n) return;
   if (n->nccl) ncclCommDestroy(n->nccl);
   if (n->stream) cudaStreamDestroy(n->stream);
+  if (n->ready) cudaEventDestroy(n->ready);
+  for (int t = 0; t < ST_COMM_TAGS; t++)
+    if (n->done[t]) cudaEventDestroy(n->done[t]);
   MPI_Comm_free(&n->mpi);
   free(n);
   c->impl = NULL;

@@ -188,8 +188,8 @@ void st_model_zero_grad(st_model *m) {
     m->ops->zero(m->grads, (size_t)m->padded_total * sizeof(float));
     return;
   }
+  /* the buckets are zeroed by backward itself, block by block */
   m->ops->zero(m->head_grads, (size_t)head_numel(m) * sizeof(float));
-  for (int i = 0; i < 2; i++) m->ops->zero(m->bucket[i], (size_t)m->block_numel * sizeof(float));
 }
 
 int st_model_use_grad_buckets(st_model *m) {
@@ -278,22 +278,30 @@ double st_model_forward(st_model *m, const int *inp, const int *targets, int B, 
   return sum;
 }
 
-static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_fn ready,
-                     void *ctx);
+static void backward(st_model *m, const int *inp, int B, int T, const st_grad_hooks *h);
 
-void st_model_backward(st_model *m, const int *inp, int B, int T) {
-  backward(m, inp, B, T, NULL, NULL);
+void st_model_backward(st_model *m, const int *inp, int B, int T) { backward(m, inp, B, T, NULL); }
+
+void st_model_backward_hooked(st_model *m, const int *inp, int B, int T,
+                              const st_grad_hooks *hooks) {
+  backward(m, inp, B, T, hooks);
 }
 
-void st_model_backward_bucketed(st_model *m, const int *inp, int B, int T,
-                                st_grads_ready_fn ready, void *ctx) {
-  backward(m, inp, B, T, ready, ctx);
+void st_model_grad_ranges(const st_model *m, void (*fn)(void *ctx, int64_t begin, int64_t end,
+                                                        int slot), void *ctx) {
+  for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
+    const int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
+    fn(ctx, b0, b0 + m->block_numel, l % 2);
+  }
+  const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
+  fn(ctx, 0, m->block_begin, 2);
+  fn(ctx, lnf, m->tab.total, 3);
 }
 
-/* ready == NULL: gradients accumulate in m->grads. Otherwise block l uses
- * bucket[l % 2], handed to ready() as soon as block l is done. */
-static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_fn ready,
-                     void *ctx) {
+/* h == NULL: gradients accumulate in m->grads. Otherwise ranges are handed
+ * to h->ready as they become final; with buckets (m->head_grads) block l
+ * uses bucket[l % 2], zeroed after h->reuse. */
+static void backward(st_model *m, const int *inp, int B, int T, const st_grad_hooks *h) {
   const st_ops *op = m->ops;
 #define zero(x, n) op->zero((x), (size_t)(n) * m->es)
   const st_model_config *c = &m->cfg;
@@ -316,7 +324,11 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
     const st_block_params *w = &m->p.h[l];
     st_block_params *gw = &g->h[l];
     const void *x = l == 0 ? m->encoded : m->blk[l - 1].residual3;
-    if (ready) bind_block_grads(m, l, m->bucket[l % 2]);
+    if (m->head_grads) {
+      if (h && h->reuse) h->reuse(h->ctx, l % 2);
+      (op->zero)(m->bucket[l % 2], (size_t)m->block_numel * sizeof(float));
+      bind_block_grads(m, l, m->bucket[l % 2]);
+    }
     block_recompute(m, l, x, B, T);
 
     op->matmul_backward(m->dfch_gelu, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,
@@ -332,17 +344,18 @@ static void backward(st_model *m, const int *inp, int B, int T, st_grads_ready_f
     op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, 3 * C);
     op->layernorm_backward(m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
                            a->ln1_rstd, BT, C);
-    if (ready) {
-      int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
-      ready(ctx, m->bucket[l % 2], b0, b0 + m->block_numel);
-      (op->zero)(m->bucket[l % 2], (size_t)m->block_numel * sizeof(float)); /* reused by l-2 */
+    if (h) {
+      const int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
+      const float *src = m->head_grads ? m->bucket[l % 2] : m->grads + b0;
+      h->ready(h->ctx, src, b0, b0 + m->block_numel, l % 2);
     }
   }
   op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
-  if (ready) {
+  if (h) {
     const int64_t lnf = m->block_begin + c->n_layer * m->block_numel;
-    ready(ctx, m->head_grads, 0, m->block_begin);
-    ready(ctx, m->head_grads + m->block_begin, lnf, m->tab.total);
+    const float *head = m->head_grads ? m->head_grads : m->grads;
+    h->ready(h->ctx, head, 0, m->block_begin, 2);
+    h->ready(h->ctx, head + (m->head_grads ? m->block_begin : lnf), lnf, m->tab.total, 3);
   }
 #undef zero
 }

@@ -105,23 +105,39 @@ double st_model_forward(st_model *m, const int *inp, const int *targets, int B, 
 /* Backward of the last training forward; ACCUMULATES into m->grads. */
 void st_model_backward(st_model *m, const int *inp, int B, int T);
 
-/* Called when a flat range [begin, end) of gradients is final for this
- * backward: grads points at element `begin`, in the backend's memory. */
-typedef void (*st_grads_ready_fn)(void *ctx, const float *grads, int64_t begin, int64_t end);
+/* Hooks into backward for overlapping gradient communication with it.
+ * ready: the flat range [begin, end) of gradients is final for this
+ *   backward; grads points at element begin in the backend's memory (the
+ *   bucket, head_grads or m->grads), which stays valid until reuse(slot) is
+ *   called or backward returns. slot names the buffer: l % 2 for block l,
+ *   2 for [0, block_begin) (wte, wpe), 3 for [ln_f, total).
+ * reuse: the bucket of slot 0 or 1 is about to be zeroed for a new block;
+ *   anything still reading it must finish first. NULL when not needed.
+ * Ranges come in a fixed order: blocks n_layer-1 .. 0, then slot 2, then
+ *   slot 3 (st_model_grad_ranges walks the same order). */
+typedef struct {
+  void (*ready)(void *ctx, const float *grads, int64_t begin, int64_t end, int slot);
+  void (*reuse)(void *ctx, int slot);
+  void *ctx;
+} st_grad_hooks;
 
 /* ZeRO 2: stop keeping a full gradient vector. Frees m->grads and allocates
- * head_grads (wte, wpe, ln_f) plus two one-block buckets. Afterwards use
- * st_model_backward_bucketed. 0, or -1 with st_error. */
+ * head_grads (wte, wpe, ln_f) plus two one-block buckets. Afterwards
+ * backward needs hooks (st_model_backward_hooked). 0, or -1 with st_error. */
 int st_model_use_grad_buckets(st_model *m);
 
-/* Backward with gradient buckets: after block l's backward, ready(ctx,
- * bucket, range of block l) is called, then the bucket is zeroed for block
- * l-2; after the embedding backward, ready() is called for the head ranges
- * [0, block_begin) and [ln_f, total). The callback typically reduce-scatters
- * the range; nothing of it is kept after it returns. */
-void st_model_backward_bucketed(st_model *m, const int *inp, int B, int T,
-                                st_grads_ready_fn ready, void *ctx);
-/* Zero the gradient vector. */
+/* Backward calling hooks as ranges become final. Without buckets the ranges
+ * point into m->grads (ZeRO 1: reduce-scatter each block's gradients while
+ * earlier blocks compute). With buckets, block l's gradients exist only in
+ * bucket[l % 2] until reuse(l % 2) before block l-2. */
+void st_model_backward_hooked(st_model *m, const int *inp, int B, int T,
+                              const st_grad_hooks *hooks);
+
+/* The hook ranges in backward's order, for a rank that must join the
+ * collectives without a backward of its own: calls fn(ctx, begin, end, slot). */
+void st_model_grad_ranges(const st_model *m, void (*fn)(void *ctx, int64_t begin, int64_t end,
+                                                        int slot), void *ctx);
+/* Zero the gradient vector (with buckets: head_grads). */
 void st_model_zero_grad(st_model *m);
 
 #endif

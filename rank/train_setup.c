@@ -229,13 +229,23 @@ static int setup_state(trainer *tr) {
                           n * 4.0 / 1048576.0, ops->name);
   }
   st_loss_scaler_init(&tr->scaler, ops->dtype == ST_FP16, rc->loss_scale_max);
+  tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
+  if (!tr->bucket_counts) return st_error_set("out of host memory");
   if (rc->zero_stage == 2) {
-    /* Only the shard is kept: block gradients live in two buckets. */
+    /* Only the shard is kept: block gradients live in two buckets, and each
+     * hook slot's reduction lands in its own buffer (this rank's share of
+     * the slot's range at most) until it is added to the shard. */
     if (st_model_use_grad_buckets(&tr->model)) return -1;
-    tr->bucket_recv = ops->alloc((size_t)tr->part.shard * sizeof(float));
-    tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
-    if (!tr->bucket_recv || !tr->bucket_counts)
-      return st_error_set("cannot allocate ZeRO-2 buffers (%lld floats)", (long long)tr->part.shard);
+    const st_model *m = &tr->model;
+    const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
+    const int64_t range[ST_COMM_TAGS] = {m->block_numel, m->block_numel, m->block_begin,
+                                         m->tab.total - lnf};
+    for (int s = 0; s < ST_COMM_TAGS; s++) {
+      int64_t k = range[s] < tr->part.shard ? range[s] : tr->part.shard;
+      tr->recv[s] = ops->alloc((size_t)(k + 1) * sizeof(float));
+      if (!tr->recv[s])
+        return st_error_set("cannot allocate ZeRO-2 receive buffers (%lld floats)", (long long)k);
+    }
   }
   tr->d_inp = ops->alloc(bt * sizeof(int));
   tr->d_tgt = ops->alloc(bt * sizeof(int));

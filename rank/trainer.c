@@ -181,12 +181,30 @@ static void collective_failed(trainer *tr) {
   MPI_Abort(MPI_COMM_WORLD, ST_EXIT_COLLECTIVE);
 }
 
-/* ZeRO 2 bucket callback: reduce-scatter the finished range [begin, end)
- * so each rank receives the part inside its partition, and add that part to
- * its gradient shard (accumulating over micro-steps). */
-static void bucket_ready(void *ctx, const float *grads, int64_t begin, int64_t end) {
+/* Overlapped gradient reduction (ZeRO 1 and 2). As backward finishes a
+ * range of gradients, its reduce-scatter starts on the communication stream
+ * (tag = the hook's slot) while backward goes on, and each rank receives the
+ * part inside its partition: ZeRO 1 (one reduction per step, during the last
+ * micro-step's backward) straight into grad_shard; ZeRO 2 (every micro-step,
+ * from the buckets) into recv[slot], added to grad_shard once that slot's
+ * reduction has finished, in micro-step order. */
+static void slot_finish(trainer *tr, int slot) {
+  if (!tr->slot_busy[slot]) return;
+  tr->slot_busy[slot] = 0;
+  if (tr->dcomm->wait(tr->dcomm, slot)) collective_failed(tr);
+  if (tr->rc->zero_stage == 2 && tr->slot_mine[slot])
+    tr->ops->accumulate_f32(tr->grad_shard + (tr->slot_lo[slot] - tr->part.begin),
+                            tr->recv[slot], (int64_t)tr->slot_mine[slot]);
+}
+
+static void finish_all(trainer *tr) {
+  for (int s = 0; s < ST_COMM_TAGS; s++) slot_finish(tr, s);
+}
+
+static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t end, int slot) {
   trainer *tr = ctx;
   st_comm *d = tr->dcomm;
+  slot_finish(tr, slot); /* the tag (and with ZeRO 2 its recv buffer) must be free */
   for (int r = 0; r < d->world; r++) {
     int64_t b, e;
     st_partition_range(&tr->part, r, &b, &e);
@@ -194,12 +212,30 @@ static void bucket_ready(void *ctx, const float *grads, int64_t begin, int64_t e
     e = e < end ? e : end;
     tr->bucket_counts[r] = e > b ? (size_t)(e - b) : 0;
   }
-  if (d->reduce_scatterv_sum(d, grads, tr->bucket_counts, tr->bucket_recv)) collective_failed(tr);
-  size_t mine = tr->bucket_counts[d->rank];
-  if (!mine) return;
-  int64_t lo = begin > tr->part.begin ? begin : tr->part.begin;
-  float *dst = tr->grad_shard + (lo - tr->part.begin);
-  tr->ops->accumulate_f32(dst, tr->bucket_recv, (int64_t)mine);
+  const size_t mine = tr->bucket_counts[d->rank];
+  const int64_t lo = begin > tr->part.begin ? begin : tr->part.begin;
+  float *recv = tr->rc->zero_stage == 2 ? tr->recv[slot]
+                : mine                   ? tr->grad_shard + (lo - tr->part.begin)
+                                         : tr->grad_shard;
+  if (d->reduce_scatterv_sum_start(d, grads, tr->bucket_counts, recv, slot))
+    collective_failed(tr);
+  tr->slot_busy[slot] = 1;
+  tr->slot_lo[slot] = lo;
+  tr->slot_mine[slot] = mine;
+}
+
+static void grads_reuse(void *ctx, int slot) { slot_finish(ctx, slot); }
+
+/* A rank whose data read failed still joins every reduction the others
+ * make, with gradients that do not count (the step is abandoned after). */
+static void join_range(void *ctx, int64_t begin, int64_t end, int slot) {
+  trainer *tr = ctx;
+  st_model *m = &tr->model;
+  const float *src;
+  if (!m->head_grads) src = m->grads + begin;
+  else if (slot < 2) src = m->bucket[slot];
+  else src = m->head_grads + (slot == 3 ? m->block_begin : 0);
+  grads_ready(tr, src, begin, end, slot);
 }
 
 /* One optimizer step. Returns an exit code (0 = ok). */
@@ -227,24 +263,32 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
     loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
+    const st_grad_hooks hooks = {grads_ready, grads_reuse, tr};
     if (zero2) {
-      st_model_zero_grad(m); /* head and buckets: one micro-step's worth each */
-      st_model_backward_bucketed(m, tr->d_inp, B, T, bucket_ready, tr);
+      st_model_zero_grad(m); /* head gradients: one micro-step's worth */
+      st_model_backward_hooked(m, tr->d_inp, B, T, &hooks);
+      finish_all(tr);
+    } else if (rc->zero_stage == 1 && k == tr->accum - 1) {
+      st_model_backward_hooked(m, tr->d_inp, B, T, &hooks); /* reduce while computing */
+      finish_all(tr);
     } else {
       st_model_backward(m, tr->d_inp, B, T);
     }
     done++;
   }
-  /* ZeRO 2 with a failed read: the other ranks reduce buckets this rank
-   * never produced, so it must join them with zeros for every micro-step. */
-  for (int k = done; zero2 && failed && k < tr->accum; k++) {
+  /* A failed read: the other ranks reduce ranges this rank never produced,
+   * so it joins them (ZeRO 2: every remaining micro-step, with zeros; ZeRO 1:
+   * once, as the last micro-step would have). */
+  if (failed && zero2) {
     st_model_zero_grad(m);
-    int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
-    for (int l = m->cfg.n_layer - 1; l >= 0; l--)
-      bucket_ready(tr, m->bucket[0], m->block_begin + l * m->block_numel,
-                   m->block_begin + (l + 1) * m->block_numel);
-    bucket_ready(tr, m->head_grads, 0, m->block_begin);
-    bucket_ready(tr, m->head_grads + m->block_begin, lnf, m->tab.total);
+    for (int i = 0; i < 2; i++) tr->ops->zero(m->bucket[i], (size_t)m->block_numel * sizeof(float));
+    for (int k = done; k < tr->accum; k++) {
+      st_model_grad_ranges(m, join_range, tr);
+      finish_all(tr);
+    }
+  } else if (failed && rc->zero_stage == 1) {
+    st_model_grad_ranges(m, join_range, tr);
+    finish_all(tr);
   }
   /* No agreement here: a rank that failed to read still joins the gradient
    * collective, so the first thing a rank waits on each step is a collective
@@ -257,9 +301,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
       collective_failed(tr);
     g = m->grads + tr->part.begin;
   } else {
-    if (tr->dcomm->reduce_scatter_sum(tr->dcomm, m->grads, tr->grad_shard, (size_t)tr->part.shard))
-      collective_failed(tr);
-    g = tr->grad_shard;
+    g = tr->grad_shard; /* reduced block by block during the last backward */
   }
   fault_overflow(tr, g);
   /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
@@ -493,7 +535,7 @@ done:
     tr.ops->free(tr.adam_m);
     tr.ops->free(tr.adam_v);
     tr.ops->free(tr.grad_shard);
-    tr.ops->free(tr.bucket_recv);
+    for (int s = 0; s < ST_COMM_TAGS; s++) tr.ops->free(tr.recv[s]);
     tr.ops->free(tr.d_inp);
     tr.ops->free(tr.d_tgt);
   }

@@ -38,8 +38,11 @@ typedef struct {
                             * fp32 (the model's params are then the master copy) */
   st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
   float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
-  float *bucket_recv;      /* ZeRO 2: one bucket's share for this rank, part.shard */
-  size_t *bucket_counts;   /* ZeRO 2: per-rank share of the bucket being reduced */
+  float *recv[ST_COMM_TAGS]; /* ZeRO 2: this rank's share of each hook slot's range */
+  size_t *bucket_counts;   /* per-rank share of the range being reduced */
+  int slot_busy[ST_COMM_TAGS];      /* a reduction started on this tag is in flight */
+  int64_t slot_lo[ST_COMM_TAGS];    /* its first element inside this rank's partition */
+  size_t slot_mine[ST_COMM_TAGS];   /* and how many elements this rank receives */
   int *inp, *tgt, *scratch; /* host: what the data loader fills */
   int *d_inp, *d_tgt;      /* the same in backend memory */
   st_rng rng;
