@@ -64,6 +64,19 @@ typedef struct {
                           const void *dout, const void *inp, const void *w,
                           int N, int C, int OC);
 
+  /* The MLP's first linear layer and its GELU in one: pre[N,OC] = inp @ w^T
+   * + bias (the GELU input, kept for backward), out[N,OC] = gelu(pre).
+   * Exactly matmul_forward then gelu_forward; backends fuse the GELU into
+   * the GEMM's epilogue where they can. */
+  void (*matmul_gelu_forward)(void *out, void *pre, const void *inp, const void *w,
+                              const void *bias, int N, int C, int OC);
+  /* matmul_backward of the layer that follows a GELU, with the GELU's
+   * backward folded in: dinp = (dout @ w) * gelu'(pre), pre [N,C] the GELU
+   * input; dw, dbias as in matmul_backward. */
+  void (*matmul_backward_gelu)(void *dinp, float *dw, float *dbias, const void *dout,
+                               const void *inp, const void *w, const void *pre, int N, int C,
+                               int OC);
+
   /* Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v per row, heads
    * of size C/NH. out[B,T,C]. att is what forward saves for backward and datt
    * backward's scratch, each attention_state_floats(B, T, NH) floats: the CPU

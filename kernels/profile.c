@@ -85,6 +85,19 @@ static void p_matmul_backward(void *dinp, float *dw, float *dbias, const void *d
   snprintf(l, sizeof l, "matmul_backward %dx%dx%d", N, C, OC);
   TIMED(l, g_inner->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC));
 }
+static void p_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w,
+                                  const void *bias, int N, int C, int OC) {
+  char l[80];
+  snprintf(l, sizeof l, "matmul_gelu_forward %dx%dx%d", N, C, OC);
+  TIMED(l, g_inner->matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC));
+}
+static void p_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *dout,
+                                   const void *inp, const void *w, const void *pre, int N, int C,
+                                   int OC) {
+  char l[80];
+  snprintf(l, sizeof l, "matmul_backward_gelu %dx%dx%d", N, C, OC);
+  TIMED(l, g_inner->matmul_backward_gelu(dinp, dw, dbias, dout, inp, w, pre, N, C, OC));
+}
 static void p_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                                 int NH) {
   TIMED("attention_forward", g_inner->attention_forward(out, att, qkv, B, T, C, NH));
@@ -133,6 +146,8 @@ const st_ops *st_ops_profiled(const st_ops *inner) {
   g_table.layernorm_backward = p_layernorm_backward;
   g_table.matmul_forward = p_matmul_forward;
   g_table.matmul_backward = p_matmul_backward;
+  g_table.matmul_gelu_forward = p_matmul_gelu_forward;
+  g_table.matmul_backward_gelu = p_matmul_backward_gelu;
   g_table.attention_forward = p_attention_forward;
   g_table.attention_backward = p_attention_backward;
   g_table.gelu_forward = p_gelu_forward;

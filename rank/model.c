@@ -63,7 +63,6 @@ static void layout_acts(st_model *m, carver *cv) {
   m->datty = take(cv, BT * C, es);
   m->dqkv = take(cv, BT * 3 * C, es);
   m->dfch = take(cv, BT * 4 * C, es);
-  m->dfch_gelu = take(cv, BT * 4 * C, es);
   m->datt = take(cv, natt, f4);
 }
 
@@ -232,8 +231,7 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
   op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT,
                         C);
-  op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
-  op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
+  op->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
   op->matmul_forward(a->fcproj, a->fch_gelu, w->fcproj_w, w->fcproj_b, BT, 4 * C, C);
   op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
 }
@@ -331,9 +329,8 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
     }
     block_recompute(m, l, x, B, T);
 
-    op->matmul_backward(m->dfch_gelu, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,
-                        w->fcproj_w, BT, 4 * C, C);
-    op->gelu_backward(m->dfch, a->fch, m->dfch_gelu, 4 * BTC);
+    op->matmul_backward_gelu(m->dfch, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,
+                             w->fcproj_w, a->fch, BT, 4 * C, C);
     op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, w->fc_w, BT, C, 4 * C);
     op->layernorm_backward(m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w,
                            a->ln2_mean, a->ln2_rstd, BT, C);

@@ -68,7 +68,7 @@ typedef struct {
   float *losses;          /* [B,T] */
   float *losses_host;     /* [B,T] host copy for the loss sum */
   /* backward scratch, reused by every layer */
-  void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+  void *dres, *dln, *dqkv, *datty, *dfch;
   float *datt;
 } st_model;
 

@@ -439,6 +439,59 @@ static void test_matmul(int N, int C, int OC, int bias, int misalign, float wsca
   free(dinp), free(dw), free(db);
 }
 
+/* ---- the MLP's fused GEMM + GELU pair against the CPU's composition
+ * (matmul then GELU). The bf16/fp16 tables fuse GELU into cuBLASLt's
+ * epilogue: pre (the GELU input) is the GEMM result rounded once, like a
+ * plain matmul_forward, and out = gelu of the unrounded value, so out is
+ * held to the GELU's own bound (|gelu'| <= 1.13) on top of pre's. */
+static void test_matmul_gelu(int N, int C, int OC) {
+  printf("matmul+gelu N=%d C=%d OC=%d\n", N, C, OC);
+  const int64_t NC = (int64_t)N * C, NO = (int64_t)N * OC, OCC = (int64_t)OC * C;
+  float *x = randn_st(NC, 1), *w = randn_st(OCC, 0.05f), *bv = randn_st(OC, 1);
+  float *pre = malloc(NO * 4), *out = malloc(NO * 4);
+  CPU->matmul_gelu_forward(out, pre, x, w, bv, N, C, OC);
+  void *d_x = dev_st(x, NC), *d_w = dev_st(w, OCC), *d_b = dev_st(bv, OC);
+  void *d_pre = dev_st(NULL, NO), *d_out = dev_st(NULL, NO);
+  float *g[2][2];
+  for (int k = 0; k < 2; k++) {
+    GPU->matmul_gelu_forward(d_out, d_pre, d_x, d_w, d_b, N, C, OC);
+    g[k][0] = back_st(d_pre, NO), g[k][1] = back_st(d_out, NO);
+  }
+  expect_close_sum("matmul_gelu_forward pre", g[0][0], pre, NO, 1e-4, 1e-4, bv, OC);
+  expect_close_sum("matmul_gelu_forward out", g[0][1], out, NO, 2e-4 + 1.2 * U * maxabs(pre, NO),
+                   1e-4, bv, OC);
+  expect_identical("matmul_gelu_forward", g[0][1], g[1][1], NO * 4);
+  for (int k = 0; k < 2; k++) free(g[k][0]), free(g[k][1]);
+
+  /* backward of the next layer (in = OC features, the GELU output), whose
+   * dinp goes through gelu'(pre) */
+  const int OC2 = C; /* project back to C */
+  float *w2 = randn_st((int64_t)OC2 * OC, 0.05f), *dout = randn_st((int64_t)N * OC2, 1);
+  float *dinp = malloc(NO * 4), *dw = calloc((size_t)OC2 * OC, 4), *db = calloc(OC2, 4);
+  CPU->matmul_backward_gelu(dinp, dw, db, dout, out, w2, pre, N, OC, OC2);
+  void *d_w2 = dev_st(w2, (int64_t)OC2 * OC), *d_dout = dev_st(dout, (int64_t)N * OC2);
+  void *d_dinp = dev_st(NULL, NO);
+  float *d_dw = dev(NULL, (int64_t)OC2 * OC), *d_db = dev(NULL, OC2);
+  upload_st(d_out, out, NO), upload_st(d_pre, pre, NO);
+  GPU->matmul_backward_gelu(d_dinp, d_dw, d_db, d_dout, d_out, d_w2, d_pre, N, OC, OC2);
+  float *gd = back_st(d_dinp, NO), *gw = back(d_dw, (int64_t)OC2 * OC), *gb = back(d_db, OC2);
+  /* dinp = (dout @ w2) * gelu'(pre): the product is rounded at most once
+   * before the factor (<= 1.13) is applied, then once more when stored */
+  float *prod = malloc(NO * 4), *dw_unused = calloc((size_t)OC2 * OC, 4);
+  CPU->matmul_backward(prod, dw_unused, NULL, dout, out, w2, N, OC, OC2);
+  free(dw_unused);
+  expect_close_terms("matmul_backward_gelu dinp (=)", gd, dinp, NO, 1e-4 * (1 + U) + UA,
+                     1e-4 + U, prod, NO, DT == ST_FP32 ? 0 : 1.2 * U);
+  const double dw_extra = DT == ST_FP32 ? 0 : ldexp(maxabs(dw, (int64_t)OC2 * OC), -17);
+  expect_close("matmul_backward_gelu dw (+=, fp32)", gw, dw, (int64_t)OC2 * OC, 1e-4 + dw_extra,
+               1e-4);
+  expect_close("matmul_backward_gelu dbias (+=, fp32)", gb, db, OC2, 1e-4, 1e-4);
+  free(gd), free(gw), free(gb), free(prod), free(dinp), free(dw), free(db), free(w2), free(dout);
+  free(x), free(w), free(bv), free(pre), free(out);
+  GPU->free(d_x), GPU->free(d_w), GPU->free(d_b), GPU->free(d_pre), GPU->free(d_out);
+  GPU->free(d_w2), GPU->free(d_dout), GPU->free(d_dinp), GPU->free(d_dw), GPU->free(d_db);
+}
+
 /* ---- attention */
 
 static void test_attention(int B, int T, int C, int NH) {
@@ -887,6 +940,8 @@ static void test_ops(int big) {
   test_matmul(300, 200, 97, 1, 0, 1.0f, 1e-4, 1e-4);
   /* GPT-2 widths, weights at the init scale: sums of 768 / 512 terms */
   if (big) test_matmul(512, 768, 2304, 1, 0, 0.02f, 1e-4, 1e-4);
+  test_matmul_gelu(64, 72, 288);
+  if (big) test_matmul_gelu(512, 768, 3072); /* GPT-2's MLP */
   test_attention(2, 13, 72, 3);
   test_attention(2, 45, 72, 3); /* rows longer than a warp */
   test_attention(2, 77, 12, 3);   /* hs=4; T not a multiple of the 64-row tile */

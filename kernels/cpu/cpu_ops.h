@@ -26,6 +26,11 @@ void cpu_attention_backward(void *dqkv, float *datt, const void *dout, const voi
                             const void *out, const float *att, int B, int T, int C, int NH);
 void cpu_gelu_forward(void *out, const void *inp, int64_t n);
 void cpu_gelu_backward(void *dinp, const void *inp, const void *dout, int64_t n);
+void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w,
+                             const void *bias, int N, int C, int OC);
+void cpu_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *dout,
+                              const void *inp, const void *w, const void *pre, int N, int C,
+                              int OC);
 void cpu_residual_forward(void *out, const void *a, const void *b, int64_t n);
 void cpu_accumulate_f32(float *dst, const float *src, int64_t n);
 void cpu_softmax_crossentropy(float *loss, void *dlogits, const void *logits,

@@ -30,3 +30,18 @@ void cpu_gelu_backward(void *dinp_, const void *inp_, const void *dout_, int64_t
     dinp[i] = grad * dout[i];
   }
 }
+
+/* The fused forms of the op table, composed: the CPU reference has nothing
+ * to gain from fusing and stays the plain definition. */
+void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w,
+                             const void *bias, int N, int C, int OC) {
+  cpu_matmul_forward(pre, inp, w, bias, N, C, OC);
+  cpu_gelu_forward(out, pre, (int64_t)N * OC);
+}
+
+void cpu_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *dout,
+                              const void *inp, const void *w, const void *pre, int N, int C,
+                              int OC) {
+  cpu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+  cpu_gelu_backward(dinp, pre, dinp, (int64_t)N * C);
+}

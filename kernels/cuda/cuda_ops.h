@@ -190,6 +190,13 @@ void cuda_matmul_forward(void *out, const void *inp, const void *w, const void *
 template <typename S>
 void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                           const void *inp, const void *w, int N, int C, int OC);
+template <typename S>
+void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w,
+                              const void *bias, int N, int C, int OC);
+template <typename S>
+void cuda_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *dout,
+                               const void *inp, const void *w, const void *pre, int N, int C,
+                               int OC);
 int64_t cuda_attention_state_floats(int B, int T, int NH);
 template <typename S>
 void cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,

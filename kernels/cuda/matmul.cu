@@ -62,11 +62,13 @@ static uint32_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4u : 2u; 
 
 /* Everything the descriptors and the heuristic's choice depend on. Compared
  * with memcmp, so it is zeroed before it is filled (padding included). */
+typedef enum { EPI_NONE = 0, EPI_GELU_AUX = 1, EPI_DGELU = 2 } lt_epi;
+
 typedef struct {
   int m, n, k, lda, ldb, ldd;
-  int ta, tb, has_bias;
+  int ta, tb, has_bias, epi;
   cudaDataType_t ab, cd;
-  uint32_t al_a, al_b, al_d, al_bias;
+  uint32_t al_a, al_b, al_d, al_bias, al_aux;
 } lt_key;
 
 typedef struct {
@@ -132,15 +134,27 @@ static void plan_build(lt_plan *p, const lt_key *key, const void *bias) {
                                                  sizeof opa));
   ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
                                                  sizeof opb));
+  cublasLtEpilogue_t epi = key->epi == EPI_GELU_AUX ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                              : CUBLASLT_EPILOGUE_GELU_AUX)
+                           : key->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                           : bias                  ? CUBLASLT_EPILOGUE_BIAS
+                                                   : CUBLASLT_EPILOGUE_DEFAULT;
+  ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                 sizeof epi));
   if (bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     int32_t bias_type = key->cd;
-    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                   sizeof epi));
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof bias_type));
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof bias));
+  }
+  if (key->epi != EPI_NONE) { /* the GELU input, laid out like D */
+    int64_t aux_ld = key->ldd;
+    int32_t aux_type = key->cd;
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &aux_ld, sizeof aux_ld));
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof aux_type));
   }
   const int m = key->m, n = key->n, k = key->k;
   ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, key->ab, key->ta ? k : m, key->ta ? m : k,
@@ -174,11 +188,13 @@ static lt_plan *plan_get(const lt_key *key, const void *bias) {
 /* D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m]) + beta * D, column-major, with
  * op = transpose when ta/tb. A is stored [m,k] (or [k,m] when ta) with
  * leading dim lda; likewise B. A and B have type ab, D and the bias cd.
- * Returns 0, or -1 when cuBLASLt offers no algorithm (only asked with a
- * bias: the caller then adds it itself). */
-static int lt_matmul(void *d, const void *a, const void *b, const void *bias, int m, int n,
-                     int k, int ta, int tb, int lda, int ldb, int ldd, float beta,
-                     cudaDataType_t ab, cudaDataType_t cd) {
+ * epi EPI_GELU_AUX: aux = that result, D = gelu(aux); EPI_DGELU: D = result
+ * * gelu'(aux); aux is laid out like D. Returns 0, or -1 when cuBLASLt offers
+ * no algorithm (only asked with a bias or an epilogue: the caller then does
+ * that part itself). */
+static int lt_matmul_epi(void *d, const void *a, const void *b, const void *bias, int m, int n,
+                         int k, int ta, int tb, int lda, int ldb, int ldd, float beta,
+                         cudaDataType_t ab, cudaDataType_t cd, lt_epi epi, const void *aux) {
   lt_init();
   lt_key key;
   memset(&key, 0, sizeof key);
@@ -188,18 +204,31 @@ static int lt_matmul(void *d, const void *a, const void *b, const void *bias, in
   key.al_b = alignment_of(b, type_size(ab));
   key.al_d = alignment_of(d, type_size(cd));
   key.al_bias = bias ? alignment_of(bias, type_size(cd)) : 0;
+  key.epi = epi;
+  key.al_aux = aux ? alignment_of(aux, type_size(cd)) : 0;
   lt_plan *p = plan_get(&key, bias);
   if (!p->ok) {
-    if (!bias) st_cuda_fail("cuBLASLt offers no algorithm for this matmul", __FILE__, __LINE__);
+    if (!bias && epi == EPI_NONE)
+      st_cuda_fail("cuBLASLt offers no algorithm for this matmul", __FILE__, __LINE__);
     return -1;
   }
   if (bias) /* this call's bias: same alignment as the one the plan was made with */
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof bias));
+  if (aux)
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   const float alpha = 1.0f;
   ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d,
                                  p->ld, &p->algo, g_workspace, k_workspace_bytes, 0));
   return 0;
+}
+
+static int lt_matmul(void *d, const void *a, const void *b, const void *bias, int m, int n,
+                     int k, int ta, int tb, int lda, int ldb, int ldd, float beta,
+                     cudaDataType_t ab, cudaDataType_t cd) {
+  return lt_matmul_epi(d, a, b, bias, m, n, k, ta, tb, lda, ldb, ldd, beta, ab, cd, EPI_NONE,
+                       NULL);
 }
 
 /* out[n, o] += bias[o]: used only when the bias epilogue is not offered. */
@@ -241,6 +270,24 @@ __global__ void bias_backward_reduce_kernel(float *dbias, const float *part, int
   dbias[o] = acc;
 }
 
+/* dw += dout^T @ inp and dbias += colsum(dout): the weight side of
+ * backward, shared by the plain and the GELU-fused form. */
+template <typename S>
+static void weight_grads(float *dw, float *dbias, const void *dout, const void *inp, int N, int C,
+                         int OC) {
+  constexpr cudaDataType_t dt = st_cuda_type<S>();
+  lt_matmul(dw, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, dt, CUDA_R_32F);
+  if (dbias) {
+    const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
+    float *part = (float *)cuda_scratch((size_t)chunks * OC * sizeof(float));
+    dim3 grid(st_blocks(OC, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
+    bias_backward_part_kernel<S><<<grid, block>>>(part, (const S *)dout, N, OC, rows);
+    ST_CUDA_LAUNCHED();
+    bias_backward_reduce_kernel<<<st_blocks(OC, 256), 256>>>(dbias, part, OC, chunks);
+    ST_CUDA_LAUNCHED();
+  }
+}
+
 template <typename S>
 void cuda_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N,
                          int C, int OC) {
@@ -268,21 +315,50 @@ void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
   /* dinp^T[C,N] = w[C,OC] * dout[OC,N] */
   lt_matmul(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, dt, dt);
   /* dw^T[C,OC] += inp[C,N] * (dout[OC,N])^T, accumulated in fp32 */
-  lt_matmul(dw, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, dt, CUDA_R_32F);
-  if (dbias) {
-    const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
-    float *part = (float *)cuda_scratch((size_t)chunks * OC * sizeof(float));
-    dim3 grid(st_blocks(OC, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
-    bias_backward_part_kernel<S><<<grid, block>>>(part, (const S *)dout, N, OC, rows);
-    ST_CUDA_LAUNCHED();
-    bias_backward_reduce_kernel<<<st_blocks(OC, 256), 256>>>(dbias, part, OC, chunks);
-    ST_CUDA_LAUNCHED();
+  weight_grads<S>(dw, dbias, dout, inp, N, C, OC);
+}
+
+/* GELU fused into the GEMM epilogue (cuBLASLt's tanh-form GELU) for bf16 and
+ * fp16: saves a read and a write of the [N, 4C] activation each way. The
+ * fp32 table, the debugging reference, keeps the separate GELU kernels so
+ * it stays within fp32 rounding of the CPU; so does any shape for which
+ * cuBLASLt offers no fused algorithm. */
+template <typename S>
+void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w,
+                              const void *bias, int N, int C, int OC) {
+  constexpr cudaDataType_t dt = st_cuda_type<S>();
+  if (sizeof(S) == 2 && N > 0 && OC > 0 && C > 0 &&
+      lt_matmul_epi(out, w, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, dt, dt, EPI_GELU_AUX,
+                    pre) == 0)
+    return;
+  cuda_matmul_forward<S>(pre, inp, w, bias, N, C, OC);
+  cuda_gelu_forward<S>(out, pre, (int64_t)N * OC);
+}
+
+template <typename S>
+void cuda_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *dout,
+                               const void *inp, const void *w, const void *pre, int N, int C,
+                               int OC) {
+  constexpr cudaDataType_t dt = st_cuda_type<S>();
+  if (N == 0 || C == 0 || OC == 0) return;
+  if (sizeof(S) == 2 &&
+      lt_matmul_epi(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, dt, dt, EPI_DGELU, pre) ==
+          0) {
+    weight_grads<S>(dw, dbias, dout, inp, N, C, OC);
+    return;
   }
+  cuda_matmul_backward<S>(dinp, dw, dbias, dout, inp, w, N, C, OC);
+  cuda_gelu_backward<S>(dinp, pre, dinp, (int64_t)N * C);
 }
 
 #define MM_INST(S)                                                                          \
   template void cuda_matmul_forward<S>(void *, const void *, const void *, const void *, int, \
                                        int, int);                                           \
   template void cuda_matmul_backward<S>(void *, float *, float *, const void *, const void *, \
-                                        const void *, int, int, int);
+                                        const void *, int, int, int);                         \
+  template void cuda_matmul_gelu_forward<S>(void *, void *, const void *, const void *,       \
+                                            const void *, int, int, int);                     \
+  template void cuda_matmul_backward_gelu<S>(void *, float *, float *, const void *,         \
+                                             const void *, const void *, const void *, int,   \
+                                             int, int);
 ST_FOR_EACH_STORAGE(MM_INST)

@@ -37,6 +37,8 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.layernorm_backward = cuda_layernorm_backward<S>;
   t.matmul_forward = cuda_matmul_forward<S>;
   t.matmul_backward = cuda_matmul_backward<S>;
+  t.matmul_gelu_forward = cuda_matmul_gelu_forward<S>;
+  t.matmul_backward_gelu = cuda_matmul_backward_gelu<S>;
   t.attention_state_floats = cuda_attention_state_floats;
   t.attention_forward = cuda_attention_forward<S>;
   t.attention_backward = cuda_attention_backward<S>;
