@@ -45,6 +45,7 @@ for p in bf16 fp16; do
   run ${p}1 $B train $CM --device cuda --precision $p --out $W/${p}1
   for z in 0 1 2; do run ${p}2z$z $MP -np 2 $B train $CM --device cuda --precision $p --zero $z --out $W/${p}2z$z; done
 done
+for r in selective full; do run bf16rc$r $B train $CM --device cuda --precision bf16 --recompute $r --out $W/bf16rc$r; done
 run bf16g2c_a $MP -np 2 $B train $CM --device cuda --precision bf16 --out $W/bf16g2c --stop-after 15
 run bf16g2c_b $B train $C --device cpu --out $W/bf16g2c
 run badgpu $MP -np 3 $B train $C --device cuda --out $W/bad3
@@ -62,6 +63,11 @@ def L(r):
 ref = L("cpu1")
 runs = ["gpu1", "gpu2z0", "gpu2z1", "gpu2z2", "g2c", "c2g"]
 runs += [f"{p}{s}" for p in ("bf16", "fp16") for s in ("1", "2z0", "2z1", "2z2")] + ["bf16g2c"]
+for r in ("selective", "full"):
+    try:
+        print(f"bf16 --recompute {r}: losses identical to --recompute none: {L('bf16rc' + r) == L('bf161')}")
+    except Exception as e:
+        print("recompute", r, "ERROR", e)
 for r in runs:
     try:
         d = L(r); ks = [k for k in d if k in ref]
