@@ -231,7 +231,16 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
   op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT,
                         C);
-  op->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
+  if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
+    /* Selective recompute rebuilds the GELU output from the stored (rounded)
+     * fch with gelu_forward; forward must produce it the same way, not in
+     * the GEMM epilogue from the unrounded sum, or backward would see other
+     * values than the loss was computed with. */
+    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
+    op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
+  } else {
+    op->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
+  }
   op->matmul_forward(a->fcproj, a->fch_gelu, w->fcproj_w, w->fcproj_b, BT, 4 * C, C);
   op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
 }

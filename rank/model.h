@@ -35,7 +35,11 @@ typedef struct {
  * selective form): none keeps every activation for backward; selective drops
  * the LayerNorm and GELU outputs (6 of 18 B*T*C-sized tensors per block) and
  * recomputes them from kept inputs; full keeps only each block's output and
- * reruns the whole block before its backward. Results are bit-identical. */
+ * reruns the whole block before its backward. full gives bit-identical
+ * results to none; so does selective where the GELU is not fused into the
+ * GEMM (CPU, fp32). In bf16/fp16 selective's forward takes GELU from the
+ * stored fc output, as its recompute does, so it differs from none by that
+ * rounding (backward is still the exact gradient of its own forward). */
 typedef enum {
   ST_RECOMPUTE_NONE = 0,
   ST_RECOMPUTE_SELECTIVE = 1,
