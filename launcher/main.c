@@ -3,6 +3,7 @@
  *   shardtrain prep   --input TEXT --out FILE.h5 [--val-fraction F]
  *   shardtrain train  --data FILE [flags]            (under mpirun/srun)
  *   shardtrain ckpt   info|verify STEP_DIR|RUN_DIR
+ *   shardtrain bench  collectives [flags]              (under mpirun/srun)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "collectives/collectives.h"
 #include "io/checkpoint.h"
 #include "io/tokens.h"
+#include "launcher/bench.h"
 #include "launcher/cli.h"
 #include "launcher/env.h"
 #include "launcher/signals.h"
@@ -24,7 +26,8 @@ static void usage(void) {
          "usage:\n"
          "  shardtrain prep  --input TEXT|- --out FILE.h5 [--val-fraction 0.1]\n"
          "  shardtrain train --data FILE.h5|FILE.bin [flags]   (see shardtrain train --help)\n"
-         "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n",
+         "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n"
+         "  shardtrain bench collectives [flags]   (busbw; see shardtrain bench --help)\n",
          SHARDTRAIN_VERSION);
 }
 
@@ -162,6 +165,15 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return code;
   }
-  st_error_set("unknown command '%s'; commands: prep, train, ckpt (see shardtrain --help)", cmd);
+  if (strcmp(cmd, "bench") == 0) {
+    MPI_Init(&argc, &argv);
+    int code = st_cmd_bench(argc - 1, argv + 1);
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Finalize();
+    return code;
+  }
+  st_error_set("unknown command '%s'; commands: prep, train, ckpt, bench (see shardtrain --help)",
+               cmd);
   return fail(ST_EXIT_USAGE);
 }
