@@ -8,6 +8,7 @@ PKGS=(build-essential cmake pkg-config
       libhdf5-dev hdf5-tools              # checkpoints, token files (VDS, hl)
       libcjson-dev libcmocka-dev          # config JSON, unit tests
       python3 python3-h5py python3-numpy  # test oracles read HDF5 like a user would
+      python3-matplotlib                  # benchmark plots (bench/plot_busbw.py)
       bible-kjv                           # the shipped real corpus
       iproute2 util-linux                 # network-namespace "two hosts" test
       slurmctld slurmd slurm-client munge libpmix-dev)  # real-Slurm preemption test

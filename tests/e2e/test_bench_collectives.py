@@ -43,3 +43,15 @@ r = bench(2, ["--ops", "all-sum"], expect_rc=2)
 check("unknown collective 'all-sum'" in r.stderr, "an unknown --ops name exits 2 with the list")
 r = bench(1, ["--max-bytes", "lots"], expect_rc=2)
 check("--max-bytes lots" in r.stderr, "a bad size exits 2 naming the flag")
+
+# The plot of busbw against size, from the JSON (matplotlib, Debian's).
+import os
+import subprocess
+import sys
+
+jl = os.path.join(a.work, "busbw.jsonl")
+open(jl, "w").write(bench(2, ["--json"]).stdout)
+png = os.path.join(a.work, "busbw.png")
+subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "..", "bench",
+                                             "plot_busbw.py"), jl, png], check=True)
+check(open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", "bench/plot_busbw.py draws a PNG from the JSON")
