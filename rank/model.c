@@ -11,63 +11,117 @@
 #include "util/error.h"
 
 /* Carves buffers out of one allocation. With base == NULL it only
- * measures, so sizing and layout come from the same code. */
+ * measures, so sizing and layout come from the same code. Each take's
+ * alignment padding is counted with the part it precedes, so the parts add
+ * up to the whole. */
+enum { P_EMBED, P_BLOCKS, P_RECOMPUTE, P_ATTENTION, P_HEAD, P_LOGITS, P_GRADS, P_N };
 typedef struct {
   char *base;
   size_t off;
+  size_t part[P_N];
 } carver;
 
-static void *take(carver *cv, int64_t n, size_t elem) {
+static void *take(carver *cv, int64_t n, size_t elem, int part) {
+  const size_t start = cv->off;
   cv->off = (cv->off + 255) & ~(size_t)255; /* vector loads and cuBLASLt like alignment */
   void *p = cv->base ? cv->base + cv->off : NULL;
   cv->off += (size_t)n * elem;
+  cv->part[part] += cv->off - start;
   return p;
 }
 
-static void layout_acts(st_model *m, carver *cv) {
+/* The activation layout of m (cfg, es, B, T, recompute) with natt floats of
+ * attention state per layer. m->blk may be NULL when only measuring. */
+static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   const st_model_config *c = &m->cfg;
   const int64_t BT = (int64_t)m->B * m->T, C = c->n_embd;
-  const int64_t natt = m->ops->attention_state_floats(m->B, m->T, c->n_head);
   const size_t es = m->es, f4 = sizeof(float);
-  m->encoded = take(cv, BT * C, es);
+  m->encoded = take(cv, BT * C, es, P_EMBED);
   /* Recompute: what backward rebuilds lives once, in the shared block
    * blk[n_layer], instead of once per layer. selective shares the LayerNorm
    * and GELU outputs; full shares everything but the block output, which is
-   * the next block's input. X(field, elements, element size, shared?) */
+   * the next block's input. X(field, elements, element size, shared?, part
+   * when kept per layer) */
   const int sel = m->recompute != ST_RECOMPUTE_NONE, full = m->recompute == ST_RECOMPUTE_FULL;
-#define BLOCK_FIELDS(X)                                                                   \
-  X(ln1, BT * C, es, sel) X(ln1_mean, BT, f4, full) X(ln1_rstd, BT, f4, full)              \
-  X(qkv, BT * 3 * C, es, full) X(atty, BT * C, es, full) X(att, natt, f4, full)            \
-  X(attproj, BT * C, es, full) X(residual2, BT * C, es, full) X(ln2, BT * C, es, sel)      \
-  X(ln2_mean, BT, f4, full) X(ln2_rstd, BT, f4, full) X(fch, BT * 4 * C, es, full)         \
-  X(fch_gelu, BT * 4 * C, es, sel) X(fcproj, BT * C, es, full)
-#define SHARE(f, n, e, shared) sh->f = (shared) ? take(cv, n, e) : NULL;
-#define PICK(f, n, e, shared) a->f = (shared) ? sh->f : take(cv, n, e);
-  st_block_acts *sh = &m->blk[c->n_layer];
+#define BLOCK_FIELDS(X)                                                                      \
+  X(ln1, BT * C, es, sel, P_BLOCKS) X(ln1_mean, BT, f4, full, P_BLOCKS)                         \
+  X(ln1_rstd, BT, f4, full, P_BLOCKS) X(qkv, BT * 3 * C, es, full, P_BLOCKS)                    \
+  X(atty, BT * C, es, full, P_BLOCKS) X(att, natt, f4, full, P_ATTENTION)                       \
+  X(attproj, BT * C, es, full, P_BLOCKS) X(residual2, BT * C, es, full, P_BLOCKS)               \
+  X(ln2, BT * C, es, sel, P_BLOCKS) X(ln2_mean, BT, f4, full, P_BLOCKS)                         \
+  X(ln2_rstd, BT, f4, full, P_BLOCKS) X(fch, BT * 4 * C, es, full, P_BLOCKS)                    \
+  X(fch_gelu, BT * 4 * C, es, sel, P_BLOCKS) X(fcproj, BT * C, es, full, P_BLOCKS)
+#define SHARED_PART(part) ((part) == P_ATTENTION ? P_ATTENTION : P_RECOMPUTE)
+#define SHARE(f, n, e, shared, part) sh->f = (shared) ? take(cv, n, e, SHARED_PART(part)) : NULL;
+#define PICK(f, n, e, shared, part) a->f = (shared) ? sh->f : take(cv, n, e, part);
+  st_block_acts measured[2]; /* stand-ins for blk[] when only measuring */
+  st_block_acts *sh = m->blk ? &m->blk[c->n_layer] : &measured[0];
   BLOCK_FIELDS(SHARE)
   for (int l = 0; l < c->n_layer; l++) {
-    st_block_acts *a = &m->blk[l];
+    st_block_acts *a = m->blk ? &m->blk[l] : &measured[1];
     BLOCK_FIELDS(PICK)
-    a->residual3 = take(cv, BT * C, es);
+    a->residual3 = take(cv, BT * C, es, P_BLOCKS);
   }
 #undef PICK
 #undef SHARE
+#undef SHARED_PART
 #undef BLOCK_FIELDS
-  m->lnf = take(cv, BT * C, es);
-  m->lnf_mean = take(cv, BT, f4);
-  m->lnf_rstd = take(cv, BT, f4);
-  m->logits = take(cv, BT * c->padded_vocab_size, es);
-  m->losses = take(cv, BT, f4);
-  m->dres = take(cv, BT * C, es);
-  m->dln = take(cv, BT * C, es);
-  m->datty = take(cv, BT * C, es);
-  m->dqkv = take(cv, BT * 3 * C, es);
-  m->dfch = take(cv, BT * 4 * C, es);
-  m->datt = take(cv, natt, f4);
+  m->lnf = take(cv, BT * C, es, P_HEAD);
+  m->lnf_mean = take(cv, BT, f4, P_HEAD);
+  m->lnf_rstd = take(cv, BT, f4, P_HEAD);
+  m->logits = take(cv, BT * c->padded_vocab_size, es, P_LOGITS);
+  m->losses = take(cv, BT, f4, P_HEAD);
+  m->dres = take(cv, BT * C, es, P_GRADS);
+  m->dln = take(cv, BT * C, es, P_GRADS);
+  m->datty = take(cv, BT * C, es, P_GRADS);
+  m->dqkv = take(cv, BT * 3 * C, es, P_GRADS);
+  m->dfch = take(cv, BT * 4 * C, es, P_GRADS);
+  m->datt = take(cv, natt, f4, P_ATTENTION);
 }
 
-int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
-                  int pad_multiple, st_recompute recompute) {
+static void parts_of(const carver *cv, st_act_bytes *out) {
+  out->embed = cv->part[P_EMBED];
+  out->blocks = cv->part[P_BLOCKS];
+  out->recompute = cv->part[P_RECOMPUTE];
+  out->attention = cv->part[P_ATTENTION];
+  out->head = cv->part[P_HEAD];
+  out->logits = cv->part[P_LOGITS];
+  out->grad_scratch = cv->part[P_GRADS];
+  out->total = cv->off;
+}
+
+void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t att_floats, int B,
+                           int T, st_recompute recompute, st_act_bytes *out) {
+  st_model m;
+  memset(&m, 0, sizeof m);
+  m.cfg = *cfg;
+  m.es = st_dtype_size(dtype);
+  m.B = B;
+  m.T = T;
+  m.recompute = recompute;
+  carver measure = {NULL, 0, {0}};
+  layout_acts(&m, att_floats, &measure);
+  parts_of(&measure, out);
+}
+
+/* Elements of the head gradient buffer (ZeRO 2): wte + wpe, then ln_f. */
+static int64_t head_numel(const st_model *m) {
+  return m->block_begin + (m->tab.total - (m->block_begin + m->cfg.n_layer * m->block_numel));
+}
+
+/* Bind block l's gradient views to a one-block bucket. */
+static void bind_block_grads(st_model *m, int l, float *bucket) {
+  st_block_params *b = &m->g.h[l];
+  void **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attproj_w, &b->attproj_b,
+                       &b->ln2_w, &b->ln2_b, &b->fc_w, &b->fc_b, &b->fcproj_w, &b->fcproj_b};
+  const int64_t base = m->block_begin + (int64_t)l * m->block_numel;
+  for (int k = 0; k < 12; k++) *slots[k] = bucket + (m->tab.t[2 + 12 * l + k].offset - base);
+}
+
+/* grad_buckets: ZeRO 2's gradient storage (head_grads and two one-block
+ * buckets) instead of a full fp32 vector, which is never allocated. */
+static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
+                      int pad_multiple, st_recompute recompute, int grad_buckets) {
   memset(m, 0, sizeof *m);
   m->recompute = recompute;
   m->cfg = *cfg;
@@ -77,33 +131,66 @@ int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, in
   m->es = st_dtype_size(ops->dtype);
   if (st_param_table_build(cfg, &m->tab)) return -1;
   m->padded_total = (m->tab.total + pad_multiple - 1) / pad_multiple * pad_multiple;
+  /* Table order: wte, wpe, 12 tensors per block, ln_f: blocks are one
+   * contiguous range of equal-sized pieces. */
+  m->block_begin = m->tab.t[2].offset;
+  m->block_numel = cfg->n_layer > 0 ? m->tab.t[2 + 12].offset - m->block_begin : 0;
   m->blk = calloc((size_t)cfg->n_layer + 1, sizeof *m->blk);
   if (!m->blk) return st_error_set("out of host memory for the model's activation table");
-  carver measure = {NULL, 0};
-  layout_acts(m, &measure);
+  const int64_t natt = ops->attention_state_floats(B, T, cfg->n_head);
+  carver measure = {NULL, 0, {0}};
+  layout_acts(m, natt, &measure);
   m->act_bytes = measure.off;
-  size_t pbytes = (size_t)m->padded_total * m->es, gbytes = (size_t)m->padded_total * sizeof(float);
+  size_t pbytes = (size_t)m->padded_total * m->es, gbytes;
   m->params = ops->alloc(pbytes);
-  m->grads = ops->alloc(gbytes);
+  if (grad_buckets) {
+    const size_t nh = (size_t)head_numel(m), nb = (size_t)m->block_numel + 1;
+    gbytes = (nh + 2 * nb) * sizeof(float);
+    m->head_grads = ops->alloc(nh * sizeof(float));
+    m->bucket[0] = ops->alloc(nb * sizeof(float));
+    m->bucket[1] = ops->alloc(nb * sizeof(float));
+  } else {
+    gbytes = (size_t)m->padded_total * sizeof(float);
+    m->grads = ops->alloc(gbytes);
+  }
+  int grads_ok = grad_buckets ? m->head_grads && m->bucket[0] && m->bucket[1] : m->grads != NULL;
   m->act_mem = ops->alloc(m->act_bytes);
   m->losses_host = calloc((size_t)B * T, sizeof(float));
-  if (!m->params || !m->grads || !m->act_mem || !m->losses_host) {
+  if (!m->params || !grads_ok || !m->act_mem || !m->losses_host) {
     double mib = (pbytes + gbytes + (double)m->act_bytes) / 1048576.0;
     st_model_free(m);
     return st_error_set("cannot allocate %.1f MiB of %s memory for the model "
                         "(parameters, gradients, activations); lower --micro-batch or --seq-len",
                         mib, ops->name);
   }
-  if (st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p) ||
-      st_param_views_bind(cfg, &m->tab, m->grads, sizeof(float), &m->g))
-    return -1;
-  /* Table order: wte, wpe, 12 tensors per block, ln_f: blocks are one
-   * contiguous range of equal-sized pieces. */
-  m->block_begin = m->tab.t[2].offset;
-  m->block_numel = cfg->n_layer > 0 ? m->tab.t[2 + 12].offset - m->block_begin : 0;
-  carver cv = {m->act_mem, 0};
-  layout_acts(m, &cv);
+  if (st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p)) return -1;
+  if (!grad_buckets) {
+    if (st_param_views_bind(cfg, &m->tab, m->grads, sizeof(float), &m->g)) return -1;
+  } else {
+    /* Head tensors in head_grads (wte, wpe, then ln_f); block views point
+     * into a bucket and are rebound as each block's backward starts. */
+    const int64_t lnf = m->block_begin + cfg->n_layer * m->block_numel;
+    m->g.h = calloc((size_t)cfg->n_layer, sizeof *m->g.h);
+    if (!m->g.h) return st_error_set("out of host memory for gradient views");
+    m->g.wte = m->head_grads;
+    m->g.wpe = m->head_grads + m->tab.t[1].offset;
+    m->g.lnf_w = m->head_grads + m->block_begin;
+    m->g.lnf_b = m->head_grads + m->block_begin + (m->tab.t[m->tab.n - 1].offset - lnf);
+    for (int l = 0; l < cfg->n_layer; l++) bind_block_grads(m, l, m->bucket[l % 2]);
+  }
+  carver cv = {m->act_mem, 0, {0}};
+  layout_acts(m, natt, &cv);
   return 0;
+}
+
+int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
+                  int pad_multiple, st_recompute recompute) {
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 0);
+}
+
+int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
+                           int T, int pad_multiple, st_recompute recompute) {
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1);
 }
 
 int st_model_set_weights(st_model *m, const float *host) {
@@ -177,11 +264,6 @@ int st_model_init_weights(st_model *m, st_rng *rng) {
   return rc;
 }
 
-/* Elements of the head gradient buffer: wte + wpe, then ln_f. */
-static int64_t head_numel(const st_model *m) {
-  return m->block_begin + (m->tab.total - (m->block_begin + m->cfg.n_layer * m->block_numel));
-}
-
 void st_model_zero_grad(st_model *m) {
   if (!m->head_grads) {
     m->ops->zero(m->grads, (size_t)m->padded_total * sizeof(float));
@@ -189,32 +271,6 @@ void st_model_zero_grad(st_model *m) {
   }
   /* the buckets are zeroed by backward itself, block by block */
   m->ops->zero(m->head_grads, (size_t)head_numel(m) * sizeof(float));
-}
-
-int st_model_use_grad_buckets(st_model *m) {
-  const int64_t nh = head_numel(m), lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
-  m->head_grads = m->ops->alloc((size_t)nh * sizeof(float));
-  m->bucket[0] = m->ops->alloc((size_t)(m->block_numel + 1) * sizeof(float));
-  m->bucket[1] = m->ops->alloc((size_t)(m->block_numel + 1) * sizeof(float));
-  if (!m->head_grads || !m->bucket[0] || !m->bucket[1])
-    return st_error_set("cannot allocate %.1f MiB of %s memory for ZeRO-2 gradient buckets",
-                        (nh + 2.0 * m->block_numel) * 4.0 / 1048576.0, m->ops->name);
-  m->ops->free(m->grads);
-  m->grads = NULL;
-  m->g.wte = m->head_grads;
-  m->g.wpe = m->head_grads + m->tab.t[1].offset;
-  m->g.lnf_w = m->head_grads + m->block_begin;
-  m->g.lnf_b = m->head_grads + m->block_begin + (m->tab.t[m->tab.n - 1].offset - lnf);
-  return 0;
-}
-
-/* Point block l's gradient views at a one-block bucket. */
-static void bind_block_grads(st_model *m, int l, float *bucket) {
-  st_block_params *b = &m->g.h[l];
-  void **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attproj_w, &b->attproj_b,
-                       &b->ln2_w, &b->ln2_b, &b->fc_w, &b->fc_b, &b->fcproj_w, &b->fcproj_b};
-  const int64_t base = m->block_begin + (int64_t)l * m->block_numel;
-  for (int k = 0; k < 12; k++) *slots[k] = bucket + (m->tab.t[2 + 12 * l + k].offset - base);
 }
 
 /* Block l's forward from its input x: the one definition that forward and

@@ -55,7 +55,7 @@ typedef struct {
   size_t es;              /* bytes per element of the storage dtype */
   void *params;           /* working weights, storage dtype, padded_total elements */
   float *grads;           /* fp32, padded_total elements; NULL when bucketed */
-  /* ZeRO 2 (st_model_use_grad_buckets): block l's gradients live in
+  /* ZeRO 2 (st_model_init_bucketed): block l's gradients live in
    * bucket[l % 2] only while its backward runs; the head tensors' (wte, wpe,
    * ln_f) live in head_grads. */
   float *head_grads, *bucket[2];
@@ -76,6 +76,28 @@ typedef struct {
   float *datt;
 } st_model;
 
+/* Bytes of the activation allocation (act_mem) by part. Each buffer's
+ * 256-byte alignment padding counts with the part of that buffer, so the
+ * parts add up to total. */
+typedef struct {
+  size_t embed;        /* encoder output [B,T,C] */
+  size_t blocks;       /* kept per block for backward, n_layer blocks (attention state apart) */
+  size_t recompute;    /* the one shared block recompute rebuilds into (0 with none) */
+  size_t attention;    /* attention state: saved per layer (or in the shared block under
+                        * full), plus backward's datt; fp32 */
+  size_t head;         /* ln_f output and statistics, per-token losses */
+  size_t logits;       /* [B*T, Vp] in the storage dtype; holds dlogits after forward */
+  size_t grad_scratch; /* backward's activation gradients dres, dln, datty, dqkv, dfch */
+  size_t total;        /* == st_model.act_bytes */
+} st_act_bytes;
+
+/* The activation bytes st_model_init allocates for micro-batch B x T under
+ * `recompute` in storage dtype `dtype`, where att_floats is the backend's
+ * ops->attention_state_floats(B, T, n_head). Measured by the same layout
+ * code that carves act_mem; allocates nothing. cfg must be validated. */
+void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t att_floats, int B,
+                           int T, st_recompute recompute, st_act_bytes *out);
+
 /* Build the parameter table and allocate working weights (ops->dtype),
  * fp32 gradients (both padded to a multiple of pad_multiple elements) and
  * activations for micro-batch B x T under the recompute policy, all in the
@@ -84,6 +106,12 @@ typedef struct {
  * 0, or -1 with st_error (names the bytes that could not be allocated). */
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
                   int pad_multiple, st_recompute recompute);
+/* As st_model_init, for ZeRO 2: no full gradient vector is ever allocated.
+ * Gradients live in head_grads (wte, wpe, ln_f: head numel floats) and two
+ * one-block buckets of block_numel + 1 floats; backward then needs hooks
+ * (st_model_backward_hooked). 0, or -1 with st_error. */
+int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
+                           int T, int pad_multiple, st_recompute recompute);
 void st_model_free(st_model *m);
 
 /* Set the working weights from host fp32 values host[padded_total],
@@ -124,11 +152,6 @@ typedef struct {
   void (*reuse)(void *ctx, int slot);
   void *ctx;
 } st_grad_hooks;
-
-/* ZeRO 2: stop keeping a full gradient vector. Frees m->grads and allocates
- * head_grads (wte, wpe, ln_f) plus two one-block buckets. Afterwards
- * backward needs hooks (st_model_backward_hooked). 0, or -1 with st_error. */
-int st_model_use_grad_buckets(st_model *m);
 
 /* Backward calling hooks as ranges become final. Without buckets the ranges
  * point into m->grads (ZeRO 1: reduce-scatter each block's gradients while

@@ -16,6 +16,7 @@
 #include "kernels/ops_cuda.h"
 #endif
 #include "kernels/profile.h"
+#include "rank/memory_plan.h"
 #include "rank/trainer_state.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -202,15 +203,16 @@ static int check_outdir_shared(trainer *tr) {
   return failed ? -1 : 0;
 }
 
-static int setup_state(trainer *tr) {
+int st_trainer_alloc_state(trainer *tr) {
   st_run_config *rc = tr->rc;
   st_comm *c = tr->comm;
   int B = rc->micro_batch, T = rc->model.block_size;
   const st_ops *ops = tr->ops;
-  st_recompute rec = strcmp(rc->recompute, "full") == 0        ? ST_RECOMPUTE_FULL
-                     : strcmp(rc->recompute, "selective") == 0 ? ST_RECOMPUTE_SELECTIVE
-                                                               : ST_RECOMPUTE_NONE;
-  if (st_model_init(&tr->model, &rc->model, ops, B, T, c->world, rec)) return -1;
+  st_recompute rec = st_recompute_parse(rc->recompute);
+  /* ZeRO 2 never holds a full gradient vector, not even during setup. */
+  if ((rc->zero_stage == 2 ? st_model_init_bucketed : st_model_init)(&tr->model, &rc->model, ops,
+                                                                      B, T, c->world, rec))
+    return -1;
   st_partition_make(tr->model.tab.total, c->rank, c->world, &tr->part);
   /* ZeRO 0 keeps the whole optimizer state on every rank. */
   if (rc->zero_stage == 0) st_partition_make(tr->model.tab.total, 0, 1, &tr->opt_part);
@@ -232,10 +234,10 @@ static int setup_state(trainer *tr) {
   tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
   if (!tr->bucket_counts) return st_error_set("out of host memory");
   if (rc->zero_stage == 2) {
-    /* Only the shard is kept: block gradients live in two buckets, and each
-     * hook slot's reduction lands in its own buffer (this rank's share of
-     * the slot's range at most) until it is added to the shard. */
-    if (st_model_use_grad_buckets(&tr->model)) return -1;
+    /* Only the shard is kept: block gradients live in two buckets (made by
+     * st_model_init_bucketed), and each hook slot's reduction lands in its
+     * own buffer (this rank's share of the slot's range at most) until it
+     * is added to the shard. */
     const st_model *m = &tr->model;
     const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
     const int64_t range[ST_COMM_TAGS] = {m->block_numel, m->block_numel, m->block_begin,
@@ -398,6 +400,6 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_batch(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_outdir(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, check_outdir_shared(tr) != 0))) return code;
-  if ((code = st_trainer_agree(tr, setup_state(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_trainer_alloc_state(tr) != 0))) return code;
   return st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0);
 }

@@ -67,6 +67,12 @@ int st_trainer_agree(trainer *tr, int failed);
  * *resumed and from (the checkpoint directory) say what was loaded. */
 int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap);
 
+/* The model and optimizer state in backend memory (tr->ops), sized by
+ * tr->rc and tr->comm's rank count: what the memory plan
+ * (rank/memory_plan.h) counts, allocated here and nowhere else. 0, or -1
+ * with st_error. Part of st_trainer_setup; separate for tests. */
+int st_trainer_alloc_state(trainer *tr);
+
 /* Rank 0 prints the configuration block. */
 void st_trainer_print_config(trainer *tr, int resumed, const char *from);
 

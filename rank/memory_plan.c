@@ -1,0 +1,339 @@
+/* memory_plan.c - per-GPU memory of a training configuration, and the --fit
+ * search over micro-batch, recompute and ZeRO stage (see memory_plan.h and
+ * docs/memory.md for the derivation). */
+#include "rank/memory_plan.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/ops_cuda.h"
+#endif
+#include "util/bytes.h"
+#include "util/error.h"
+
+st_recompute st_recompute_parse(const char *name) {
+  if (strcmp(name, "full") == 0) return ST_RECOMPUTE_FULL;
+  if (strcmp(name, "selective") == 0) return ST_RECOMPUTE_SELECTIVE;
+  return ST_RECOMPUTE_NONE;
+}
+
+const char *st_recompute_name(st_recompute r) {
+  return r == ST_RECOMPUTE_FULL ? "full" : r == ST_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+/* NCCL's device.h: LL = NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS
+ * (512) x NCCL_STEPS (8) x sizeof(ncclLLFifoLine) (16); LL128 =
+ * NCCL_LL128_ELEMS_PER_THREAD (120) x NCCL_LL128_MAX_NTHREADS (640) x
+ * NCCL_STEPS (8) x sizeof(uint64_t). */
+#define NCCL_LL_BYTES ((uint64_t)8 * 512 * 8 * 16)
+#define NCCL_LL128_BYTES ((uint64_t)120 * 640 * 8 * 8)
+
+uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels) {
+  if (world < 2) return 0;
+  const uint64_t simple = buffsize > 0 ? (uint64_t)buffsize : ST_PLAN_NCCL_BUFFSIZE;
+  const uint64_t peers = world - 1 < 2 ? (uint64_t)(world - 1) : 2;
+  const uint64_t ch = channels > 0 ? (uint64_t)channels : ST_PLAN_NCCL_CHANNELS;
+  return ch * peers * (simple + NCCL_LL_BYTES + NCCL_LL128_BYTES);
+}
+
+/* kernels/cuda/cuda_ops.h: st_colsum_rows_per_chunk and st_colsum_chunks. */
+static int64_t colsum_chunks(int64_t rows) {
+  int64_t r = (rows + 1023) / 1024;
+  if (r < 128) r = 128;
+  return (rows + r - 1) / r;
+}
+
+/* kernels/cuda/memory.cu: cuda_scratch's growth rule. */
+static uint64_t scratch_grow(uint64_t cur, uint64_t req) {
+  if (req <= cur) return cur;
+  uint64_t want = cur * 2 > req ? cur * 2 : req;
+  return want < ((uint64_t)1 << 20) ? (uint64_t)1 << 20 : want;
+}
+
+uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C) {
+  const uint64_t part = (uint64_t)colsum_chunks(rows) * sizeof(float);
+  uint64_t s = scratch_grow(0, part * 2 * C); /* ln_f: dw and db partials */
+  /* One block's requests; later blocks repeat them and cannot grow it. */
+  const int64_t widths[] = {C, 4 * C, 2 * C, C, 3 * C, 2 * C};
+  for (int i = 0; i < 6; i++) s = scratch_grow(s, part * widths[i]);
+  return scratch_grow(s, 512 * sizeof(double)); /* sum_squares (kernels/cuda/adamw.cu) */
+}
+
+int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
+  memset(p, 0, sizeof *p);
+  const st_model_config *c = &in->model;
+  const int U = ST_EXIT_USAGE;
+  if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->block_size < 1 ||
+      c->padded_vocab_size < c->vocab_size || c->padded_vocab_size < 1)
+    return st_error_setc(U, "memory plan: the model shape is not set (check --model or "
+                            "--layers/--heads/--dim, --seq-len, --vocab-size)");
+  if (in->micro_batch < 1)
+    return st_error_setc(U, "--micro-batch must be >= 1, got %d", in->micro_batch);
+  if (in->world < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", in->world);
+  if (in->zero_stage < 0 || in->zero_stage > 2)
+    return st_error_setc(U, "--zero must be 0, 1 or 2, got %d", in->zero_stage);
+  if ((int64_t)in->micro_batch * c->block_size > INT_MAX)
+    return st_error_setc(U, "--micro-batch %d x --seq-len %d = %lld rows exceeds the ops' "
+                            "32-bit row count (%d); lower either", in->micro_batch,
+                         c->block_size, (long long)in->micro_batch * c->block_size, INT_MAX);
+  if (in->backend == ST_BACKEND_CPU && in->dtype != ST_FP32)
+    return st_error_setc(U, "--precision %s: the CPU backend is the fp32 reference; use "
+                            "--precision fp32 with --device cpu, or plan for --device cuda",
+                         st_dtype_name(in->dtype));
+  if (in->headroom_pct < 0 || in->headroom_pct >= 100)
+    return st_error_setc(U, "--headroom must be in [0, 100), got %g", in->headroom_pct);
+
+  const int64_t C = c->n_embd, L = c->n_layer, T = c->block_size, B = in->micro_batch;
+  const int64_t N = in->world;
+  const uint64_t es = st_dtype_size(in->dtype), f4 = sizeof(float);
+  /* The parameter table (rank/params.c): wte [Vp,C], wpe [T,C], L blocks of
+   * 12 tensors, ln_f. */
+  const int64_t head_front = (int64_t)c->padded_vocab_size * C + T * C; /* wte + wpe */
+  const int64_t block = 12 * C * C + 13 * C, lnf = 2 * C;
+  p->params = head_front + L * block + lnf;
+  p->padded_params = (p->params + N - 1) / N * N;
+  p->shard = p->padded_params / N;
+  const uint64_t padded = (uint64_t)p->padded_params, shard = (uint64_t)p->shard;
+
+  p->weights = padded * es;
+  if (in->zero_stage == 2) {
+    p->grads_head = (uint64_t)(head_front + lnf) * f4;
+    p->grads_buckets = 2 * (uint64_t)(block + 1) * f4;
+    /* st_trainer_alloc_state: per hook slot (block l % 2, wte+wpe, ln_f),
+     * min(range, shard) + 1 floats. */
+    const int64_t range[4] = {block, block, head_front, lnf};
+    for (int s = 0; s < 4; s++)
+      p->grads_recv += (uint64_t)((range[s] < p->shard ? range[s] : p->shard) + 1) * f4;
+    p->grads = p->grads_head + p->grads_buckets + p->grads_recv;
+  } else {
+    p->grads_full = padded * f4;
+    p->grads = p->grads_full;
+  }
+  const uint64_t nopt = in->zero_stage == 0 ? padded : shard;
+  p->grad_shard = in->zero_stage >= 1 ? shard * f4 : 0;
+  p->master = in->dtype != ST_FP32 ? nopt * f4 : 0;
+  p->adam_m = p->adam_v = nopt * f4;
+
+  /* Attention state per layer: the CPU keeps the softmax [B,NH,T,T]
+   * (kernels/cpu/attention.c), CUDA's flash attention one statistic per
+   * row [B,NH,T] (kernels/cuda/attention.cu). */
+  const int64_t NH = c->n_head;
+  double natt_d = in->backend == ST_BACKEND_CPU ? (double)B * NH * T * T : (double)B * NH * T;
+  if (natt_d * 4 > 1e18)
+    return st_error_setc(ST_EXIT_USAGE, "--seq-len %lld: the CPU attention keeps a T x T "
+                         "matrix per head (%.3g bytes); lower --seq-len or --micro-batch",
+                         (long long)T, natt_d * 4);
+  const int64_t natt = in->backend == ST_BACKEND_CPU ? B * NH * T * T : B * NH * T;
+  st_model_measure_acts(c, in->dtype, natt, (int)B, (int)T, in->recompute, &p->acts);
+  p->tokens = 2 * (uint64_t)(B * T) * sizeof(int);
+
+  if (in->backend == ST_BACKEND_CUDA) {
+    p->cublaslt = ST_PLAN_CUBLASLT_WORKSPACE;
+    p->scratch = st_plan_cuda_scratch(B * T, C);
+    p->nccl = st_plan_nccl_bytes(in->world, in->nccl_buffsize, in->nccl_channels);
+    p->context = ST_PLAN_CUDA_CONTEXT;
+  }
+  p->total = p->weights + p->grads + p->acts.total + p->grad_shard + p->master + p->adam_m +
+             p->adam_v + p->tokens + p->cublaslt + p->scratch + p->nccl + p->context;
+  p->fits = -1;
+  if (in->gpu_mem > 0) {
+    const uint64_t keep = (uint64_t)ceil((double)in->gpu_mem * in->headroom_pct / 100.0);
+    p->usable = in->gpu_mem > keep ? in->gpu_mem - keep : 0;
+    p->spare = (int64_t)p->usable - (int64_t)p->total;
+    p->fits = p->total <= p->usable;
+  }
+  return 0;
+}
+
+/* ---- --fit ---- */
+
+static int plan_at(const st_plan_fit_query *q, int B, st_recompute r, int z, st_plan_choice *c) {
+  c->in = q->base;
+  c->in.micro_batch = B;
+  c->in.recompute = r;
+  c->in.zero_stage = z;
+  c->accum = q->global_batch / (B * q->base.world);
+  return st_memory_plan_make(&c->in, &c->plan);
+}
+
+/* The least memory over the allowed ZeRO stages at (B, r); -1 on error. */
+static int least_over_zero(const st_plan_fit_query *q, int B, st_recompute r, st_plan_choice *best) {
+  const int z0 = q->search_zero ? 0 : q->base.zero_stage, z1 = q->search_zero ? 2 : z0;
+  for (int z = z0; z <= z1; z++) {
+    st_plan_choice c;
+    if (plan_at(q, B, r, z, &c)) return -1;
+    if (z == z0 || c.plan.total < best->plan.total) *best = c;
+  }
+  return 0;
+}
+
+/* The least memory at micro-batch B over the allowed recompute and stages. */
+static int least_at_batch(const st_plan_fit_query *q, int B, st_plan_choice *best) {
+  for (int r = q->base.recompute; r <= ST_RECOMPUTE_FULL; r++) {
+    st_plan_choice c;
+    if (least_over_zero(q, B, (st_recompute)r, &c)) return -1;
+    if (r == (int)q->base.recompute || c.plan.total < best->plan.total) *best = c;
+  }
+  return 0;
+}
+
+/* The largest micro-batch in order[0..n) that fits with recompute r, at
+ * the lowest stage in z0..z1. */
+static int fit_alternative(const st_plan_fit_query *q, const int *order, int n, int bound, int z0,
+                           int z1, st_recompute r, int *found, st_plan_choice *c) {
+  const int T = q->base.model.block_size;
+  *found = 0;
+  for (int i = 0; i < n; i++) {
+    if (order[i] > bound || (int64_t)order[i] * T > INT_MAX) continue;
+    for (int z = z0; z <= z1; z++) {
+      if (plan_at(q, order[i], r, z, c)) return -1;
+      if (c->plan.fits) {
+        *found = 1;
+        return 0;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Candidates in order of preference: micro-batches `order` (descending),
+ * then recompute from the query's upward, then ZeRO stages z0..z1. */
+static int fit_search(const st_plan_fit_query *q, const int *order, int n, int bound, int z0,
+                      int z1, st_plan_fit *out) {
+  const int T = q->base.model.block_size, per_rank = q->global_batch / q->base.world;
+  int have_least = 0, prev_B = 0; /* prev_B: the next larger micro-batch tried */
+  for (int i = 0; i < n; i++) {
+    const int B = order[i];
+    if (B > bound || (int64_t)B * T > INT_MAX) continue;
+    for (int r = q->base.recompute; r <= ST_RECOMPUTE_FULL; r++) {
+      for (int z = z0; z <= z1; z++) {
+        st_plan_choice c;
+        if (plan_at(q, B, (st_recompute)r, z, &c)) return -1;
+        if (!have_least || c.plan.total < out->least.plan.total) out->least = c;
+        have_least = 1;
+        if (!c.plan.fits) continue;
+        out->found = 1;
+        out->choice = c;
+        if (prev_B) {
+          out->has_larger_batch = 1;
+          if (least_at_batch(q, prev_B, &out->larger_batch)) return -1;
+        }
+        if (r > (int)q->base.recompute) {
+          out->has_cheaper_recompute = 1;
+          if (least_over_zero(q, B, (st_recompute)(r - 1), &out->cheaper_recompute)) return -1;
+        }
+        if (z > z0) {
+          out->has_lower_zero = 1;
+          if (plan_at(q, B, (st_recompute)r, z - 1, &out->lower_zero)) return -1;
+        }
+        for (int ra = q->base.recompute; ra < r; ra++)
+          if (fit_alternative(q, order + i + 1, n - i - 1, bound, z0, z1, (st_recompute)ra,
+                              &out->has_alt[ra], &out->alt[ra]))
+            return -1;
+        return 0;
+      }
+    }
+    prev_B = B;
+  }
+  if (!have_least)
+    return st_error_setc(ST_EXIT_USAGE, "--seq-len %d: no micro-batch dividing %d sequences per "
+                         "rank keeps B x T within the ops' 32-bit row count", T, per_rank);
+  return 0;
+}
+
+int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
+  memset(out, 0, sizeof *out);
+  const int N = q->base.world, G = q->global_batch, U = ST_EXIT_USAGE;
+  if (N < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", N);
+  if (G < 1) return st_error_setc(U, "--global-batch must be >= 1, got %d", G);
+  if (G % N != 0)
+    return st_error_setc(U, "--global-batch %d does not divide by %d ranks: every rank takes "
+                            "the same number of sequences; use a multiple of %d", G, N, N);
+  if (q->base.gpu_mem == 0)
+    return st_error_setc(U, "--fit needs the GPU memory: give --gpu-mem SIZE (e.g. 80GiB), or "
+                            "run where a GPU is visible");
+  const int per_rank = G / N;
+  const int bound = q->base.micro_batch > 0 ? q->base.micro_batch : per_rank;
+  const int z0 = q->search_zero ? 0 : q->base.zero_stage, z1 = q->search_zero ? 2 : z0;
+  /* Divisors of per_rank, largest first: d <= sqrt ascending gives the
+   * partners per_rank / d descending, then the d themselves descending.
+   * Below 2^31 a number has at most 1,600 divisors, half of them small. */
+  int lo[1024], nlo = 0, order[2048], n = 0;
+  for (int d = 1; (int64_t)d * d <= per_rank; d++)
+    if (per_rank % d == 0) lo[nlo++] = d;
+  for (int i = 0; i < nlo; i++)
+    if (per_rank / lo[i] != lo[i]) order[n++] = per_rank / lo[i];
+  for (int i = nlo - 1; i >= 0; i--) order[n++] = lo[i];
+  return fit_search(q, order, n, bound, z0, z1, out);
+}
+
+void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
+                             int global_batch, char *out, size_t cap) {
+  size_t len = 0;
+  out[0] = 0;
+#define ADD(...)                                                                   \
+  do {                                                                             \
+    if (len && len + 2 < cap) len += (size_t)snprintf(out + len, cap - len, ", "); \
+    int n_ = snprintf(out + len, cap - len, __VA_ARGS__);                          \
+    if (n_ > 0 && (size_t)n_ < cap - len) len += (size_t)n_;                       \
+  } while (0)
+  if (from->micro_batch != to->micro_batch) {
+    const int N = to->world;
+    ADD("--micro-batch %d -> %d (gradient accumulation %d -> %d)", from->micro_batch,
+        to->micro_batch, global_batch / (from->micro_batch * N),
+        global_batch / (to->micro_batch * N));
+  }
+  if (from->recompute != to->recompute)
+    ADD("--recompute %s -> %s", st_recompute_name(from->recompute),
+        st_recompute_name(to->recompute));
+  if (from->zero_stage != to->zero_stage)
+    ADD("--zero %d -> %d", from->zero_stage, to->zero_stage);
+#undef ADD
+}
+
+int st_plan_parse_size(const char *flag, const char *text, uint64_t *out) {
+  /* util/bytes.c reads the size; a bare number (bytes there) is refused
+   * here, as "--gpu-mem 80" is surely not 80 bytes. */
+  char *end;
+  double v = strtod(text, &end);
+  uint64_t b = 0;
+  if (end != text && isfinite(v) && v > 0 && strpbrk(end, "BKMGTbkmgt") &&
+      st_parse_bytes(text, &b) == 0 && b > 0) {
+    *out = b;
+    return 0;
+  }
+  return st_error_setc(ST_EXIT_USAGE, "%s expects a size with a unit, e.g. 24GiB, 80GB, "
+                                      "81559MiB or 24G (binary); got '%s'", flag, text);
+}
+
+int st_plan_device_memory(uint64_t *free_bytes, uint64_t *total_bytes, char *name, size_t cap) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (st_cuda_device_count() == 0) return st_error_set("no CUDA device is visible");
+  int dev = 0;
+  size_t f = 0, t = 0;
+  struct cudaDeviceProp prop;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaMemGetInfo(&f, &t);
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return st_error_set("cannot read the memory of CUDA device %d: %s", dev,
+                        cudaGetErrorString(e));
+  }
+  *free_bytes = f;
+  *total_bytes = t;
+  if (name && cap) snprintf(name, cap, "cuda:%d (%s)", dev, prop.name);
+  return 0;
+#else
+  (void)free_bytes;
+  (void)total_bytes;
+  if (name && cap) name[0] = 0;
+  return st_error_set("this build has no CUDA backend, so no GPU memory can be read");
+#endif
+}

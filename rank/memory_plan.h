@@ -1,0 +1,165 @@
+/* memory_plan.h - bytes per GPU of one training configuration, by category,
+ * before anything is allocated (DESIGN.md "Memory model"; docs/memory.md).
+ *
+ * What the trainer allocates in backend memory is computed from the sizes
+ * the allocating code uses: activations come from the model's own layout
+ * code (st_model_measure_acts), weights and gradients mirror
+ * st_model_init/st_model_init_bucketed, optimizer state, gradient shard,
+ * ZeRO-2 receive buffers and token buffers mirror st_trainer_alloc_state.
+ * tests/test_memory_plan.c checks each against the bytes those functions
+ * really allocate. Backend internals are mirrored from kernels/cuda/ (the
+ * 32 MiB cuBLASLt workspace; cuda_scratch's growth under the column-sum
+ * requests of one step). Two categories are estimates and say so: NCCL's
+ * buffers and the CUDA context (constants to calibrate on the device).
+ *
+ * Sizes are the bytes requested; the CUDA allocator rounds each cudaMalloc
+ * up (a few MiB in all over the ~15 allocations), which the calibration of
+ * the context constant absorbs.
+ */
+#ifndef ST_MEMORY_PLAN_H
+#define ST_MEMORY_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/dtype.h"
+#include "rank/config.h"
+#include "rank/model.h"
+
+typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
+
+/* kernels/cuda/matmul.cu: the cuBLASLt workspace, made on the first matmul. */
+#define ST_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
+/* CUDA context, cuBLASLt handle and loaded kernels on one GPU: an ESTIMATE
+ * (CUDA 12/13 on Hopper with lazy module loading is typically 0.4-0.6 GiB),
+ * not yet calibrated on the device. */
+#define ST_PLAN_CUDA_CONTEXT ((uint64_t)512 << 20)
+/* NCCL's SIMPLE-protocol buffer per connection when NCCL_BUFFSIZE is unset. */
+#define ST_PLAN_NCCL_BUFFSIZE ((uint64_t)4 << 20)
+/* Channels NCCL opens, for the estimate, when --nccl-max-ctas does not cap
+ * them: NCCL picks 16-32 on NVLink H100/H200 nodes. An ESTIMATE. */
+#define ST_PLAN_NCCL_CHANNELS 16
+
+typedef struct {
+  st_model_config model;  /* validated (padded_vocab_size set); block_size is T */
+  int micro_batch;        /* B, sequences per rank per micro-step */
+  int world;              /* N ranks */
+  int zero_stage;         /* 0, 1 or 2 */
+  st_dtype dtype;         /* storage dtype: fp32, or bf16/fp16 with fp32 master weights */
+  st_recompute recompute;
+  st_backend backend;
+  int64_t nccl_buffsize;  /* NCCL_BUFFSIZE in bytes; 0 = NCCL's default 4 MiB */
+  int nccl_channels;      /* channels for the NCCL estimate; 0 = ST_PLAN_NCCL_CHANNELS */
+  uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
+  double headroom_pct;    /* percent of gpu_mem kept free */
+} st_plan_input;
+
+typedef struct {
+  int64_t params;         /* parameters (tab.total), tied embedding once, padded rows included */
+  int64_t padded_params;  /* params rounded up to a multiple of world */
+  int64_t shard;          /* padded_params / world: one rank's ZeRO partition */
+  /* model (st_model_init / st_model_init_bucketed) */
+  uint64_t weights;       /* working weights, storage dtype, padded_params */
+  uint64_t grads;         /* fp32 gradients: grads_full, or (ZeRO 2) head + buckets + recv */
+  uint64_t grads_full;    /* ZeRO 0/1: the whole padded vector */
+  uint64_t grads_head;    /* ZeRO 2: wte, wpe, ln_f gradients */
+  uint64_t grads_buckets; /* ZeRO 2: two one-block buckets (block_numel + 1 floats each) */
+  uint64_t grads_recv;    /* ZeRO 2: the four per-slot receive buffers of the trainer */
+  st_act_bytes acts;      /* activations; acts.total is the category */
+  /* optimizer (st_trainer_alloc_state) */
+  uint64_t grad_shard;    /* ZeRO >= 1: this rank's reduced gradients, shard fp32 */
+  uint64_t master;        /* bf16/fp16: fp32 master weights (ZeRO 0 whole, else the shard) */
+  uint64_t adam_m, adam_v;/* fp32 (ZeRO 0 whole, else the shard) */
+  uint64_t tokens;        /* input and target ids in backend memory, 2 x B x T int32 */
+  /* backend internals (CUDA) */
+  uint64_t cublaslt;      /* cuBLASLt workspace */
+  uint64_t scratch;       /* cuda_scratch after one step (column-sum partials) */
+  uint64_t nccl;          /* ESTIMATE: NCCL connection buffers */
+  uint64_t context;       /* ESTIMATE: CUDA context */
+  uint64_t total;
+  /* against gpu_mem */
+  uint64_t usable;        /* gpu_mem less the headroom */
+  int64_t spare;          /* usable - total; negative when it does not fit */
+  int fits;               /* 1 or 0; -1 when gpu_mem is 0 */
+} st_memory_plan;
+
+/* Plan one configuration. Pure arithmetic; 0, or -1 with st_error naming
+ * the flag when the input is out of range. */
+int st_memory_plan_make(const st_plan_input *in, st_memory_plan *out);
+
+/* NCCL's buffers for one rank, the estimate the plan uses: channels x
+ * min(world - 1, 2) receive connections (a ring's, plus a tree's beyond two
+ * ranks) x (SIMPLE NCCL_BUFFSIZE + LL 512 KiB + LL128 4,915,200 bytes, the
+ * sizes in NCCL's device.h). 0 on one rank (no connection is made). */
+uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels);
+
+/* The size cuda_scratch (kernels/cuda/memory.cu) has grown to after one
+ * training step of B*T = rows rows at width C: its requests in backward's
+ * order (ln_f's LayerNorm, then per block the fcproj, fc, ln_2, attproj,
+ * qkv and ln_1 column sums of st_colsum_chunks(rows) x width floats), then
+ * sum_squares' 512 doubles, under its growth rule max(2x, request, 1 MiB). */
+uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C);
+
+/* --fit: the configuration to train with for a global batch. */
+typedef struct {
+  st_plan_input in;
+  int accum;              /* gradient accumulation steps */
+  st_memory_plan plan;
+} st_plan_choice;
+
+typedef struct {
+  st_plan_input base;     /* model, world, dtype, backend, NCCL, gpu_mem (required), headroom;
+                           * micro_batch: the largest to try (0 = any);
+                           * recompute: the cheapest to try;
+                           * zero_stage: kept unless search_zero */
+  int global_batch;       /* sequences per optimizer step; must divide by world */
+  int search_zero;        /* 1: try ZeRO 0, 1, 2 */
+} st_plan_fit_query;
+
+typedef struct {
+  int found;
+  st_plan_choice choice;
+  /* Why not better: the least memory each next-better choice needs (each
+   * over the budget), when such a choice exists. larger_batch: the next
+   * larger micro-batch at any allowed recompute and ZeRO stage;
+   * cheaper_recompute: the next cheaper policy at the chosen micro-batch,
+   * any allowed stage; lower_zero: the next lower stage, same batch and
+   * recompute. */
+  int has_larger_batch, has_cheaper_recompute, has_lower_zero;
+  st_plan_choice larger_batch, cheaper_recompute, lower_zero;
+  /* Alternatives: for each recompute policy cheaper than the choice's, the
+   * largest micro-batch that fits with it (lowest allowed stage); a smaller
+   * micro-batch may run faster than recomputing. */
+  int has_alt[3];
+  st_plan_choice alt[3];
+  /* When nothing fits: the candidate that needs the least memory. */
+  st_plan_choice least;
+} st_plan_fit;
+
+/* Search, in this order of preference: the largest micro-batch B dividing
+ * global_batch / world (accumulation = global_batch / (B x world)); at that
+ * B the cheapest recompute policy (none < selective < full); at those the
+ * lowest ZeRO stage; the first that fits gpu_mem less headroom wins.
+ * 0 with out->found 0 or 1; -1 with st_error for bad input. */
+int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out);
+
+/* "--micro-batch 32 -> 8 (gradient accumulation 1 -> 4), --recompute none
+ * -> selective, --zero 1 -> 2"; "" when nothing differs. */
+void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
+                             int global_batch, char *out, size_t cap);
+
+/* "24GiB", "80GB", "81559MiB", "24G" (binary, as in Slurm), "1.5TiB",
+ * "4096B" (util/bytes.h); a unit is required and the size must be > 0.
+ * 0, or -1 with st_error naming flag (exit class ST_EXIT_USAGE). */
+int st_plan_parse_size(const char *flag, const char *text, uint64_t *out);
+
+/* none | selective | full (anything else: none). */
+st_recompute st_recompute_parse(const char *name);
+const char *st_recompute_name(st_recompute r);
+
+/* Free and total memory of the current CUDA device and its name
+ * ("cuda:0 (NVIDIA H200)"). -1 with st_error when the build has no CUDA or
+ * no device is visible. */
+int st_plan_device_memory(uint64_t *free_bytes, uint64_t *total_bytes, char *name, size_t cap);
+
+#endif

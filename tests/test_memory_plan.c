@@ -1,0 +1,635 @@
+/* test_memory_plan.c - the memory planner (rank/memory_plan.c).
+ *
+ * 1. Exactness: for small shapes at every ZeRO stage, recompute policy,
+ *    storage dtype, backend shape and several rank counts, the planner's
+ *    categories equal the bytes st_model_init/_bucketed and
+ *    st_trainer_alloc_state really request, buffer by buffer. The op table
+ *    is the CPU one with alloc/free replaced by a recording allocator and,
+ *    for the CUDA shape, dtype and attention_state_floats set as the CUDA
+ *    tables have them: nothing is computed, only allocated, so bf16/fp16 and
+ *    CUDA-sized layouts are checked without a GPU.
+ * 2. GPT-2 124M by hand (docs/memory.md derives every number): parameter
+ *    count, bytes per parameter at ZeRO 0/1/2, activations per layer for
+ *    recompute none/selective/full at B=32, T=1024, scratch, NCCL.
+ * 3. --fit on 24 GiB GPUs at T=2048, global batch 32: GPT-2 774M and 1558M
+ *    in bf16 on 1 and 8 ranks; the choice fits and every next-better
+ *    choice does not.
+ * 4. Sizes on the command line, change descriptions.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "rank/memory_plan.h"
+#include "rank/trainer_state.h"
+#include "util/error.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "kernels/ops_cuda.h"
+#endif
+
+/* ---- a recording allocator ---- */
+#define MAX_LIVE 64
+static struct {
+  void *p;
+  size_t bytes;
+} g_live[MAX_LIVE];
+static int g_nlive;
+
+static void *rec_alloc(size_t bytes) {
+  void *p = calloc(bytes ? bytes : 1, 1);
+  assert_non_null(p);
+  assert_true(g_nlive < MAX_LIVE);
+  g_live[g_nlive].p = p;
+  g_live[g_nlive].bytes = bytes;
+  g_nlive++;
+  return p;
+}
+
+static void rec_free(void *p) {
+  if (!p) return;
+  for (int i = 0; i < g_nlive; i++)
+    if (g_live[i].p == p) {
+      free(p);
+      g_live[i] = g_live[--g_nlive];
+      return;
+    }
+  fail_msg("freeing a pointer the recording allocator did not hand out");
+}
+
+/* Bytes requested for p (0 for NULL); fails for an unknown pointer. */
+static uint64_t size_of(const void *p) {
+  if (!p) return 0;
+  for (int i = 0; i < g_nlive; i++)
+    if (g_live[i].p == p) return g_live[i].bytes;
+  fail_msg("no live allocation at %p", p);
+  return 0;
+}
+
+static uint64_t live_total(void) {
+  uint64_t s = 0;
+  for (int i = 0; i < g_nlive; i++) s += g_live[i].bytes;
+  return s;
+}
+
+static int64_t cuda_att_floats(int B, int T, int NH) { return (int64_t)B * NH * T; }
+
+/* The CPU table with recorded memory, and as the given backend and dtype
+ * would size things. */
+static st_ops shape_ops(st_backend be, st_dtype dt) {
+  st_ops o = *st_ops_cpu();
+  o.alloc = rec_alloc;
+  o.free = rec_free;
+  o.dtype = dt;
+  if (be == ST_BACKEND_CUDA) o.attention_state_floats = cuda_att_floats;
+  return o;
+}
+
+static void check_one(const st_model_config *cfg, int B, int world, int rank, int zero,
+                      st_recompute rec, st_backend be, st_dtype dt) {
+  st_ops ops = shape_ops(be, dt);
+  st_run_config rc;
+  st_run_config_defaults(&rc);
+  rc.model = *cfg;
+  rc.micro_batch = B;
+  rc.zero_stage = zero;
+  snprintf(rc.recompute, sizeof rc.recompute, "%s", st_recompute_name(rec));
+  st_comm comm;
+  memset(&comm, 0, sizeof comm);
+  comm.rank = rank;
+  comm.world = world;
+  trainer tr;
+  memset(&tr, 0, sizeof tr);
+  tr.rc = &rc;
+  tr.comm = &comm;
+  tr.ops = &ops;
+  assert_int_equal(st_trainer_alloc_state(&tr), 0);
+
+  st_plan_input in = {.model = *cfg, .micro_batch = B, .world = world, .zero_stage = zero,
+                      .dtype = dt, .recompute = rec, .backend = be};
+  st_memory_plan p;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  const st_model *m = &tr.model;
+  /* model */
+  assert_int_equal(p.params, m->tab.total);
+  assert_int_equal(p.params, st_model_num_params(cfg));
+  assert_int_equal(p.padded_params, m->padded_total);
+  assert_int_equal(p.shard, tr.part.shard);
+  assert_int_equal(p.weights, size_of(m->params));
+  assert_int_equal(p.weights, (uint64_t)m->padded_total * m->es);
+  assert_int_equal(p.acts.total, size_of(m->act_mem));
+  assert_int_equal(p.acts.total, m->act_bytes);
+  assert_int_equal(p.acts.embed + p.acts.blocks + p.acts.recompute + p.acts.attention +
+                       p.acts.head + p.acts.logits + p.acts.grad_scratch,
+                   p.acts.total);
+  if (zero == 2) {
+    assert_null(m->grads);
+    assert_int_equal(p.grads_full, 0);
+    assert_int_equal(p.grads_head, size_of(m->head_grads));
+    assert_int_equal(p.grads_buckets, size_of(m->bucket[0]) + size_of(m->bucket[1]));
+    uint64_t recv = 0;
+    for (int s = 0; s < ST_COMM_TAGS; s++) recv += size_of(tr.recv[s]);
+    assert_int_equal(p.grads_recv, recv);
+  } else {
+    assert_non_null(m->grads);
+    assert_int_equal(p.grads_full, size_of(m->grads));
+    assert_int_equal(p.grads_full, (uint64_t)m->padded_total * sizeof(float));
+    assert_int_equal(p.grads_head + p.grads_buckets + p.grads_recv, 0);
+    assert_null(m->head_grads);
+  }
+  /* optimizer and batches */
+  assert_int_equal(p.grad_shard, size_of(tr.grad_shard));
+  assert_int_equal(p.master, size_of(tr.master));
+  assert_int_equal(p.adam_m, size_of(tr.adam_m));
+  assert_int_equal(p.adam_v, size_of(tr.adam_v));
+  assert_int_equal(p.tokens, size_of(tr.d_inp) + size_of(tr.d_tgt));
+  /* and nothing else: every byte requested is in a category */
+  assert_int_equal(p.total - p.cublaslt - p.scratch - p.nccl - p.context, live_total());
+  if (be == ST_BACKEND_CPU) assert_int_equal(p.cublaslt + p.scratch + p.nccl + p.context, 0);
+
+  st_model_free(&tr.model);
+  ops.free(tr.adam_m);
+  ops.free(tr.adam_v);
+  ops.free(tr.grad_shard);
+  ops.free(tr.master);
+  for (int s = 0; s < ST_COMM_TAGS; s++) ops.free(tr.recv[s]);
+  ops.free(tr.d_inp);
+  ops.free(tr.d_tgt);
+  free(tr.bucket_counts);
+  free(tr.inp);
+  free(tr.tgt);
+  free(tr.scratch);
+  free(tr.config_json);
+  assert_int_equal(g_nlive, 0);
+}
+
+static void test_plan_equals_allocation(void **state) {
+  (void)state;
+  /* Shapes that exercise padding: a vocabulary that is not a multiple of
+   * 128, widths that are not multiples of 64 (so buffers need alignment
+   * padding), totals that do not divide by the rank counts. */
+  st_model_config shapes[] = {
+      {.n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = 32, .vocab_size = 256},
+      {.n_layer = 3, .n_head = 3, .n_embd = 48, .block_size = 24, .vocab_size = 300},
+      {.n_layer = 1, .n_head = 5, .n_embd = 5, .block_size = 7, .vocab_size = 131},
+  };
+  const int Bs[] = {1, 3};
+  const int worlds[] = {1, 2, 3, 7};
+  int cases = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    assert_int_equal(st_model_validate(&shapes[s]), 0);
+    for (int be = 0; be < 2; be++)
+      for (int dt = 0; dt < 3; dt++) {
+        if (be == ST_BACKEND_CPU && dt != ST_FP32) continue;
+        for (int bi = 0; bi < 2; bi++)
+          for (int wi = 0; wi < 4; wi++)
+            for (int z = 0; z < 3; z++)
+              for (int r = 0; r < 3; r++) {
+                const int w = worlds[wi];
+                /* every rank's state has the same size; check the first and last */
+                check_one(&shapes[s], Bs[bi], w, 0, z, (st_recompute)r, (st_backend)be,
+                          (st_dtype)dt);
+                if (w > 1)
+                  check_one(&shapes[s], Bs[bi], w, w - 1, z, (st_recompute)r, (st_backend)be,
+                            (st_dtype)dt);
+                cases++;
+              }
+      }
+  }
+  assert_int_equal(cases, 3 * 4 * 2 * 4 * 3 * 3);
+}
+
+/* The planner's attention-state formulas are the backends' own. */
+static void test_attention_state_formulas(void **state) {
+  (void)state;
+  const st_ops *cpu = st_ops_cpu();
+  assert_int_equal(cpu->attention_state_floats(3, 17, 5), 3 * 5 * 17 * 17);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  for (int dt = 0; dt < 3; dt++)
+    assert_int_equal(st_ops_cuda((st_dtype)dt)->attention_state_floats(3, 17, 5),
+                     cuda_att_floats(3, 17, 5));
+#endif
+  assert_int_equal(cuda_att_floats(3, 17, 5), 3 * 5 * 17);
+}
+
+/* ---- GPT-2 124M by hand (docs/memory.md, "GPT-2 124M") ---- */
+static st_plan_input gpt2_124m(int world, int zero, st_recompute rec) {
+  st_plan_input in = {.micro_batch = 32, .world = world, .zero_stage = zero, .dtype = ST_BF16,
+                      .recompute = rec, .backend = ST_BACKEND_CUDA};
+  in.model = (st_model_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024,
+                               .vocab_size = 50257};
+  assert_int_equal(st_model_validate(&in.model), 0);
+  return in;
+}
+
+static void test_gpt2_124m_parameters(void **state) {
+  (void)state;
+  st_plan_input in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
+  assert_int_equal(in.model.padded_vocab_size, 50304); /* 50257 up to a multiple of 128 */
+  st_memory_plan p;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  /* wte 50304 x 768 = 38,633,472; wpe 1024 x 768 = 786,432;
+   * block 12 x 768^2 + 13 x 768 = 7,087,872, x 12 = 85,054,464; ln_f 1,536 */
+  const int64_t P = 124475904;
+  assert_int_equal(38633472 + 786432 + 85054464 + 1536, P);
+  assert_int_equal(p.params, P);
+  /* bf16, ZeRO 0, 1 rank: 2 + 4 + 4 + 4 + 4 = 18 bytes per parameter */
+  assert_int_equal(p.weights, 2 * P);
+  assert_int_equal(p.grads, 4 * P);
+  assert_int_equal(p.grad_shard, 0);
+  assert_int_equal(p.master, 4 * P);
+  assert_int_equal(p.adam_m, 4 * P);
+  assert_int_equal(p.adam_v, 4 * P);
+  assert_int_equal(p.weights + p.grads + p.master + p.adam_m + p.adam_v, 18 * P);
+  assert_int_equal(18 * P, 2240566272LL);
+
+  /* 2 ranks: P is even, so the shard is P / 2 = 62,237,952 */
+  in = gpt2_124m(2, 1, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.padded_params, P);
+  assert_int_equal(p.shard, 62237952);
+  /* ZeRO 1: 2 + 4 full; shard, master, m, v: 16 / N = 8 -> 14 bytes per parameter */
+  assert_int_equal(p.weights + p.grads + p.grad_shard + p.master + p.adam_m + p.adam_v, 14 * P);
+  /* ZeRO 0 on 2 ranks keeps everything: 18 */
+  in = gpt2_124m(2, 0, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.weights + p.grads + p.grad_shard + p.master + p.adam_m + p.adam_v, 18 * P);
+
+  /* ZeRO 2, 2 ranks: no full gradient vector. head = wte + wpe + ln_f =
+   * 39,421,440 floats; buckets 2 x (7,087,872 + 1); receive buffers
+   * (min(range, shard) + 1) for ranges block, block, wte+wpe (39,419,904),
+   * ln_f (1,536): 7,087,873 x 2 + 39,419,905 + 1,537 = 53,597,188 floats. */
+  in = gpt2_124m(2, 2, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.grads_full, 0);
+  assert_int_equal(p.grads_head, 4LL * 39421440);
+  assert_int_equal(p.grads_buckets, 4LL * 2 * 7087873);
+  assert_int_equal(p.grads_recv, 4LL * 53597188);
+  assert_int_equal(p.grads, 157685760LL + 56702984LL + 214388752LL);
+  assert_int_equal(p.grad_shard + p.master + p.adam_m + p.adam_v, 4 * 4 * 62237952LL);
+}
+
+static void test_gpt2_124m_activations(void **state) {
+  (void)state;
+  /* B*T = 32,768 rows; a [B,T,C] bf16 tensor is 25,165,824 x 2 = 50,331,648
+   * bytes (48 MiB); a [B,T] fp32 statistic 131,072; the flash-attention
+   * state B x NH x T fp32 = 1,572,864. All are multiples of 256: no padding. */
+  const int64_t X = 50331648, S = 131072, A = 1572864;
+  /* Every policy: encoder output 1 X; head = ln_f output X + mean, rstd,
+   * losses 3 S; logits 32,768 x 50,304 x 2; backward scratch dres, dln,
+   * datty (1 X each), dqkv (3 X), dfch (4 X) = 10 X; datt A. */
+  const int64_t logits = 32768LL * 50304 * 2;
+  assert_int_equal(logits, 3296722944LL);
+  st_memory_plan p;
+  st_plan_input in;
+  const int64_t L = 12;
+
+  /* none: per layer 18 X (ln1 1, qkv 3, atty 1, attproj 1, residual2 1, ln2 1,
+   * fch 4, fch_gelu 4, fcproj 1, residual3 1) + 4 S (LayerNorm mean, rstd
+   * twice) + A = 908,066,816 bytes (866 MiB). */
+  in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(18 * X + 4 * S + A, 908066816LL);
+  assert_int_equal(p.acts.blocks, L * (18 * X + 4 * S));
+  assert_int_equal(p.acts.recompute, 0);
+  assert_int_equal(p.acts.attention, L * A + A);
+  assert_int_equal(p.acts.embed, X);
+  assert_int_equal(p.acts.head, X + 3 * S);
+  assert_int_equal(p.acts.logits, logits);
+  assert_int_equal(p.acts.grad_scratch, 10 * X);
+  assert_int_equal(p.acts.total, 14799470592LL); /* 13.78 GiB */
+  assert_int_equal(p.acts.total, L * (18 * X + 4 * S + A) + X + X + 3 * S + logits + 10 * X + A);
+
+  /* selective: ln1, ln2 (1 X each) and fch_gelu (4 X) once for all layers:
+   * per layer 12 X + 4 S + A = 606,076,928 (578 MiB), plus 6 X once. */
+  in = gpt2_124m(1, 0, ST_RECOMPUTE_SELECTIVE);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(12 * X + 4 * S + A, 606076928LL);
+  assert_int_equal(p.acts.blocks, L * (12 * X + 4 * S));
+  assert_int_equal(p.acts.recompute, 6 * X);
+  assert_int_equal(p.acts.attention, L * A + A);
+  assert_int_equal(p.acts.total, 11477581824LL); /* 10.69 GiB */
+
+  /* full: only the block output (1 X) per layer; everything else (17 X, 4 S,
+   * A) once, in the shared block. */
+  in = gpt2_124m(1, 0, ST_RECOMPUTE_FULL);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.acts.blocks, L * X);
+  assert_int_equal(p.acts.recompute, 17 * X + 4 * S);
+  assert_int_equal(p.acts.attention, A + A);
+  assert_int_equal(p.acts.total, 5364383744LL); /* 5.00 GiB */
+
+  /* backend internals at B*T = 32,768, C = 768: 256 column-sum chunks;
+   * ln_f asks 256 x 1,536 x 4 = 1.5 MiB, the fc bias 256 x 3,072 x 4 = 3 MiB,
+   * which doubling from 1.5 MiB meets exactly. */
+  assert_int_equal(p.scratch, 3LL << 20);
+  assert_int_equal(p.cublaslt, 32LL << 20);
+  assert_int_equal(p.tokens, 2LL * 32768 * 4);
+  assert_int_equal(p.nccl, 0); /* one rank: no connections */
+  assert_int_equal(p.context, 512LL << 20);
+  in = gpt2_124m(2, 1, ST_RECOMPUTE_FULL);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  /* 16 channels x 1 peer x (4 MiB + 512 KiB + 4,915,200) */
+  assert_int_equal(p.nccl, 16LL * (4194304 + 524288 + 4915200));
+  assert_int_equal(st_plan_nccl_bytes(8, 0, 0), 16LL * 2 * (4194304 + 524288 + 4915200));
+  assert_int_equal(st_plan_nccl_bytes(8, 1 << 20, 4), 4LL * 2 * (1048576 + 524288 + 4915200));
+}
+
+static void test_scratch_growth(void **state) {
+  (void)state;
+  /* Small: every request under 1 MiB -> the 1 MiB floor. */
+  assert_int_equal(st_plan_cuda_scratch(256, 64), 1 << 20);
+  /* rows 1,000: 8 chunks of 128 rows; C = 16,384: ln_f 8 x 32,768 x 4 = 1 MiB,
+   * fc 8 x 65,536 x 4 = 2 MiB = 2 x 1 MiB. */
+  assert_int_equal(st_plan_cuda_scratch(1000, 16384), 2 << 20);
+  /* C = 10,000, 1 chunk: ln_f 80,000 B -> 1 MiB; fc 160,000 fits. */
+  assert_int_equal(st_plan_cuda_scratch(100, 10000), 1 << 20);
+  /* 1,024 chunks (rows 2^20: 1,024 rows per chunk); C = 1,024: ln_f 8 MiB,
+   * fc 16 MiB = 2 x 8 MiB. */
+  assert_int_equal(st_plan_cuda_scratch(1 << 20, 1024), 16 << 20);
+  /* ln_f 1.25 MiB (C = 640, 256 chunks), then fc 2.5 MiB = 2 x 1.25 MiB. */
+  assert_int_equal(st_plan_cuda_scratch(32768, 640), 2621440);
+  /* Doubling overshoots the largest request when the first was raised to
+   * the floor: C = 384, ln_f 0.75 MiB -> 1 MiB, then fc 1.5 MiB -> 2 MiB. */
+  assert_int_equal(st_plan_cuda_scratch(32768, 384), 2 << 20);
+}
+
+/* ---- headroom ---- */
+static void test_headroom(void **state) {
+  (void)state;
+  st_plan_input in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
+  st_memory_plan p;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.fits, -1);
+  const uint64_t total = p.total;
+  in.gpu_mem = total;
+  in.headroom_pct = 0;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.fits, 1);
+  assert_int_equal(p.spare, 0);
+  in.headroom_pct = 5;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.fits, 0);
+  assert_true(p.spare < 0);
+  in.gpu_mem = 80ULL << 30;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.usable, (80ULL << 30) - 4294967296ULL); /* 5% of 80 GiB = 4 GiB */
+  assert_int_equal(p.spare, (int64_t)p.usable - (int64_t)p.total);
+  assert_int_equal(p.fits, 1);
+  /* bad input names the flag */
+  in.headroom_pct = 100;
+  assert_int_equal(st_memory_plan_make(&in, &p), -1);
+  assert_non_null(strstr(st_error_msg(), "--headroom"));
+  in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
+  in.backend = ST_BACKEND_CPU;
+  assert_int_equal(st_memory_plan_make(&in, &p), -1);
+  assert_non_null(strstr(st_error_msg(), "--precision"));
+  in = gpt2_124m(1, 3, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p), -1);
+  assert_non_null(strstr(st_error_msg(), "--zero"));
+}
+
+/* ---- --fit ---- */
+static st_plan_fit_query fit_query(const char *preset, int world, int search_zero) {
+  st_plan_fit_query q;
+  memset(&q, 0, sizeof q);
+  assert_int_equal(st_model_preset(preset, &q.base.model), 0);
+  q.base.model.block_size = 2048;
+  q.base.model.vocab_size = 50257;
+  assert_int_equal(st_model_validate(&q.base.model), 0);
+  q.base.world = world;
+  q.base.dtype = ST_BF16;
+  q.base.backend = ST_BACKEND_CUDA;
+  q.base.recompute = ST_RECOMPUTE_NONE;
+  q.base.gpu_mem = 24ULL << 30;
+  q.base.headroom_pct = 5;
+  q.global_batch = 32;
+  q.search_zero = search_zero;
+  return q;
+}
+
+/* The search's contract: the choice fits; each next-better choice (which
+ * the search reports with the least memory it could take) does not. */
+static void check_fit_contract(const st_plan_fit *f) {
+  assert_true(f->found);
+  assert_int_equal(f->choice.plan.fits, 1);
+  assert_true(f->choice.plan.total <= f->choice.plan.usable);
+  if (f->has_larger_batch) {
+    assert_int_equal(f->larger_batch.plan.fits, 0);
+    assert_true(f->larger_batch.in.micro_batch > f->choice.in.micro_batch);
+  }
+  if (f->has_cheaper_recompute) {
+    assert_int_equal(f->cheaper_recompute.plan.fits, 0);
+    assert_true(f->cheaper_recompute.in.recompute < f->choice.in.recompute);
+  }
+  if (f->has_lower_zero) {
+    assert_int_equal(f->lower_zero.plan.fits, 0);
+    assert_true(f->lower_zero.in.zero_stage < f->choice.in.zero_stage);
+  }
+}
+
+/* Exhaustive check of the preference order on one query: no candidate that
+ * the order ranks above the choice fits. */
+static void check_fit_is_first(const st_plan_fit_query *q, const st_plan_fit *f) {
+  const int per_rank = q->global_batch / q->base.world;
+  for (int B = per_rank; B >= 1; B--) {
+    if (per_rank % B) continue;
+    for (int r = q->base.recompute; r <= 2; r++)
+      for (int z = q->search_zero ? 0 : q->base.zero_stage;
+           z <= (q->search_zero ? 2 : q->base.zero_stage); z++) {
+        const int better = B > f->choice.in.micro_batch ||
+                           (B == f->choice.in.micro_batch &&
+                            (r < (int)f->choice.in.recompute ||
+                             (r == (int)f->choice.in.recompute && z < f->choice.in.zero_stage)));
+        st_plan_input in = q->base;
+        in.micro_batch = B;
+        in.recompute = (st_recompute)r;
+        in.zero_stage = z;
+        st_memory_plan p;
+        assert_int_equal(st_memory_plan_make(&in, &p), 0);
+        if (better) assert_int_equal(p.fits, 0);
+        if (!f->found) assert_int_equal(p.fits, 0);
+        if (!f->found) assert_true(p.total >= f->least.plan.total);
+      }
+  }
+}
+
+static void test_fit_774m(void **state) {
+  (void)state;
+  st_plan_fit f;
+  /* 1 rank: 18 bytes x 775.4 M parameters = 13.0 GiB before activations,
+   * of 22.8 GiB usable (24 GiB less 5%). Without recompute one sequence
+   * at T=2048 keeps 36 layers x 18 [T,C] bf16 tensors (2048 x 1280 x 2 x 18
+   * = 94 MB per layer) plus logits (2048 x 50304 x 2 = 206 MB): 3.6 GB, so
+   * 2 sequences fit and 4 do not. Full recompute keeps 1 [T,C] per layer
+   * (5.2 MB): 16 sequences fit (21.7 GiB), 32 do not. The largest
+   * micro-batch wins: 16 with full recompute, 2 accumulation steps; the
+   * alternatives report micro-batch 2 without recompute. */
+  st_plan_fit_query q = fit_query("gpt2-774m", 1, 1);
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  check_fit_is_first(&q, &f);
+  assert_int_equal(f.choice.in.micro_batch, 16);
+  assert_int_equal(f.choice.accum, 2);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_FULL);
+  assert_int_equal(f.choice.in.zero_stage, 0); /* on one rank ZeRO 1/2 only add a shard */
+  assert_true(f.has_larger_batch && f.has_cheaper_recompute && !f.has_lower_zero);
+  assert_int_equal(f.larger_batch.in.micro_batch, 32);
+  assert_true(f.has_alt[ST_RECOMPUTE_NONE] && f.has_alt[ST_RECOMPUTE_SELECTIVE]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
+  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].accum, 16);
+  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].plan.fits, 1);
+  assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 2);
+
+  /* 8 ranks: 4 sequences per rank at most. ZeRO 1 divides the 12 bytes of
+   * master, m, v and the 4 of the gradient shard by 8 (8 bytes per parameter
+   * in all: 5.8 GiB), leaving room for 4 sequences without recompute
+   * (3.6 GB each); ZeRO 0's 13 GiB does not. */
+  q = fit_query("gpt2-774m", 8, 1);
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  check_fit_is_first(&q, &f);
+  assert_int_equal(f.choice.in.micro_batch, 4);
+  assert_int_equal(f.choice.accum, 1);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_NONE);
+  assert_int_equal(f.choice.in.zero_stage, 1);
+  assert_true(!f.has_larger_batch && !f.has_cheaper_recompute && f.has_lower_zero);
+  assert_int_equal(f.lower_zero.in.zero_stage, 0);
+
+  /* --zero 0 given: the stage is kept and recompute gives way instead. */
+  q = fit_query("gpt2-774m", 8, 0);
+  q.base.zero_stage = 0;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  check_fit_is_first(&q, &f);
+  assert_int_equal(f.choice.in.zero_stage, 0);
+  assert_int_equal(f.choice.in.micro_batch, 4);
+  assert_true(f.choice.in.recompute != ST_RECOMPUTE_NONE);
+}
+
+static void test_fit_1558m(void **state) {
+  (void)state;
+  st_plan_fit f;
+  /* 1 rank: 18 bytes x 1.56 G parameters = 26.1 GiB > 22.8 GiB usable: no
+   * micro-batch, recompute or stage fits (ZeRO 1/2 on one rank add the
+   * shard). */
+  st_plan_fit_query q = fit_query("gpt2-1558m", 1, 1);
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  assert_int_equal(f.found, 0);
+  check_fit_is_first(&q, &f);
+  assert_int_equal(f.least.in.micro_batch, 1);
+  assert_int_equal(f.least.in.recompute, ST_RECOMPUTE_FULL);
+  assert_int_equal(f.least.in.zero_stage, 0);
+  assert_true(f.least.plan.weights + f.least.plan.grads + f.least.plan.master +
+                  f.least.plan.adam_m + f.least.plan.adam_v >
+              f.least.plan.usable);
+
+  /* 8 ranks, 4 sequences per rank at most. Model and optimizer state per
+   * rank: ZeRO 0 18 bytes per parameter (26.1 GiB, never fits), ZeRO 1
+   * 2 + 4 + 16/8 = 8 (11.6 GiB), ZeRO 2 2 + 16/8 plus buckets (6.9 GiB).
+   * Activations of 4 sequences: 22.2 GiB without recompute, 15.3 GiB
+   * selective, 2.65 GiB full (48 layers x 1 [T,C] + one shared block), and
+   * 0.8 GiB of workspace, scratch, NCCL and context. So at micro-batch 4
+   * selective needs 23.0 GiB even at ZeRO 2 (over by 0.2 GiB); full fits
+   * at ZeRO 1 (15.1 GiB). */
+  q = fit_query("gpt2-1558m", 8, 1);
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  check_fit_is_first(&q, &f);
+  assert_int_equal(f.choice.in.micro_batch, 4);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_FULL);
+  assert_int_equal(f.choice.in.zero_stage, 1);
+  assert_true(f.has_cheaper_recompute && !f.has_larger_batch && f.has_lower_zero);
+  assert_int_equal(f.cheaper_recompute.in.recompute, ST_RECOMPUTE_SELECTIVE);
+  assert_int_equal(f.cheaper_recompute.in.zero_stage, 2); /* its least: ZeRO 2 */
+  /* selective fits at 2 sequences (ZeRO 1: 11.6 + 7.7 + 0.8 GiB) */
+  assert_true(f.has_alt[ST_RECOMPUTE_SELECTIVE]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 2);
+}
+
+static void test_fit_errors(void **state) {
+  (void)state;
+  st_plan_fit f;
+  st_plan_fit_query q = fit_query("gpt2-124m", 3, 1);
+  q.global_batch = 32; /* not a multiple of 3 */
+  assert_int_equal(st_memory_plan_fit(&q, &f), -1);
+  assert_non_null(strstr(st_error_msg(), "--global-batch 32"));
+  q = fit_query("gpt2-124m", 1, 1);
+  q.base.gpu_mem = 0;
+  assert_int_equal(st_memory_plan_fit(&q, &f), -1);
+  assert_non_null(strstr(st_error_msg(), "--gpu-mem"));
+  /* micro_batch bounds the search; a large global batch has many divisors */
+  q = fit_query("gpt2-124m", 1, 1);
+  q.base.model.block_size = 1024;
+  q.base.gpu_mem = 80ULL << 30;
+  q.global_batch = 720720; /* 240 divisors */
+  q.base.micro_batch = 64;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  assert_true(f.choice.in.micro_batch <= 64);
+  assert_int_equal(720720 % f.choice.in.micro_batch, 0);
+  assert_int_equal(f.choice.accum, 720720 / f.choice.in.micro_batch);
+}
+
+/* ---- command-line helpers ---- */
+static void test_sizes(void **state) {
+  (void)state;
+  uint64_t b;
+  assert_int_equal(st_plan_parse_size("--gpu-mem", "24GiB", &b), 0);
+  assert_int_equal(b, 24ULL << 30);
+  assert_int_equal(st_plan_parse_size("--gpu-mem", "24G", &b), 0);
+  assert_int_equal(b, 24ULL << 30);
+  assert_int_equal(st_plan_parse_size("--gpu-mem", "80GB", &b), 0);
+  assert_int_equal(b, 80000000000ULL);
+  assert_int_equal(st_plan_parse_size("--gpu-mem", "81559MiB", &b), 0);
+  assert_int_equal(b, 81559ULL << 20);
+  assert_int_equal(st_plan_parse_size("--gpu-mem", "1.5TiB", &b), 0);
+  assert_int_equal(b, 3ULL << 39);
+  assert_int_equal(st_plan_parse_size("--gpu-mem", "4096B", &b), 0);
+  assert_int_equal(b, 4096);
+  assert_int_equal(st_plan_parse_size("--gpu-mem", "24 GiB", &b), 0);
+  assert_int_equal(b, 24ULL << 30);
+  const char *bad[] = {"24", "GiB", "-1GiB", "0GiB", "24XB", "nanGiB", "infGiB", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(st_plan_parse_size("--gpu-mem", bad[i], &b), -1);
+    assert_non_null(strstr(st_error_msg(), "--gpu-mem"));
+    assert_int_equal(st_error_exit_code(), ST_EXIT_USAGE);
+  }
+}
+
+static void test_describe_change(void **state) {
+  (void)state;
+  st_plan_input a = gpt2_124m(2, 1, ST_RECOMPUTE_NONE), b = a;
+  char s[256];
+  st_plan_describe_change(&a, &b, 64, s, sizeof s);
+  assert_string_equal(s, "");
+  b.micro_batch = 8;
+  st_plan_describe_change(&a, &b, 64, s, sizeof s);
+  assert_string_equal(s, "--micro-batch 32 -> 8 (gradient accumulation 1 -> 4)");
+  b.recompute = ST_RECOMPUTE_SELECTIVE;
+  b.zero_stage = 2;
+  st_plan_describe_change(&a, &b, 64, s, sizeof s);
+  assert_string_equal(s, "--micro-batch 32 -> 8 (gradient accumulation 1 -> 4), --recompute "
+                         "none -> selective, --zero 1 -> 2");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan_equals_allocation),
+      cmocka_unit_test(test_attention_state_formulas),
+      cmocka_unit_test(test_gpt2_124m_parameters),
+      cmocka_unit_test(test_gpt2_124m_activations),
+      cmocka_unit_test(test_scratch_growth),
+      cmocka_unit_test(test_headroom),
+      cmocka_unit_test(test_fit_774m),
+      cmocka_unit_test(test_fit_1558m),
+      cmocka_unit_test(test_fit_errors),
+      cmocka_unit_test(test_sizes),
+      cmocka_unit_test(test_describe_change),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
