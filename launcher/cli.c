@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rank/memory_plan.h"
 #include "util/error.h"
 
 static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+  *out = 0; /* set on every path: callers' compilers need not prove the error path returns */
   char *end;
   errno = 0;
   long long x = strtoll(v, &end, 10);
@@ -22,6 +24,7 @@ static int parse_int(const char *flag, const char *v, long long lo, long long hi
 }
 
 static int parse_float(const char *flag, const char *v, double lo, double hi, float *out) {
+  *out = 0;
   char *end;
   errno = 0;
   double x = strtod(v, &end);
@@ -55,13 +58,73 @@ static int one_of(const char *flag, const char *v, const char *const *allowed) {
   return st_error_set("%s must be one of %s, got '%s'", flag, list, v);
 }
 
-int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
-  int have_shape = 0, have_preset = 0, lr_set_total = 0;
-  long long x;
+/* The model, batch and system flags train and plan share. 1 when f was
+ * one of them (and v consumed), 0 when not, -1 on a bad value. */
+static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_seen *seen) {
   static const char *const k_zero[] = {"0", "1", "2", NULL};
   static const char *const k_prec[] = {"auto", "fp32", "bf16", "fp16", NULL};
   static const char *const k_rec[] = {"none", "selective", "full", NULL};
   static const char *const k_dev[] = {"auto", "cpu", "cuda", NULL};
+  long long x;
+  if (strcmp(f, "--model") == 0) {
+    if (st_model_preset(v, &rc->model)) { st_error_code(ST_EXIT_USAGE); return -1; }
+    copy_str(rc->model_name, sizeof rc->model_name, f, v);
+    seen->preset = 1;
+    return 1;
+  }
+  if (strcmp(f, "--layers") == 0 || strcmp(f, "--heads") == 0 || strcmp(f, "--dim") == 0) {
+    if (parse_int(f, v, 1, 100000, &x)) return -1;
+    if (f[2] == 'l') rc->model.n_layer = (int)x;
+    else if (f[2] == 'h') rc->model.n_head = (int)x;
+    else rc->model.n_embd = (int)x;
+    seen->shape = 1;
+    return 1;
+  }
+  if (strcmp(f, "--zero") == 0) {
+    if (one_of(f, v, k_zero)) return -1;
+    rc->zero_stage = atoi(v);
+    seen->zero = 1;
+    return 1;
+  }
+  if (strcmp(f, "--precision") == 0) {
+    if (one_of(f, v, k_prec)) return -1;
+    return copy_str(rc->precision, sizeof rc->precision, f, v) ? -1 : 1;
+  }
+  if (strcmp(f, "--recompute") == 0) {
+    if (one_of(f, v, k_rec)) return -1;
+    seen->recompute = 1;
+    return copy_str(rc->recompute, sizeof rc->recompute, f, v) ? -1 : 1;
+  }
+  if (strcmp(f, "--device") == 0) {
+    if (one_of(f, v, k_dev)) return -1;
+    seen->device = 1;
+    return copy_str(rc->device, sizeof rc->device, f, v) ? -1 : 1;
+  }
+#define INT_FLAG(name, lo, hi, dst)                          \
+  if (strcmp(f, name) == 0) {                                \
+    if (parse_int(f, v, lo, hi, &x)) return -1;              \
+    dst = x;                                                 \
+    return 1;                                                \
+  }
+  INT_FLAG("--seq-len", 1, 1 << 20, rc->model.block_size)
+  INT_FLAG("--vocab-size", 2, 65536, rc->model.vocab_size)
+  INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
+  INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
+  INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)
+#undef INT_FLAG
+  if (strcmp(f, "--micro-batch") == 0) {
+    if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
+    rc->micro_batch = (int)x;
+    seen->micro_batch = 1;
+    return 1;
+  }
+  return 0;
+}
+
+int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
+  int lr_set_total = 0;
+  st_cli_seen seen = {0};
+  long long x;
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (strcmp(f, "--json") == 0) { rc->json = 1; continue; }
@@ -90,32 +153,9 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     if (copy_str(dst, sizeof dst, f, v)) return -1;          \
     continue;                                                \
   }
-    if (strcmp(f, "--model") == 0) {
-      if (st_model_preset(v, &rc->model)) { st_error_code(ST_EXIT_USAGE); return -1; }
-      copy_str(rc->model_name, sizeof rc->model_name, f, v);
-      have_preset = 1;
-      continue;
-    }
-    if (strcmp(f, "--zero") == 0) {
-      if (one_of(f, v, k_zero)) return -1;
-      rc->zero_stage = atoi(v);
-      continue;
-    }
-    if (strcmp(f, "--precision") == 0) {
-      if (one_of(f, v, k_prec)) return -1;
-      copy_str(rc->precision, sizeof rc->precision, f, v);
-      continue;
-    }
-    if (strcmp(f, "--recompute") == 0) {
-      if (one_of(f, v, k_rec)) return -1;
-      copy_str(rc->recompute, sizeof rc->recompute, f, v);
-      continue;
-    }
-    if (strcmp(f, "--device") == 0) {
-      if (one_of(f, v, k_dev)) return -1;
-      copy_str(rc->device, sizeof rc->device, f, v);
-      continue;
-    }
+    int common = common_flag(f, v, rc, &seen);
+    if (common < 0) return -1;
+    if (common) continue;
     if (strcmp(f, "--steps") == 0) {
       if (parse_int(f, v, 1, 1000000000LL, &x)) return -1;
       rc->steps = x;
@@ -132,28 +172,14 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
       rc->seed = (uint64_t)x;
       continue;
     }
-    if (strcmp(f, "--layers") == 0 || strcmp(f, "--heads") == 0 || strcmp(f, "--dim") == 0) {
-      if (parse_int(f, v, 1, 100000, &x)) return -1;
-      if (f[2] == 'l') rc->model.n_layer = (int)x;
-      else if (f[2] == 'h') rc->model.n_head = (int)x;
-      else rc->model.n_embd = (int)x;
-      have_shape = 1;
-      continue;
-    }
-    INT_FLAG("--seq-len", 1, 1 << 20, rc->model.block_size)
-    INT_FLAG("--vocab-size", 2, 65536, rc->model.vocab_size)
-    INT_FLAG("--micro-batch", 1, 1 << 20, rc->micro_batch)
-    INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
     INT_FLAG("--warmup", 0, 1000000000, rc->optim.warmup_steps)
     INT_FLAG("--ckpt-every", 0, 1000000000, rc->ckpt_every)
     INT_FLAG("--val-every", 0, 1000000000, rc->val_every)
     INT_FLAG("--val-seqs", 0, 1 << 30, rc->val_seqs)
     INT_FLAG("--log-every", 1, 1000000000, rc->log_every)
     INT_FLAG("--stop-after", 0, 1000000000, rc->stop_after)
-    INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
     INT_FLAG("--nccl-cga", -1, 8, rc->nccl_cga)
     INT_FLAG("--nccl-min-ctas", 0, 64, rc->nccl_min_ctas)
-    INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)
     if (strcmp(f, "--loss-scale-max") == 0) {
       float t;
       if (parse_float(f, v, 1.0, 3.0e38, &t)) return -1;
@@ -184,7 +210,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     st_error_code(ST_EXIT_USAGE);
     return st_error_set("unknown flag '%s' (see shardtrain train --help)", f);
   }
-  if (have_shape && !have_preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
+  if (seen.shape && !seen.preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
   if (!lr_set_total) rc->optim.total_steps = rc->steps;
   if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps)
     rc->optim.warmup_steps = (int)rc->optim.total_steps;
@@ -206,6 +232,7 @@ void st_cli_print_train_usage(void) {
       "            gradient accumulation = G / (B * ranks))\n"
       "  system  --zero 0|1|2 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
       "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
+
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
@@ -214,4 +241,72 @@ void st_cli_print_train_usage(void) {
       "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n"
       "  nccl    --nccl-timeout S (600; 0 = no watchdog)  --nccl-buffsize BYTES  --nccl-cga N\n"
       "          --nccl-min-ctas N  --nccl-max-ctas N   (GPU runs; NCCL_* variables you set win)\n");
+}
+
+int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
+  memset(o, 0, sizeof *o);
+  st_run_config_defaults(&o->rc);
+  snprintf(o->rc.device, sizeof o->rc.device, "cuda");
+  o->ranks = 1;
+  long long x;
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (strcmp(f, "--json") == 0) { o->json = 1; continue; }
+    if (strcmp(f, "--fit") == 0) { o->fit = 1; continue; }
+    st_error_code(ST_EXIT_USAGE);
+    if (strncmp(f, "--", 2) != 0)
+      return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain plan "
+                          "--help)", f);
+    if (i + 1 >= argc) return st_error_set("flag %s needs a value", f);
+    const char *v = argv[++i];
+    int common = common_flag(f, v, &o->rc, &o->seen);
+    if (common < 0) return -1;
+    if (common) continue;
+    if (strcmp(f, "--gpu-mem") == 0) {
+      if (st_plan_parse_size(f, v, &o->rc.gpu_mem)) return -1;
+      continue;
+    }
+    if (strcmp(f, "--headroom") == 0) {
+      float t;
+      if (parse_float(f, v, 0.0, 99.0, &t)) return -1;
+      o->rc.headroom_pct = t;
+      continue;
+    }
+    if (strcmp(f, "--ranks") == 0) {
+      if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
+      o->ranks = (int)x;
+      continue;
+    }
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("unknown flag '%s' for plan (plan takes train's model, batch and system "
+                        "flags plus --ranks, --gpu-mem, --headroom, --fit, --json; see "
+                        "shardtrain plan --help)", f);
+  }
+  if (o->seen.shape && !o->seen.preset)
+    snprintf(o->rc.model_name, sizeof o->rc.model_name, "custom");
+  if (o->rc.model.vocab_size == 0) o->rc.model.vocab_size = 50257;
+  st_error_code(ST_EXIT_ERROR);
+  return 0;
+}
+
+void st_cli_print_plan_usage(void) {
+  printf(
+      "usage: shardtrain plan [flags]   (one process; prints the per-GPU memory of a train config)\n"
+      "  model   --model tiny|small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m  (default small)\n"
+      "          --layers N --heads N --dim N   --seq-len T (default 128)\n"
+      "          --vocab-size V (default 50257, GPT-2's; byte tokens from prep: 256)\n"
+      "  batch   --micro-batch B (default 8)  --global-batch G (default 16)\n"
+      "  system  --ranks N (world size, default 1)  --zero 0|1|2 (default 1)\n"
+      "          --precision fp32|bf16|fp16|auto (auto: bf16 on cuda, fp32 on cpu)\n"
+      "          --recompute none|selective|full (default none)\n"
+      "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"
+      "          --nccl-buffsize BYTES  --nccl-max-ctas N   (inputs of the NCCL estimate)\n"
+      "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's total)\n"
+      "          --headroom PCT (percent of the GPU kept free, default 5)\n"
+      "  --fit   choose for --global-batch: the largest micro-batch dividing it (at most\n"
+      "          --micro-batch when given), then the cheapest recompute (from --recompute when\n"
+      "          given), then the lowest ZeRO stage (only when --zero is not given) that fits\n"
+      "  --json  one JSON object instead of the table\n"
+      "exit: 0 fits (or no GPU memory to check against), 6 does not fit / --fit found nothing,\n"
+      "2 bad flag. docs/memory.md explains every line.\n");
 }

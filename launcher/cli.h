@@ -1,10 +1,15 @@
-/* cli.h - command-line flags of `shardtrain train` into one run config. */
+/* cli.h - command-line flags of `shardtrain train` and `shardtrain plan`. */
 #ifndef ST_CLI_H
 #define ST_CLI_H
 
+#include <stdint.h>
+
 #include "rank/run_config.h"
 
-
+/* Which of the shared flags were given. */
+typedef struct {
+  int preset, shape, zero, micro_batch, recompute, device;
+} st_cli_seen;
 
 /* Parse flags (argv[0] is the subcommand). Unknown flags and bad values give
  * -1 with st_error naming the flag and st_error_code(ST_EXIT_USAGE). */
@@ -12,5 +17,21 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc);
 
 /* Usage text for `shardtrain train --help`. */
 void st_cli_print_train_usage(void);
+
+/* `shardtrain plan`: train's model, batch and system flags (no data or run
+ * flags) plus the planner's own. */
+typedef struct {
+  st_run_config rc;  /* model, batch, zero, precision, recompute, device, gpu_mem,
+                      * headroom_pct, nccl_buffsize, nccl_max_ctas */
+  int ranks;         /* --ranks N: the world size plan assumes (1) */
+  int fit, json;     /* --fit, --json */
+  st_cli_seen seen;
+} st_plan_options;
+
+/* Defaults: train's, with --device cuda (plan is for GPUs; --device auto
+ * resolves as train would) and --vocab-size 50257 when not given. -1 with
+ * st_error naming the flag (ST_EXIT_USAGE) on a bad flag or value. */
+int st_cli_parse_plan(int argc, char **argv, st_plan_options *o);
+void st_cli_print_plan_usage(void);
 
 #endif

@@ -4,6 +4,7 @@
  *   shardtrain train  --data FILE [flags]            (under mpirun/srun)
  *   shardtrain ckpt   info|verify STEP_DIR|RUN_DIR
  *   shardtrain bench  collectives [flags]              (under mpirun/srun)
+ *   shardtrain plan   [flags] [--fit] [--json]         (one process, no MPI)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "launcher/bench.h"
 #include "launcher/cli.h"
 #include "launcher/env.h"
+#include "launcher/plan.h"
 #include "launcher/signals.h"
 #include "rank/trainer.h"
 #include "util/error.h"
@@ -27,7 +29,9 @@ static void usage(void) {
          "  shardtrain prep  --input TEXT|- --out FILE.h5 [--val-fraction 0.1]\n"
          "  shardtrain train --data FILE.h5|FILE.bin [flags]   (see shardtrain train --help)\n"
          "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n"
-         "  shardtrain bench collectives [flags]   (busbw; see shardtrain bench --help)\n",
+         "  shardtrain bench collectives [flags]   (busbw; see shardtrain bench --help)\n"
+         "  shardtrain plan  [train's model/batch/system flags] [--ranks N] [--gpu-mem SIZE]\n"
+         "                   [--fit] [--json]   (per-GPU memory; see shardtrain plan --help)\n",
          SHARDTRAIN_VERSION);
 }
 
@@ -157,6 +161,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "prep") == 0) return cmd_prep(argc - 1, argv + 1);
   if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
+  if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0) {
     MPI_Init(&argc, &argv);
     int code = cmd_train(argc - 1, argv + 1);
@@ -173,7 +178,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return code;
   }
-  st_error_set("unknown command '%s'; commands: prep, train, ckpt, bench (see shardtrain --help)",
-               cmd);
+  st_error_set("unknown command '%s'; commands: prep, train, ckpt, bench, plan (see shardtrain "
+               "--help)", cmd);
   return fail(ST_EXIT_USAGE);
 }

@@ -34,6 +34,10 @@ typedef struct {
   int log_every;
   int stop_after;           /* exit after this step (for resume tests); 0 = off */
   int json;                 /* rank 0 prints one JSON summary line at the end */
+  /* Memory pre-flight (rank/memory_plan.h): the plan must fit gpu_mem (when
+   * set; on CUDA also the device's free memory) less headroom_pct percent. */
+  uint64_t gpu_mem;         /* --gpu-mem bytes; 0 = unset */
+  float headroom_pct;       /* --headroom, default 5 */
   /* NCCL (GPU runs): watchdog and communicator config */
   double nccl_timeout_s;    /* init and each collective; 0 = no watchdog */
   long long nccl_buffsize;  /* NCCL_BUFFSIZE unless set in the environment; 0 = NCCL's */

@@ -17,6 +17,9 @@ enum {
   ST_EXIT_CHECKPOINT = 3, /* checkpoint missing, corrupted or incompatible */
   ST_EXIT_DATA = 4,       /* token data missing, malformed or too small */
   ST_EXIT_COLLECTIVE = 5, /* a collective failed or timed out (watchdog); job aborted */
+  /* The memory plan does not fit the GPU (`plan`, `train`'s pre-flight) or
+   * --fit found nothing that fits; docs/memory.md. */
+  ST_EXIT_MEMORY = 6,
   /* Stopped by SIGUSR1/SIGTERM after writing a checkpoint: requeue and the
    * run continues with --resume auto. 75 is sysexits' EX_TEMPFAIL. */
   ST_EXIT_PREEMPTED = 75

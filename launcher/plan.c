@@ -1,0 +1,400 @@
+/* plan.c - `shardtrain plan` (see plan.h): the memory table, or --fit's
+ * choice with the reasons for it, as text or one JSON object. */
+#include "launcher/plan.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launcher/cli.h"
+#include "rank/memory_plan.h"
+#include "util/bytes.h"
+#include "util/error.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "kernels/ops_cuda.h"
+#endif
+
+static int fail(int code) {
+  fflush(stdout);
+  fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
+  return code ? code : ST_EXIT_ERROR;
+}
+
+/* 1234567 -> "1,234,567" */
+static const char *commas(uint64_t v, char *buf, size_t cap) {
+  char raw[32];
+  int n = snprintf(raw, sizeof raw, "%llu", (unsigned long long)v), o = 0;
+  for (int i = 0; i < n && (size_t)o + 2 < cap; i++) {
+    if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = raw[i];
+  }
+  buf[o] = 0;
+  return buf;
+}
+
+static const char *human(uint64_t b, char *buf, size_t cap) { return st_format_bytes(b, buf, cap); }
+
+/* Resolve --device and --precision as train would on this machine. */
+static int resolve_backend(st_plan_options *o, st_plan_input *in) {
+  st_run_config *rc = &o->rc;
+  int ngpu = 0;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  ngpu = st_cuda_device_count();
+#endif
+  if (strcmp(rc->device, "auto") == 0)
+    snprintf(rc->device, sizeof rc->device, "%s", ngpu > 0 ? "cuda" : "cpu");
+  in->backend = strcmp(rc->device, "cuda") == 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU;
+  if (strcmp(rc->precision, "auto") == 0)
+    snprintf(rc->precision, sizeof rc->precision, "%s",
+             in->backend == ST_BACKEND_CUDA ? "bf16" : "fp32");
+  in->dtype = strcmp(rc->precision, "bf16") == 0   ? ST_BF16
+              : strcmp(rc->precision, "fp16") == 0 ? ST_FP16
+                                                     : ST_FP32;
+  return 0;
+}
+
+/* GPU memory to check against: --gpu-mem, else the visible GPU's total. */
+static void resolve_gpu_mem(const st_plan_options *o, const st_plan_input *in, uint64_t *mem,
+                            char *source, size_t cap) {
+  *mem = o->rc.gpu_mem;
+  if (*mem) {
+    snprintf(source, cap, "--gpu-mem");
+    return;
+  }
+  snprintf(source, cap, "not given");
+#ifdef SHARDTRAIN_HAVE_CUDA
+  uint64_t f, t;
+  char name[160];
+  if (in->backend == ST_BACKEND_CUDA && st_cuda_device_count() > 0 &&
+      st_plan_device_memory(&f, &t, name, sizeof name) == 0) {
+    *mem = t;
+    snprintf(source, cap, "%s, total", name);
+  }
+#else
+  (void)in;
+#endif
+}
+
+static void row(const char *label, uint64_t bytes, const char *note) {
+  char c[40], h[32];
+  printf("  %-28s %17s %11s%s%s\n", label, commas(bytes, c, sizeof c), human(bytes, h, sizeof h),
+         note[0] ? "  " : "", note);
+}
+
+static void print_table(const st_plan_options *o, const st_plan_input *in,
+                        const st_memory_plan *p, int accum, const char *source) {
+  const st_model_config *m = &in->model;
+  const char *dt = st_dtype_name(in->dtype);
+  const int cuda = in->backend == ST_BACKEND_CUDA;
+  char note[200], a[40], b[40], c[40];
+  printf("model   %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
+         o->rc.model_name, m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size,
+         m->padded_vocab_size);
+  printf("        %s parameters; padded to %s for %d rank(s), shard %s\n",
+         commas((uint64_t)p->params, a, sizeof a), commas((uint64_t)p->padded_params, b, sizeof b),
+         in->world, commas((uint64_t)p->shard, c, sizeof c));
+  printf("config  micro-batch %d x grad-accum %d x %d rank(s) = global batch %d; ZeRO %d, %s, "
+         "recompute %s, %s\n\n", in->micro_batch, accum, in->world, o->rc.global_batch,
+         in->zero_stage, dt, st_recompute_name(in->recompute), cuda ? "cuda" : "cpu");
+  printf("  %-28s %17s\n", "per GPU", "bytes");
+  snprintf(note, sizeof note, "%s, every parameter (padded)", dt);
+  row("working weights", p->weights, note);
+  if (in->zero_stage == 2) {
+    snprintf(note, sizeof note, "ZeRO 2: head %s + 2 one-block buckets %s + receive %s",
+             human(p->grads_head, a, sizeof a), human(p->grads_buckets, b, sizeof b),
+             human(p->grads_recv, c, sizeof c));
+    row("fp32 gradients", p->grads, note);
+  } else {
+    row("fp32 gradients", p->grads, "the whole padded vector (accumulated in fp32)");
+  }
+  if (in->zero_stage >= 1) {
+    snprintf(note, sizeof note, "reduced gradients of this rank's 1/%d", in->world);
+    row("gradient shard", p->grad_shard, note);
+  }
+  const char *part = in->zero_stage == 0 ? "whole (ZeRO 0)" : "this rank's shard";
+  if (in->dtype != ST_FP32) row("fp32 master weights", p->master, part);
+  row("Adam m", p->adam_m, part);
+  row("Adam v", p->adam_v, part);
+  snprintf(note, sizeof note, "recompute %s, micro-batch %d x %d", st_recompute_name(in->recompute),
+           in->micro_batch, m->block_size);
+  row("activations", p->acts.total, note);
+  snprintf(note, sizeof note, "what backward needs, %d layers", m->n_layer);
+  row("  kept per block", p->acts.blocks, note);
+  if (in->recompute != ST_RECOMPUTE_NONE)
+    row("  recompute's shared block", p->acts.recompute, "rebuilt before each block's backward");
+  row("  attention state", p->acts.attention,
+      cuda ? "flash: fp32 [B, heads, T] per layer + backward's"
+           : "CPU: fp32 softmax [B, heads, T, T] per layer + backward's");
+  snprintf(note, sizeof note, "[B*T, %d] %s, then its gradient", m->padded_vocab_size, dt);
+  row("  logits", p->acts.logits, note);
+  row("  backward scratch", p->acts.grad_scratch, "activation gradients, reused by every layer");
+  row("  embeddings, ln_f, losses", p->acts.embed + p->acts.head, "");
+  row("token buffers", p->tokens, "inputs and targets, int32");
+  if (cuda) {
+    row("cuBLASLt workspace", p->cublaslt, "kernels/cuda/matmul.cu");
+    row("CUDA scratch", p->scratch, "column-sum partials (cuda_scratch after one step)");
+    if (in->world > 1) {
+      int ch = in->nccl_channels > 0 ? in->nccl_channels : ST_PLAN_NCCL_CHANNELS;
+      uint64_t bs = in->nccl_buffsize > 0 ? (uint64_t)in->nccl_buffsize : ST_PLAN_NCCL_BUFFSIZE;
+      snprintf(note, sizeof note, "ESTIMATE: %d channels x %d peer(s) x (%s + LL + LL128)", ch,
+               in->world - 1 < 2 ? in->world - 1 : 2, human(bs, a, sizeof a));
+      row("NCCL buffers", p->nccl, note);
+    } else {
+      row("NCCL buffers", p->nccl, "one rank: no connections");
+    }
+    row("CUDA context", p->context, "ESTIMATE, not yet calibrated on the device");
+  }
+  printf("  %-28s %17s %11s\n", "", "-----------------", "-----------");
+  row("total", p->total, "");
+  printf("\n");
+  if (p->fits < 0) {
+    printf("GPU memory: not checked (give --gpu-mem SIZE; no GPU is visible here to read it "
+           "from)\n");
+    return;
+  }
+  printf("GPU memory %s (%s) less %g%% headroom = %s usable: ", human(in->gpu_mem, a, sizeof a),
+         source, in->headroom_pct, human(p->usable, b, sizeof b));
+  if (p->fits) printf("fits, %s to spare\n", human((uint64_t)p->spare, c, sizeof c));
+  else printf("DOES NOT FIT, over by %s\n", human((uint64_t)-p->spare, c, sizeof c));
+}
+
+static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
+                        const st_memory_plan *p, int accum, const char *source) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON *m = cJSON_AddObjectToObject(j, "model");
+  cJSON_AddStringToObject(m, "name", o->rc.model_name);
+  cJSON_AddNumberToObject(m, "n_layer", in->model.n_layer);
+  cJSON_AddNumberToObject(m, "n_head", in->model.n_head);
+  cJSON_AddNumberToObject(m, "n_embd", in->model.n_embd);
+  cJSON_AddNumberToObject(m, "seq_len", in->model.block_size);
+  cJSON_AddNumberToObject(m, "vocab_size", in->model.vocab_size);
+  cJSON_AddNumberToObject(m, "padded_vocab_size", in->model.padded_vocab_size);
+  cJSON_AddNumberToObject(m, "params", (double)p->params);
+  cJSON_AddNumberToObject(m, "padded_params", (double)p->padded_params);
+  cJSON_AddNumberToObject(m, "shard", (double)p->shard);
+  cJSON *c = cJSON_AddObjectToObject(j, "config");
+  cJSON_AddNumberToObject(c, "micro_batch", in->micro_batch);
+  cJSON_AddNumberToObject(c, "global_batch", o->rc.global_batch);
+  cJSON_AddNumberToObject(c, "grad_accum", accum);
+  cJSON_AddNumberToObject(c, "ranks", in->world);
+  cJSON_AddNumberToObject(c, "zero", in->zero_stage);
+  cJSON_AddStringToObject(c, "precision", st_dtype_name(in->dtype));
+  cJSON_AddStringToObject(c, "recompute", st_recompute_name(in->recompute));
+  cJSON_AddStringToObject(c, "device", in->backend == ST_BACKEND_CUDA ? "cuda" : "cpu");
+  cJSON *b = cJSON_AddObjectToObject(j, "bytes");
+#define B(name, v) cJSON_AddNumberToObject(b, name, (double)(v))
+  B("weights", p->weights);
+  B("grads", p->grads);
+  B("grads_full", p->grads_full);
+  B("grads_head", p->grads_head);
+  B("grads_buckets", p->grads_buckets);
+  B("grads_recv", p->grads_recv);
+  B("grad_shard", p->grad_shard);
+  B("master", p->master);
+  B("adam_m", p->adam_m);
+  B("adam_v", p->adam_v);
+  B("activations", p->acts.total);
+  B("tokens", p->tokens);
+  B("cublaslt_workspace", p->cublaslt);
+  B("cuda_scratch", p->scratch);
+  B("nccl_estimate", p->nccl);
+  B("cuda_context_estimate", p->context);
+  B("total", p->total);
+#undef B
+  cJSON *a = cJSON_AddObjectToObject(j, "activations");
+  cJSON_AddNumberToObject(a, "blocks", (double)p->acts.blocks);
+  cJSON_AddNumberToObject(a, "recompute_block", (double)p->acts.recompute);
+  cJSON_AddNumberToObject(a, "attention", (double)p->acts.attention);
+  cJSON_AddNumberToObject(a, "logits", (double)p->acts.logits);
+  cJSON_AddNumberToObject(a, "grad_scratch", (double)p->acts.grad_scratch);
+  cJSON_AddNumberToObject(a, "embed", (double)p->acts.embed);
+  cJSON_AddNumberToObject(a, "head", (double)p->acts.head);
+  cJSON *g = cJSON_AddObjectToObject(j, "gpu");
+  if (p->fits >= 0) {
+    cJSON_AddNumberToObject(g, "memory", (double)in->gpu_mem);
+    cJSON_AddStringToObject(g, "source", source);
+    cJSON_AddNumberToObject(g, "headroom_pct", in->headroom_pct);
+    cJSON_AddNumberToObject(g, "usable", (double)p->usable);
+    cJSON_AddNumberToObject(g, "spare", (double)p->spare);
+    cJSON_AddBoolToObject(g, "fits", p->fits);
+  } else {
+    cJSON_AddNullToObject(g, "memory");
+    cJSON_AddNullToObject(g, "fits");
+  }
+  return j;
+}
+
+static cJSON *choice_json(const st_plan_choice *c) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "micro_batch", c->in.micro_batch);
+  cJSON_AddNumberToObject(j, "grad_accum", c->accum);
+  cJSON_AddStringToObject(j, "recompute", st_recompute_name(c->in.recompute));
+  cJSON_AddNumberToObject(j, "zero", c->in.zero_stage);
+  cJSON_AddNumberToObject(j, "total", (double)c->plan.total);
+  cJSON_AddNumberToObject(j, "spare", (double)c->plan.spare);
+  cJSON_AddBoolToObject(j, "fits", c->plan.fits == 1);
+  return j;
+}
+
+static void print_json(cJSON *j) {
+  char *s = cJSON_PrintUnformatted(j);
+  printf("%s\n", s);
+  cJSON_free(s);
+  cJSON_Delete(j);
+}
+
+/* "micro-batch 16 x grad-accum 2, recompute full, ZeRO 0: 21.69 GiB" */
+static void describe(const st_plan_choice *c, char *out, size_t cap) {
+  char h[32];
+  snprintf(out, cap, "micro-batch %d x grad-accum %d, recompute %s, ZeRO %d: %s",
+           c->in.micro_batch, c->accum, st_recompute_name(c->in.recompute), c->in.zero_stage,
+           human(c->plan.total, h, sizeof h));
+}
+
+static void print_fit(const st_plan_options *o, const st_plan_fit_query *q, const st_plan_fit *f,
+                      const char *source) {
+  char d[200], h1[32], h2[32];
+  const st_plan_choice *ch = f->found ? &f->choice : &f->least;
+  printf("fit     global batch %d on %d rank(s): %s (%s) less %g%% = %s usable per GPU\n",
+         q->global_batch, q->base.world, human(q->base.gpu_mem, h1, sizeof h1), source,
+         q->base.headroom_pct, human(ch->plan.usable, h2, sizeof h2));
+  if (!f->found) {
+    describe(&f->least, d, sizeof d);
+    printf("        NOTHING FITS. The least memory any choice needs: %s, over by %s.\n"
+           "        Use more ranks (ZeRO 1 and 2 divide the optimizer state, ZeRO 2 the "
+           "gradients too),\n        a shorter --seq-len, a smaller model or a larger GPU.\n\n",
+           d, human((uint64_t)-f->least.plan.spare, h1, sizeof h1));
+    return;
+  }
+  describe(&f->choice, d, sizeof d);
+  printf("choice  %s (%s to spare)\n", d, human((uint64_t)f->choice.plan.spare, h1, sizeof h1));
+  printf("why     preference: largest micro-batch, then cheapest recompute (none < selective <"
+         " full)%s\n", q->search_zero ? ", then lowest ZeRO stage" : "; ZeRO as given");
+  const int per_rank = q->global_batch / q->base.world;
+  const st_plan_choice *c;
+  if (f->has_larger_batch) {
+    c = &f->larger_batch;
+    printf("        micro-batch %d does not fit: %s at least (recompute %s, ZeRO %d), over by %s\n",
+           c->in.micro_batch, human(c->plan.total, h1, sizeof h1),
+           st_recompute_name(c->in.recompute), c->in.zero_stage,
+           human((uint64_t)-c->plan.spare, h2, sizeof h2));
+  } else {
+    printf("        micro-batch %d is the largest %s\n", f->choice.in.micro_batch,
+           o->seen.micro_batch && o->rc.micro_batch < per_rank
+               ? "allowed (--micro-batch bounds the search)"
+               : "there is: all of a rank's sequences in one micro-step");
+  }
+  if (f->has_cheaper_recompute) {
+    c = &f->cheaper_recompute;
+    printf("        recompute %s does not fit at micro-batch %d: %s at least (ZeRO %d), over by "
+           "%s\n", st_recompute_name(c->in.recompute), c->in.micro_batch,
+           human(c->plan.total, h1, sizeof h1), c->in.zero_stage,
+           human((uint64_t)-c->plan.spare, h2, sizeof h2));
+  } else {
+    printf("        recompute %s is the cheapest %s\n", st_recompute_name(f->choice.in.recompute),
+           f->choice.in.recompute == ST_RECOMPUTE_NONE ? "there is" : "allowed (--recompute)");
+  }
+  if (f->has_lower_zero) {
+    c = &f->lower_zero;
+    printf("        ZeRO %d does not fit: %s, over by %s\n", c->in.zero_stage,
+           human(c->plan.total, h1, sizeof h1), human((uint64_t)-c->plan.spare, h2, sizeof h2));
+  } else if (q->search_zero) {
+    printf("        ZeRO %d is the lowest stage\n", f->choice.in.zero_stage);
+  }
+  for (int r = 0; r < 3; r++) {
+    if (!f->has_alt[r]) continue;
+    c = &f->alt[r];
+    printf("or      recompute %s fits at micro-batch %d x grad-accum %d, ZeRO %d (%s, %s to spare);"
+           "\n        fewer sequences per micro-step may still beat recomputing\n",
+           st_recompute_name(c->in.recompute), c->in.micro_batch, c->accum, c->in.zero_stage,
+           human(c->plan.total, h1, sizeof h1), human((uint64_t)c->plan.spare, h2, sizeof h2));
+  }
+  printf("\n");
+}
+
+static cJSON *fit_json(const st_plan_fit_query *q, const st_plan_fit *f) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddBoolToObject(j, "found", f->found);
+  cJSON_AddBoolToObject(j, "zero_searched", q->search_zero);
+  if (f->found) cJSON_AddItemToObject(j, "choice", choice_json(&f->choice));
+  else cJSON_AddItemToObject(j, "least", choice_json(&f->least));
+  if (f->has_larger_batch) cJSON_AddItemToObject(j, "larger_batch", choice_json(&f->larger_batch));
+  if (f->has_cheaper_recompute)
+    cJSON_AddItemToObject(j, "cheaper_recompute", choice_json(&f->cheaper_recompute));
+  if (f->has_lower_zero) cJSON_AddItemToObject(j, "lower_zero", choice_json(&f->lower_zero));
+  cJSON *alts = cJSON_AddArrayToObject(j, "alternatives");
+  for (int r = 0; r < 3; r++)
+    if (f->has_alt[r]) cJSON_AddItemToArray(alts, choice_json(&f->alt[r]));
+  return j;
+}
+
+int st_cmd_plan(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      st_cli_print_plan_usage();
+      return 0;
+    }
+  st_plan_options o;
+  if (st_cli_parse_plan(argc, argv, &o)) return fail(ST_EXIT_USAGE);
+  st_run_config *rc = &o.rc;
+  st_plan_input in;
+  memset(&in, 0, sizeof in);
+  if (st_model_validate(&rc->model)) return fail(ST_EXIT_USAGE);
+  resolve_backend(&o, &in);
+  in.model = rc->model;
+  in.micro_batch = rc->micro_batch;
+  in.world = o.ranks;
+  in.zero_stage = rc->zero_stage;
+  in.recompute = st_recompute_parse(rc->recompute);
+  in.nccl_buffsize = rc->nccl_buffsize;
+  in.nccl_channels = rc->nccl_max_ctas;
+  if (!in.nccl_buffsize && getenv("NCCL_BUFFSIZE")) in.nccl_buffsize = atoll(getenv("NCCL_BUFFSIZE"));
+  in.headroom_pct = rc->headroom_pct;
+  char source[200];
+  resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);
+
+  if (!o.fit) {
+    const int G = rc->global_batch, BN = in.micro_batch * in.world;
+    if (G % BN != 0) {
+      int lo = G / BN * BN, hi = lo + BN;
+      char use[64];
+      if (lo > 0) snprintf(use, sizeof use, "%d or %d", lo, hi);
+      else snprintf(use, sizeof use, "%d", hi);
+      st_error_setc(ST_EXIT_USAGE, "--global-batch %d does not divide by --micro-batch %d x %d "
+                                   "ranks = %d; use --global-batch %s, or change --micro-batch "
+                                   "(or let --fit choose)", G, in.micro_batch, in.world, BN, use);
+      return fail(ST_EXIT_USAGE);
+    }
+    st_memory_plan p;
+    if (st_memory_plan_make(&in, &p)) return fail(st_error_exit_code());
+    if (o.json) print_json(plan_json(&o, &in, &p, G / BN, source));
+    else print_table(&o, &in, &p, G / BN, source);
+    return p.fits == 0 ? ST_EXIT_MEMORY : 0;
+  }
+
+  st_plan_fit_query q;
+  memset(&q, 0, sizeof q);
+  q.base = in;
+  q.base.micro_batch = o.seen.micro_batch ? rc->micro_batch : 0;
+  q.base.recompute = o.seen.recompute ? in.recompute : ST_RECOMPUTE_NONE;
+  q.global_batch = rc->global_batch;
+  q.search_zero = !o.seen.zero;
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return fail(st_error_exit_code());
+  const st_plan_choice *ch = f.found ? &f.choice : &f.least;
+  if (o.json) {
+    cJSON *j = plan_json(&o, &ch->in, &ch->plan, ch->accum, source);
+    cJSON_AddItemToObject(j, "fit", fit_json(&q, &f));
+    print_json(j);
+  } else {
+    print_fit(&o, &q, &f, source);
+    print_table(&o, &ch->in, &ch->plan, ch->accum, source);
+    if (f.found) {
+      printf("\ntrain with: --micro-batch %d --global-batch %d --recompute %s --zero %d\n",
+             ch->in.micro_batch, rc->global_batch, st_recompute_name(ch->in.recompute),
+             ch->in.zero_stage);
+    }
+  }
+  return f.found ? 0 : ST_EXIT_MEMORY;
+}

@@ -1,0 +1,155 @@
+"""`shardtrain plan`: the table and --json agree with a second, independent
+derivation of the memory model (below, written from docs/memory.md, not
+from rank/memory_plan.c), exit codes 0 / 6 / 2, --fit's choices, and bad
+input named by flag. One process, no MPI, no GPU needed."""
+import json
+
+from common import check, parse_args, run
+
+a = parse_args()
+GiB = 1 << 30
+
+
+def al(x):
+    return (x + 255) // 256 * 256
+
+
+def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
+    """Bytes per GPU as docs/memory.md derives them."""
+    Vp = (V + 127) // 128 * 128
+    block = 12 * C * C + 13 * C
+    P = Vp * C + T * C + L * block + 2 * C
+    Pp = -(-P // N) * N
+    shard = Pp // N
+    if zero == 2:
+        ranges = (block, block, Vp * C + T * C, 2 * C)
+        grads = 4 * (Vp * C + T * C + 2 * C) + 4 * 2 * (block + 1) + \
+            4 * sum(min(r, shard) + 1 for r in ranges)
+    else:
+        grads = 4 * Pp
+    nopt = Pp if zero == 0 else shard
+    states = Pp * es + grads + (4 * shard if zero else 0) + (4 * nopt if es == 2 else 0) + 8 * nopt
+    BT = B * T
+    X, X3, X4, S = al(BT * C * es), al(3 * BT * C * es), al(4 * BT * C * es), al(4 * BT)
+    A = al(4 * (B * NH * T if cuda else B * NH * T * T))
+    # the 14 per-block buffers of model.c's BLOCK_FIELDS, then residual3
+    ln1, stats, qkv, atty, att, attproj, res2, ln2, fch, fch_gelu, fcproj = \
+        X, 4 * S, X3, X, A, X, X, X, X4, X4, X
+    every = ln1 + stats + qkv + atty + att + attproj + res2 + ln2 + fch + fch_gelu + fcproj
+    shared = {"none": 0, "selective": ln1 + ln2 + fch_gelu, "full": every}[rec]
+    per_layer = X + (every - (shared if rec != "full" else every))
+    acts = X + L * per_layer + shared + (X + 3 * S) + al(BT * Vp * es) + (3 * X + X3 + X4) + A
+    other = 2 * BT * 4
+    if cuda:
+        rows = max(128, (BT + 1023) // 1024)
+        chunks = -(-BT // rows)
+        # cuda_scratch's requests in one step: column sums of ln_f, then of one
+        # block's fcproj, fc, ln_2, attproj, qkv, ln_1; then 512 doubles
+        s = 0
+        for req in [chunks * w * 4 for w in (2 * C, C, 4 * C, 2 * C, C, 3 * C, 2 * C)] + [4096]:
+            if req > s:
+                s = max(2 * s, req, 1 << 20)
+        nccl = 0 if N < 2 else 16 * min(N - 1, 2) * ((4 << 20) + 524288 + 4915200)
+        other += (32 << 20) + s + nccl + (512 << 20)
+    return dict(params=P, acts=acts, total=states + acts + other)
+
+
+def plan(args, rc=0):
+    return run([a.bin, "plan"] + [str(x) for x in args], expect_rc=rc)
+
+
+def plan_json(args, rc=0):
+    return json.loads(plan(args + ["--json"], rc).stdout)
+
+
+# 1. GPT-2 124M, bf16, B=32, T=1024: every ZeRO stage and recompute policy on
+#    1 and 2 ranks, against the derivation above.
+base = ["--model", "gpt2-124m", "--seq-len", 1024, "--micro-batch", 32, "--device", "cuda",
+        "--precision", "bf16"]
+for N in (1, 2):
+    for z in (0, 1, 2):
+        for rec in ("none", "selective", "full"):
+            d = plan_json(base + ["--ranks", N, "--global-batch", 32 * N, "--zero", z,
+                                  "--recompute", rec])
+            e = expected(12, 12, 768, 1024, 50257, 32, N, z, rec)
+            check(d["model"]["params"] == e["params"] == 124475904,
+                  f"124M N={N} ZeRO {z} {rec}: 124,475,904 parameters")
+            check(d["bytes"]["activations"] == e["acts"] and d["bytes"]["total"] == e["total"],
+                  f"124M N={N} ZeRO {z} {rec}: total {d['bytes']['total']} = "
+                  f"{d['bytes']['total'] / GiB:.2f} GiB as derived")
+            check(d["gpu"]["fits"] is None or isinstance(d["gpu"]["fits"], bool),
+                  f"124M N={N} ZeRO {z} {rec}: gpu.fits is a bool or null")
+
+# The CPU backend: fp32, the T x T softmax per head, no CUDA internals.
+d = plan_json(["--model", "tiny", "--seq-len", 32, "--vocab-size", 256, "--device", "cpu",
+               "--micro-batch", 2, "--global-batch", 4, "--zero", 2, "--ranks", 2,
+               "--recompute", "selective"])
+e = expected(2, 4, 64, 32, 256, 2, 2, 2, "selective", es=4, cuda=False)
+check(d["bytes"]["total"] == e["total"] and d["config"]["precision"] == "fp32",
+      "CPU plan of the tiny model as derived (fp32, T x T attention state)")
+check(d["gpu"]["fits"] is None, "CPU plan without --gpu-mem: not checked, fits is null")
+
+# 2. Exit codes: fits 0, does not fit 6, and the table says which.
+r = plan(base + ["--global-batch", 32, "--gpu-mem", "80GiB"], rc=0)
+check("fits," in r.stdout and "to spare" in r.stdout, "80 GiB: fits, exit 0")
+r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
+check("DOES NOT FIT" in r.stdout and "over by" in r.stdout, "8 GiB: DOES NOT FIT, exit 6")
+d = plan_json(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
+check(d["gpu"]["fits"] is False and d["gpu"]["spare"] < 0, "--json: fits false, spare < 0")
+check(d["gpu"]["usable"] == 8 * GiB - int(8 * GiB * 0.05 + 0.999), "usable = 8 GiB less 5%")
+r = plan(base + ["--global-batch", 32, "--gpu-mem", "16GB", "--headroom", "0"], rc=6)
+check("less 0% headroom" in r.stdout, "--headroom 0 shown")
+
+# 3. --fit: the choices the unit test derives, in the text and in JSON.
+fit = ["--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB", "--fit"]
+r = plan(["--model", "gpt2-774m"] + fit, rc=0)
+check("choice  micro-batch 16 x grad-accum 2, recompute full, ZeRO 0" in r.stdout,
+      "774M, 1 rank, 24 GiB: micro-batch 16, full recompute, ZeRO 0")
+check("micro-batch 32 does not fit" in r.stdout and "recompute selective does not fit" in r.stdout,
+      "774M: says why not micro-batch 32 and why not selective")
+check("recompute none fits at micro-batch 2 x grad-accum 16" in r.stdout,
+      "774M: shows the no-recompute alternative")
+check("train with: --micro-batch 16 --global-batch 32 --recompute full --zero 0" in r.stdout,
+      "774M: prints the train flags")
+d = plan_json(["--model", "gpt2-774m", "--ranks", 8] + fit)
+c = d["fit"]["choice"]
+check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "none", 1) and d["config"]["zero"] == 1,
+      "774M, 8 ranks: micro-batch 4, no recompute, ZeRO 1 (JSON)")
+check(d["fit"]["lower_zero"]["fits"] is False, "774M, 8 ranks: ZeRO 0 reported as not fitting")
+r = plan(["--model", "gpt2-1558m"] + fit, rc=6)
+check("NOTHING FITS" in r.stdout, "1558M, 1 rank, 24 GiB: nothing fits, exit 6")
+d = plan_json(["--model", "gpt2-1558m"] + fit, rc=6)
+check(d["fit"]["found"] is False and d["fit"]["least"]["micro_batch"] == 1,
+      "1558M, 1 rank: JSON names the least-memory candidate")
+d = plan_json(["--model", "gpt2-1558m", "--ranks", 8] + fit)
+c = d["fit"]["choice"]
+check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "full", 1),
+      "1558M, 8 ranks: micro-batch 4, full recompute, ZeRO 1")
+d = plan_json(["--model", "gpt2-1558m", "--ranks", 8, "--zero", 2] + fit)
+check(d["fit"]["choice"]["zero"] == 2 and d["fit"]["zero_searched"] is False,
+      "--zero given: kept, not searched")
+d = plan_json(["--model", "gpt2-1558m", "--ranks", 8, "--micro-batch", 2] + fit)
+check(d["fit"]["choice"]["micro_batch"] == 2, "--micro-batch bounds the search")
+
+# 4. Bad input: exit 2, one message naming the flag.
+for args, words in [
+        (["--gpu-mem", "24"], ["--gpu-mem", "unit"]),
+        (["--zero", "3"], ["--zero"]),
+        (["--ranks", "0"], ["--ranks"]),
+        (["--micro-batch", "3", "--global-batch", "16"], ["--global-batch 16", "--micro-batch 3"]),
+        (["--device", "cpu", "--precision", "bf16"], ["--precision bf16", "CPU"]),
+        (["--heads", "5", "--dim", "64"], ["--dim 64", "--heads 5"]),
+        (["--headroom", "100"], ["--headroom"]),
+        (["--data", "x.h5"], ["--data", "plan"]),
+        (["--fit", "--ranks", "3", "--global-batch", "16", "--gpu-mem", "1GiB"],
+         ["--global-batch 16", "3 ranks"]),
+        (["--seq-len", "4096", "--micro-batch", "600000", "--global-batch", "600000"],
+         ["--micro-batch 600000", "--seq-len 4096"])]:
+    r = plan(args, rc=2)
+    msg = r.stderr.strip()
+    check(msg.count("shardtrain: error") == 1 and all(w in msg for w in words),
+          f"plan {' '.join(args)}: exit 2, '{msg[:90]}...'")
+r = plan(["--help"])
+check("--fit" in r.stdout and "--gpu-mem" in r.stdout, "plan --help lists --fit and --gpu-mem")
+r = run([a.bin, "--help"])
+check("shardtrain plan" in r.stdout, "shardtrain --help lists plan")
