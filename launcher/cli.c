@@ -100,6 +100,13 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     seen->device = 1;
     return copy_str(rc->device, sizeof rc->device, f, v) ? -1 : 1;
   }
+  if (strcmp(f, "--gpu-mem") == 0) return st_plan_parse_size(f, v, &rc->gpu_mem) ? -1 : 1;
+  if (strcmp(f, "--headroom") == 0) {
+    float t;
+    if (parse_float(f, v, 0.0, 99.0, &t)) return -1;
+    rc->headroom_pct = t;
+    return 1;
+  }
 #define INT_FLAG(name, lo, hi, dst)                          \
   if (strcmp(f, name) == 0) {                                \
     if (parse_int(f, v, lo, hi, &x)) return -1;              \
@@ -232,7 +239,10 @@ void st_cli_print_train_usage(void) {
       "            gradient accumulation = G / (B * ranks))\n"
       "  system  --zero 0|1|2 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
       "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
-
+      "  memory  --gpu-mem SIZE (cap per rank, e.g. 24GiB; on GPUs the free memory also counts;\n"
+      "            on the CPU the check runs only when given)  --headroom PCT (5)\n"
+      "          the memory plan is checked before anything is allocated: exit 6 when it does\n"
+      "          not fit, naming the smallest change that would (see shardtrain plan, docs/memory.md)\n"
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
@@ -262,16 +272,6 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
     int common = common_flag(f, v, &o->rc, &o->seen);
     if (common < 0) return -1;
     if (common) continue;
-    if (strcmp(f, "--gpu-mem") == 0) {
-      if (st_plan_parse_size(f, v, &o->rc.gpu_mem)) return -1;
-      continue;
-    }
-    if (strcmp(f, "--headroom") == 0) {
-      float t;
-      if (parse_float(f, v, 0.0, 99.0, &t)) return -1;
-      o->rc.headroom_pct = t;
-      continue;
-    }
     if (strcmp(f, "--ranks") == 0) {
       if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
       o->ranks = (int)x;

@@ -153,103 +153,103 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
 
 /* ---- --fit ---- */
 
-static int plan_at(const st_plan_fit_query *q, int B, st_recompute r, int z, st_plan_choice *c) {
-  c->in = q->base;
+/* The search's candidates: micro-batches in order (largest first, each
+ * dividing the per-rank batch and within the bound), ZeRO stages in order
+ * of preference. */
+typedef struct {
+  const st_plan_fit_query *q;
+  int batches[2048], nb;
+  int stages[3], ns;
+} search;
+
+static int plan_at(const search *s, int B, st_recompute r, int z, st_plan_choice *c) {
+  c->in = s->q->base;
   c->in.micro_batch = B;
   c->in.recompute = r;
   c->in.zero_stage = z;
-  c->accum = q->global_batch / (B * q->base.world);
+  c->accum = s->q->global_batch / (B * s->q->base.world);
   return st_memory_plan_make(&c->in, &c->plan);
 }
 
 /* The least memory over the allowed ZeRO stages at (B, r); -1 on error. */
-static int least_over_zero(const st_plan_fit_query *q, int B, st_recompute r, st_plan_choice *best) {
-  const int z0 = q->search_zero ? 0 : q->base.zero_stage, z1 = q->search_zero ? 2 : z0;
-  for (int z = z0; z <= z1; z++) {
+static int least_over_zero(const search *s, int B, st_recompute r, st_plan_choice *best) {
+  for (int k = 0; k < s->ns; k++) {
     st_plan_choice c;
-    if (plan_at(q, B, r, z, &c)) return -1;
-    if (z == z0 || c.plan.total < best->plan.total) *best = c;
+    if (plan_at(s, B, r, s->stages[k], &c)) return -1;
+    if (k == 0 || c.plan.total < best->plan.total) *best = c;
   }
   return 0;
 }
 
 /* The least memory at micro-batch B over the allowed recompute and stages. */
-static int least_at_batch(const st_plan_fit_query *q, int B, st_plan_choice *best) {
-  for (int r = q->base.recompute; r <= ST_RECOMPUTE_FULL; r++) {
+static int least_at_batch(const search *s, int B, st_plan_choice *best) {
+  const int r0 = s->q->base.recompute;
+  for (int r = r0; r <= ST_RECOMPUTE_FULL; r++) {
     st_plan_choice c;
-    if (least_over_zero(q, B, (st_recompute)r, &c)) return -1;
-    if (r == (int)q->base.recompute || c.plan.total < best->plan.total) *best = c;
+    if (least_over_zero(s, B, (st_recompute)r, &c)) return -1;
+    if (r == r0 || c.plan.total < best->plan.total) *best = c;
   }
   return 0;
 }
 
-/* The largest micro-batch in order[0..n) that fits with recompute r, at
- * the lowest stage in z0..z1. */
-static int fit_alternative(const st_plan_fit_query *q, const int *order, int n, int bound, int z0,
-                           int z1, st_recompute r, int *found, st_plan_choice *c) {
-  const int T = q->base.model.block_size;
+/* The first fitting (micro-batch, stage) for recompute r among
+ * batches[from..], in preference order. */
+static int first_fit_with(const search *s, int from, st_recompute r, int *found,
+                          st_plan_choice *c) {
   *found = 0;
-  for (int i = 0; i < n; i++) {
-    if (order[i] > bound || (int64_t)order[i] * T > INT_MAX) continue;
-    for (int z = z0; z <= z1; z++) {
-      if (plan_at(q, order[i], r, z, c)) return -1;
+  for (int i = from; i < s->nb; i++)
+    for (int k = 0; k < s->ns; k++) {
+      if (plan_at(s, s->batches[i], r, s->stages[k], c)) return -1;
       if (c->plan.fits) {
         *found = 1;
         return 0;
       }
     }
-  }
   return 0;
 }
 
-/* Candidates in order of preference: micro-batches `order` (descending),
- * then recompute from the query's upward, then ZeRO stages z0..z1. */
-static int fit_search(const st_plan_fit_query *q, const int *order, int n, int bound, int z0,
-                      int z1, st_plan_fit *out) {
-  const int T = q->base.model.block_size, per_rank = q->global_batch / q->base.world;
-  int have_least = 0, prev_B = 0; /* prev_B: the next larger micro-batch tried */
-  for (int i = 0; i < n; i++) {
-    const int B = order[i];
-    if (B > bound || (int64_t)B * T > INT_MAX) continue;
-    for (int r = q->base.recompute; r <= ST_RECOMPUTE_FULL; r++) {
-      for (int z = z0; z <= z1; z++) {
+static int fit_search(const search *s, st_plan_fit *out) {
+  const st_plan_fit_query *q = s->q;
+  const int r0 = q->base.recompute;
+  int have_least = 0;
+  for (int i = 0; i < s->nb; i++) {
+    const int B = s->batches[i];
+    for (int r = r0; r <= ST_RECOMPUTE_FULL; r++) {
+      for (int k = 0; k < s->ns; k++) {
+        const int z = s->stages[k];
         st_plan_choice c;
-        if (plan_at(q, B, (st_recompute)r, z, &c)) return -1;
+        if (plan_at(s, B, (st_recompute)r, z, &c)) return -1;
         if (!have_least || c.plan.total < out->least.plan.total) out->least = c;
         have_least = 1;
         if (!c.plan.fits) continue;
         out->found = 1;
         out->choice = c;
-        if (prev_B) {
+        if (i > 0) {
           out->has_larger_batch = 1;
-          if (least_at_batch(q, prev_B, &out->larger_batch)) return -1;
+          if (least_at_batch(s, s->batches[i - 1], &out->larger_batch)) return -1;
         }
-        if (r > (int)q->base.recompute) {
+        if (r > r0) {
           out->has_cheaper_recompute = 1;
-          if (least_over_zero(q, B, (st_recompute)(r - 1), &out->cheaper_recompute)) return -1;
+          if (least_over_zero(s, B, (st_recompute)(r - 1), &out->cheaper_recompute)) return -1;
         }
-        if (z > z0) {
+        if (q->search_zero == 1 && k > 0) { /* stages are 0, 1, 2: the one below failed */
           out->has_lower_zero = 1;
-          if (plan_at(q, B, (st_recompute)r, z - 1, &out->lower_zero)) return -1;
+          if (plan_at(s, B, (st_recompute)r, s->stages[k - 1], &out->lower_zero)) return -1;
         }
-        for (int ra = q->base.recompute; ra < r; ra++)
-          if (fit_alternative(q, order + i + 1, n - i - 1, bound, z0, z1, (st_recompute)ra,
-                              &out->has_alt[ra], &out->alt[ra]))
+        for (int ra = r0; ra < r; ra++)
+          if (first_fit_with(s, i + 1, (st_recompute)ra, &out->has_alt[ra], &out->alt[ra]))
             return -1;
         return 0;
       }
     }
-    prev_B = B;
   }
-  if (!have_least)
-    return st_error_setc(ST_EXIT_USAGE, "--seq-len %d: no micro-batch dividing %d sequences per "
-                         "rank keeps B x T within the ops' 32-bit row count", T, per_rank);
   return 0;
 }
 
 int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
   memset(out, 0, sizeof *out);
-  const int N = q->base.world, G = q->global_batch, U = ST_EXIT_USAGE;
+  const int N = q->base.world, G = q->global_batch, T = q->base.model.block_size;
+  const int U = ST_EXIT_USAGE;
   if (N < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", N);
   if (G < 1) return st_error_setc(U, "--global-batch must be >= 1, got %d", G);
   if (G % N != 0)
@@ -258,19 +258,37 @@ int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
   if (q->base.gpu_mem == 0)
     return st_error_setc(U, "--fit needs the GPU memory: give --gpu-mem SIZE (e.g. 80GiB), or "
                             "run where a GPU is visible");
-  const int per_rank = G / N;
-  const int bound = q->base.micro_batch > 0 ? q->base.micro_batch : per_rank;
-  const int z0 = q->search_zero ? 0 : q->base.zero_stage, z1 = q->search_zero ? 2 : z0;
-  /* Divisors of per_rank, largest first: d <= sqrt ascending gives the
-   * partners per_rank / d descending, then the d themselves descending.
+  search *s = calloc(1, sizeof *s);
+  if (!s) return st_error_set("out of host memory");
+  s->q = q;
+  const int z = q->base.zero_stage;
+  if (q->search_zero == 1) {
+    for (int k = 0; k < 3; k++) s->stages[s->ns++] = k;
+  } else if (q->search_zero == 2) { /* the given stage, then higher, then lower */
+    for (int k = z; k < 3; k++) s->stages[s->ns++] = k;
+    for (int k = z - 1; k >= 0; k--) s->stages[s->ns++] = k;
+  } else {
+    s->stages[s->ns++] = z;
+  }
+  /* Divisors of the per-rank batch, largest first: d <= sqrt ascending gives
+   * the partners per_rank / d descending, then the d themselves descending.
    * Below 2^31 a number has at most 1,600 divisors, half of them small. */
-  int lo[1024], nlo = 0, order[2048], n = 0;
+  const int per_rank = G / N, bound = q->base.micro_batch > 0 ? q->base.micro_batch : per_rank;
+  int lo[1024], nlo = 0, all[2048], n = 0;
   for (int d = 1; (int64_t)d * d <= per_rank; d++)
     if (per_rank % d == 0) lo[nlo++] = d;
   for (int i = 0; i < nlo; i++)
-    if (per_rank / lo[i] != lo[i]) order[n++] = per_rank / lo[i];
-  for (int i = nlo - 1; i >= 0; i--) order[n++] = lo[i];
-  return fit_search(q, order, n, bound, z0, z1, out);
+    if (per_rank / lo[i] != lo[i]) all[n++] = per_rank / lo[i];
+  for (int i = nlo - 1; i >= 0; i--) all[n++] = lo[i];
+  for (int i = 0; i < n; i++)
+    if (all[i] <= bound && (int64_t)all[i] * T <= INT_MAX) s->batches[s->nb++] = all[i];
+  int rc = 0;
+  if (s->nb == 0)
+    rc = st_error_setc(U, "no micro-batch dividing %d sequences per rank is at most %d and keeps "
+                          "B x --seq-len %d within the ops' 32-bit row count", per_rank, bound, T);
+  else rc = fit_search(s, out);
+  free(s);
+  return rc;
 }
 
 void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,

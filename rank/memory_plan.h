@@ -113,7 +113,9 @@ typedef struct {
                            * recompute: the cheapest to try;
                            * zero_stage: kept unless search_zero */
   int global_batch;       /* sequences per optimizer step; must divide by world */
-  int search_zero;        /* 1: try ZeRO 0, 1, 2 */
+  int search_zero;        /* 0: only base.zero_stage; 1: the lowest that fits (0, 1, 2);
+                           * 2: base.zero_stage first, then higher, then lower (the smallest
+                           * change from a given stage, for train's pre-flight) */
 } st_plan_fit_query;
 
 typedef struct {
@@ -139,7 +141,8 @@ typedef struct {
 /* Search, in this order of preference: the largest micro-batch B dividing
  * global_batch / world (accumulation = global_batch / (B x world)); at that
  * B the cheapest recompute policy (none < selective < full); at those the
- * lowest ZeRO stage; the first that fits gpu_mem less headroom wins.
+ * ZeRO stage in search_zero's order; the first that fits gpu_mem less
+ * headroom wins.
  * 0 with out->found 0 or 1; -1 with st_error for bad input. */
 int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out);
 

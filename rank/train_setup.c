@@ -18,6 +18,7 @@
 #include "kernels/profile.h"
 #include "rank/memory_plan.h"
 #include "rank/trainer_state.h"
+#include "util/bytes.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 
@@ -154,6 +155,93 @@ static int setup_batch(trainer *tr) {
   }
   st_error_code(ST_EXIT_ERROR);
   return st_model_validate(&rc->model);
+}
+
+/* This rank's configuration as the memory planner takes it. */
+static void plan_input_of(const trainer *tr, st_plan_input *in) {
+  const st_run_config *rc = tr->rc;
+  memset(in, 0, sizeof *in);
+  in->model = rc->model;
+  in->micro_batch = rc->micro_batch;
+  in->world = tr->comm->world;
+  in->zero_stage = rc->zero_stage;
+  in->dtype = tr->ops->dtype;
+  in->recompute = st_recompute_parse(rc->recompute);
+  in->backend = tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU;
+  /* NCCL reads NCCL_BUFFSIZE from the environment; --nccl-buffsize only
+   * sets it where the user has not (collectives_nccl.c). */
+  const char *bs = getenv("NCCL_BUFFSIZE");
+  in->nccl_buffsize = bs ? atoll(bs) : rc->nccl_buffsize;
+  in->nccl_channels = rc->nccl_max_ctas;
+  in->headroom_pct = rc->headroom_pct;
+}
+
+/* Pre-flight (docs/memory.md): before anything is allocated, this rank's
+ * memory plan must fit --gpu-mem when given and, on CUDA, the device's free
+ * memory, each less --headroom percent. Free memory is read after the CUDA
+ * context and the NCCL communicator exist, so the plan's context estimate
+ * is added to it rather than counted twice. When it does not fit, the
+ * message names the smallest change that would: --fit's search from the
+ * current settings (micro-batch at most the current one, recompute from the
+ * current policy up, the current ZeRO stage first, then higher, then
+ * lower). The CPU checks only against --gpu-mem. */
+static int setup_memory_check(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  st_plan_input in;
+  plan_input_of(tr, &in);
+  uint64_t cap = rc->gpu_mem;
+  char a[32], b[32], c[32];
+  if (cap) snprintf(tr->plan_source, sizeof tr->plan_source, "--gpu-mem %s",
+                    st_format_bytes(cap, a, sizeof a));
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (tr->device_index >= 0) {
+    uint64_t fr, tot;
+    char name[160];
+    if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    const uint64_t avail = fr + ST_PLAN_CUDA_CONTEXT;
+    if (!cap || avail < cap) {
+      cap = avail;
+      snprintf(tr->plan_source, sizeof tr->plan_source,
+               "%s free on %s + the %s CUDA context estimate, already made",
+               st_format_bytes(fr, a, sizeof a), name,
+               st_format_bytes(ST_PLAN_CUDA_CONTEXT, b, sizeof b));
+    }
+  }
+#endif
+  in.gpu_mem = cap;
+  if (st_memory_plan_make(&in, &tr->plan)) return -1;
+  if (tr->plan.fits != 0) return 0;
+  const st_memory_plan *p = &tr->plan;
+  st_plan_fit_query q;
+  memset(&q, 0, sizeof q);
+  q.base = in;
+  q.global_batch = rc->global_batch;
+  q.search_zero = 2; /* keep the stage if possible, else the next higher */
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return -1;
+  st_error_code(ST_EXIT_MEMORY);
+  char what[512], change[300];
+  snprintf(what, sizeof what, "the memory plan needs %s per rank, %s is usable (%s, less %g%% "
+           "headroom)", st_format_bytes(p->total, a, sizeof a),
+           st_format_bytes(p->usable, b, sizeof b), tr->plan_source, in.headroom_pct);
+  if (!f.found)
+    return st_error_set("%s, and nothing fits: even micro-batch %d, recompute %s, ZeRO %d needs "
+                        "%s. Use more ranks, a shorter --seq-len or a smaller model "
+                        "(shardtrain plan shows the table; docs/memory.md)", what,
+                        f.least.in.micro_batch, st_recompute_name(f.least.in.recompute),
+                        f.least.in.zero_stage, st_format_bytes(f.least.plan.total, c, sizeof c));
+  st_plan_describe_change(&in, &f.choice.in, rc->global_batch, change, sizeof change);
+  char alt[400] = "";
+  if (f.has_alt[in.recompute]) { /* the same policy at a smaller micro-batch */
+    char d[300];
+    const st_plan_choice *ac = &f.alt[in.recompute];
+    st_plan_describe_change(&in, &ac->in, rc->global_batch, d, sizeof d);
+    snprintf(alt, sizeof alt, "; or, keeping --recompute %s: %s (plan %s)",
+             st_recompute_name(in.recompute), d, st_format_bytes(ac->plan.total, b, sizeof b));
+  }
+  return st_error_set("%s. The smallest change that fits: %s (plan %s)%s. shardtrain plan shows "
+                      "the table and --fit the choices; docs/memory.md", what, change,
+                      st_format_bytes(f.choice.plan.total, c, sizeof c), alt);
 }
 
 /* Probe that the run directory can take files before any compute is spent. */
@@ -372,6 +460,20 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
                "buckets), gradient and Adam m/v shards of 1/N per rank, all-gather parameters"
                              : "reduce-scatter gradients, Adam m/v for 1/N of the parameters "
                                "per rank, all-gather parameters");
+  {
+    const st_memory_plan *p = &tr->plan;
+    char a[32], b[32], c[32], d[32];
+    printf("  memory     plan %s per rank: weights, gradients and optimizer %s, activations %s, "
+           "other %s; ", st_format_bytes(p->total, a, sizeof a),
+           st_format_bytes(p->weights + p->grads + p->grad_shard + p->master + p->adam_m +
+                               p->adam_v, b, sizeof b),
+           st_format_bytes(p->acts.total, c, sizeof c),
+           st_format_bytes(p->tokens + p->cublaslt + p->scratch + p->nccl + p->context, d,
+                           sizeof d));
+    if (p->fits < 0) printf("not checked (no --gpu-mem on the CPU)\n");
+    else printf("fits %s less %g%% with %s to spare\n", tr->plan_source, rc->headroom_pct,
+                st_format_bytes((uint64_t)p->spare, a, sizeof a));
+  }
   printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
   if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
   else printf(", no validation split");
@@ -398,6 +500,7 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_collectives(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_data(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_batch(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_memory_check(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_outdir(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, check_outdir_shared(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_trainer_alloc_state(tr) != 0))) return code;

@@ -10,6 +10,7 @@
 #include "io/tokens.h"
 #include "launcher/env.h"
 #include "rank/loss_scaler.h"
+#include "rank/memory_plan.h"
 #include "rank/model.h"
 #include "rank/partition.h"
 #include "rank/rng.h"
@@ -37,6 +38,8 @@ typedef struct {
   float *master;           /* fp32 master weights of opt_part; NULL when the storage is
                             * fp32 (the model's params are then the master copy) */
   st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
+  st_memory_plan plan;     /* this rank's memory plan, checked before allocation */
+  char plan_source[320];   /* what the plan was checked against ("" when not) */
   float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
   float *recv[ST_COMM_TAGS]; /* ZeRO 2: this rank's share of each hook slot's range */
   size_t *bucket_counts;   /* per-rank share of the range being reduced */

@@ -551,6 +551,54 @@ static void test_fit_1558m(void **state) {
   assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 2);
 }
 
+/* search_zero 2 (train's pre-flight): the given stage first, then higher,
+ * then lower, so the suggestion changes as little as it can. */
+static void test_fit_keeps_given_stage(void **state) {
+  (void)state;
+  st_plan_fit f;
+  st_memory_plan p0, p1, p2;
+  st_plan_input in = gpt2_124m(2, 0, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p0), 0);
+  in.zero_stage = 1;
+  assert_int_equal(st_memory_plan_make(&in, &p1), 0);
+  in.zero_stage = 2;
+  assert_int_equal(st_memory_plan_make(&in, &p2), 0);
+  /* 2 ranks: ZeRO 2 < 1 < 0. A GPU between ZeRO 2 and 1 at micro-batch 32:
+   * from --zero 1, raise to 2 and keep batch and recompute. */
+  assert_true(p2.total < p1.total && p1.total < p0.total);
+  st_plan_fit_query q;
+  memset(&q, 0, sizeof q);
+  q.base = gpt2_124m(2, 1, ST_RECOMPUTE_NONE);
+  q.base.gpu_mem = (p2.total + p1.total) / 2;
+  q.global_batch = 64;
+  q.search_zero = 2;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  assert_int_equal(f.choice.in.micro_batch, 32);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_NONE);
+  assert_int_equal(f.choice.in.zero_stage, 2);
+  /* With room for ZeRO 0 too, the given stage 1 is kept, not lowered. */
+  q.base.gpu_mem = p0.total + 1;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  assert_int_equal(f.choice.in.zero_stage, 1);
+  /* 1 rank: ZeRO 0 < 2 < 1 (the shard duplicates the gradients). Between
+   * ZeRO 0 and 2, from --zero 1: 1 and 2 fail, then 0. */
+  in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p0), 0);
+  in.zero_stage = 2;
+  assert_int_equal(st_memory_plan_make(&in, &p2), 0);
+  assert_true(p0.total < p2.total);
+  q.base = gpt2_124m(1, 1, ST_RECOMPUTE_NONE);
+  q.base.gpu_mem = (p0.total + p2.total) / 2;
+  q.global_batch = 32;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  assert_int_equal(f.choice.in.micro_batch, 32);
+  assert_int_equal(f.choice.in.zero_stage, 0);
+  char s[256];
+  st_plan_describe_change(&q.base, &f.choice.in, 32, s, sizeof s);
+  assert_string_equal(s, "--zero 1 -> 0");
+}
+
 static void test_fit_errors(void **state) {
   (void)state;
   st_plan_fit f;
@@ -627,6 +675,7 @@ int main(void) {
       cmocka_unit_test(test_headroom),
       cmocka_unit_test(test_fit_774m),
       cmocka_unit_test(test_fit_1558m),
+      cmocka_unit_test(test_fit_keeps_given_stage),
       cmocka_unit_test(test_fit_errors),
       cmocka_unit_test(test_sizes),
       cmocka_unit_test(test_describe_change),
