@@ -143,7 +143,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     } else {
       row("NCCL buffers", p->nccl, "one rank: no connections");
     }
-    row("CUDA context", p->context, "ESTIMATE, not yet calibrated on the device");
+    row("CUDA context", p->context, "measured on an H200 (docs/memory.md)");
   }
   printf("  %-28s %17s %11s\n", "", "-----------------", "-----------");
   row("total", p->total, "");

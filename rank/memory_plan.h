@@ -30,10 +30,13 @@ typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
 
 /* kernels/cuda/matmul.cu: the cuBLASLt workspace, made on the first matmul. */
 #define ST_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
-/* CUDA context, cuBLASLt handle and loaded kernels on one GPU: an ESTIMATE
- * (CUDA 12/13 on Hopper with lazy module loading is typically 0.4-0.6 GiB),
- * not yet calibrated on the device. */
-#define ST_PLAN_CUDA_CONTEXT ((uint64_t)512 << 20)
+/* Everything on a GPU that is not a planned buffer: the CUDA context,
+ * cuBLASLt handle, loaded kernels and cudaMalloc's rounding. Calibrated on
+ * an H200 (CUDA 13.0, 2026-11-30): nvidia-smi's used memory minus the
+ * planned buffers was 599-605 MiB above the earlier 512 MiB guess in five
+ * one-rank runs of different models, batches, lengths and recompute
+ * policies (docs/memory.md has the table), so 1117 MiB. */
+#define ST_PLAN_CUDA_CONTEXT ((uint64_t)1117 << 20)
 /* NCCL's SIMPLE-protocol buffer per connection when NCCL_BUFFSIZE is unset. */
 #define ST_PLAN_NCCL_BUFFSIZE ((uint64_t)4 << 20)
 /* Channels NCCL opens, for the estimate, when --nccl-max-ctas does not cap

@@ -330,7 +330,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.cublaslt, 32LL << 20);
   assert_int_equal(p.tokens, 2LL * 32768 * 4);
   assert_int_equal(p.nccl, 0); /* one rank: no connections */
-  assert_int_equal(p.context, 512LL << 20);
+  assert_int_equal(p.context, 1117LL << 20); /* calibrated on an H200 */
   in = gpt2_124m(2, 1, ST_RECOMPUTE_FULL);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   /* 16 channels x 1 peer x (4 MiB + 512 KiB + 4,915,200) */
