@@ -98,7 +98,7 @@ static int call(st_comm *c, st_coll_op op, void *send, void *recv, size_t count)
   case ST_COLL_ALL_REDUCE: return c->all_reduce_sum(c, send, count);
   case ST_COLL_REDUCE_SCATTER: return c->reduce_scatter_sum(c, send, recv, count);
   case ST_COLL_ALL_GATHER: return c->all_gather(c, send, recv, count, sizeof(float));
-  default: return c->broadcast(c, send, count, 0);
+  default: return c->broadcast_buf(c, send, count, 0);
   }
 }
 

@@ -43,8 +43,10 @@ struct st_comm {
    * bf16/fp16 working weights); recv holds world*count, rank order. send may
    * be recv's own block (in place). */
   int (*all_gather)(st_comm *c, const void *send, void *recv, size_t count, size_t elem_size);
-  /* bytes from root to all */
+  /* bytes from root to all, host memory */
   int (*broadcast)(st_comm *c, void *buf, size_t bytes, int root);
+  /* bytes from root to all, in the backend's memory (device on GPUs) */
+  int (*broadcast_buf)(st_comm *c, void *buf, size_t bytes, int root);
   int (*barrier)(st_comm *c);
   /* all-reduce helpers on host scalars (flags, loss sums) */
   int (*all_reduce_double_sum)(st_comm *c, double *buf, size_t count);

@@ -113,6 +113,7 @@ int st_comm_mpi_init(st_comm *c) {
   c->reduce_scatterv_sum_start = mpi_reduce_scatterv_sum_start;
   c->wait = mpi_wait;
   c->broadcast = mpi_broadcast;
+  c->broadcast_buf = mpi_broadcast; /* the CPU backend's memory is host memory */
   c->barrier = mpi_barrier;
   c->all_reduce_double_sum = mpi_all_reduce_double_sum;
   c->all_reduce_int_max = mpi_all_reduce_int_max;

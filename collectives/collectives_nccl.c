@@ -75,9 +75,10 @@ static int wait_done_on(st_comm *c, const char *what, size_t count, int check_st
                           "log and NCCL_SOCKET_IFNAME / NCCL_IB_HCA (raise the limit with "
                           "--nccl-timeout)", what, count, n->timeout_s, c->rank, c->step);
     }
-    /* Spin for the first 200 us (most collectives end within it, and a
-     * sleep would add its granularity to every one), then poll every 50 us. */
-    if (now_s() - t0 > 2e-4) {
+    /* Spin for the first 20 ms (a sleep adds its granularity, 50-100 us on
+     * Linux, to every collective; a rank's host has nothing else to do
+     * meanwhile), then poll every 50 us. */
+    if (now_s() - t0 > 2e-2) {
       struct timespec pause = {0, 50000};
       nanosleep(&pause, NULL);
     }
@@ -177,6 +178,13 @@ static int nccl_wait(st_comm *c, int tag) {
   return wait_done_on(c, n->pending_what[tag], n->pending_count[tag], 1, n->done[tag]);
 }
 
+static int nccl_broadcast_buf(st_comm *c, void *buf, size_t bytes, int root) {
+  nccl_impl *n = impl_of(c);
+  if (after_compute(c)) return -1;
+  return issued(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->nccl, n->stream),
+                "broadcast", bytes);
+}
+
 static int nccl_all_gather(st_comm *c, const void *send, void *recv, size_t count,
                            size_t elem_size) {
   nccl_impl *n = impl_of(c);
@@ -244,6 +252,7 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
   c->reduce_scatterv_sum_start = nccl_reduce_scatterv_sum_start;
   c->wait = nccl_wait;
   c->all_gather = nccl_all_gather;
+  c->broadcast_buf = nccl_broadcast_buf;
   return 0;
 }
 
