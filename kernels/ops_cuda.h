@@ -32,6 +32,10 @@ int st_cuda_device_count(void);
  * st_error when no device is visible or it cannot be selected. */
 int st_cuda_bind_device(int local_rank, char *name, size_t cap);
 
+/* The current device's free and total memory (cudaMemGetInfo): 0, or -1
+ * when it cannot be read. Never aborts. */
+int st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
 #ifdef __cplusplus
 }
 #endif

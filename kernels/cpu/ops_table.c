@@ -1,12 +1,26 @@
 /* ops_table.c - the CPU backend's op table (see kernels/ops.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
-/* Host memory: the "device" of the CPU backend. */
-static void *cpu_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+/* Host memory: the "device" of the CPU backend. Counted, so the trainer's
+ * check that nothing allocates after setup runs on the CPU too. */
+static int64_t g_allocs;
+static char g_last[96] = "none";
+
+static void *cpu_alloc(size_t bytes) {
+  g_allocs++;
+  snprintf(g_last, sizeof g_last, "alloc of %zu bytes", bytes);
+  return calloc(1, bytes ? bytes : 1);
+}
+static int cpu_reserve(size_t workspace_bytes, size_t scratch_bytes) { return 0; }
+static int64_t cpu_allocations(const char **last) {
+  if (last) *last = g_last;
+  return g_allocs;
+}
 static void cpu_free(void *p) { free(p); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) {
@@ -24,6 +38,8 @@ static const st_ops k_cpu_ops = {
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .synchronize = cpu_synchronize,
+    .reserve = cpu_reserve,
+    .allocations = cpu_allocations,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,

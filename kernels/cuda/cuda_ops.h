@@ -168,6 +168,15 @@ void cuda_synchronize(void);
  * op that needs partial sums; grows (never shrinks) on first use of a size, so
  * after the first step nothing is allocated. Valid until the next call. */
 void *cuda_scratch(size_t bytes);
+/* kernels/ops.h's reserve and allocations. cuda_note_alloc counts one
+ * allocation of the backend's (what: "alloc", "cuda_scratch growth", ...). */
+int cuda_reserve(size_t workspace_bytes, size_t scratch_bytes);
+int64_t cuda_allocations(const char **last);
+void cuda_note_alloc(const char *what, size_t bytes);
+/* The cuBLASLt handle and a workspace of bytes (0: the default 32 MiB),
+ * made now rather than on the first matmul (matmul.cu); 0 or -1, never
+ * fatal. A workspace already made is kept when it is at least that size. */
+int cuda_matmul_reserve(size_t bytes);
 
 /* ---- ops (one file per family, mirroring kernels/cpu/). S is the storage
  * type of every void * tensor; float * tensors are fp32 whatever S is. */

@@ -24,8 +24,10 @@
  * separate pass: the in-place and output-type schemes would add partials in
  * bf16/fp16 (they are taken only if the heuristic offers nothing else).
  *
- * The handle and a 32 MiB workspace are made on the first matmul, on the
- * device current then (st_cuda_bind_device runs before any op).
+ * The handle and a 32 MiB workspace are made by reserve at train setup
+ * (cuda_matmul_reserve, the memory plan's size), or else on the first
+ * matmul, on the device current then (st_cuda_bind_device runs before any
+ * op).
  */
 #include <cublasLt.h>
 
@@ -40,12 +42,32 @@
 
 static cublasLtHandle_t g_lt;
 static void *g_workspace;
-static const size_t k_workspace_bytes = (size_t)32 << 20;
+static size_t g_workspace_bytes = (size_t)32 << 20; /* ST_PLAN_CUBLASLT_WORKSPACE */
 
 static void lt_init(void) {
   if (g_lt) return;
   ST_CUBLAS_CHECK(cublasLtCreate(&g_lt));
-  ST_CUDA_CHECK(cudaMalloc(&g_workspace, k_workspace_bytes));
+  cuda_note_alloc("cuBLASLt workspace", g_workspace_bytes);
+  ST_CUDA_CHECK(cudaMalloc(&g_workspace, g_workspace_bytes));
+}
+
+int cuda_matmul_reserve(size_t bytes) {
+  if (bytes == 0) bytes = g_workspace_bytes;
+  if (g_lt) return g_workspace_bytes >= bytes ? 0 : -1;
+  if (cublasLtCreate(&g_lt) != CUBLAS_STATUS_SUCCESS) {
+    g_lt = NULL;
+    return -1;
+  }
+  cuda_note_alloc("cuBLASLt workspace", bytes);
+  if (cudaMalloc(&g_workspace, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cublasLtDestroy(g_lt);
+    g_lt = NULL;
+    g_workspace = NULL;
+    return -1;
+  }
+  g_workspace_bytes = bytes;
+  return 0;
 }
 
 /* Largest power of two (<= 256, >= the element size) dividing the address:
@@ -99,7 +121,7 @@ static int plan_heuristic(lt_plan *p, uint32_t schemes) {
   const lt_key *key = &p->key;
   cublasLtMatmulPreference_t pref;
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t ws = k_workspace_bytes;
+  uint64_t ws = g_workspace_bytes;
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -220,7 +242,7 @@ static int lt_matmul_epi(void *d, const void *a, const void *b, const void *bias
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   const float alpha = 1.0f;
   ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d,
-                                 p->ld, &p->algo, g_workspace, k_workspace_bytes, 0));
+                                 p->ld, &p->algo, g_workspace, g_workspace_bytes, 0));
   return 0;
 }
 

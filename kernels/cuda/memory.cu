@@ -1,10 +1,27 @@
 /* memory.cu - device memory for the op table: plain cudaMalloc'ed buffers
- * (never managed memory), zeroed on allocation, synchronous copies; and the
- * backend's scratch buffer for partial sums. */
+ * (never managed memory), zeroed on allocation, synchronous copies; the
+ * backend's scratch buffer for partial sums; reserve and the allocation
+ * count (kernels/ops.h). */
+#include <stdio.h>
+
 #include "kernels/cuda/cuda_ops.h"
+
+static int64_t g_allocs;
+static char g_last[128] = "none";
+
+void cuda_note_alloc(const char *what, size_t bytes) {
+  g_allocs++;
+  snprintf(g_last, sizeof g_last, "%s of %zu bytes", what, bytes);
+}
+
+int64_t cuda_allocations(const char **last) {
+  if (last) *last = g_last;
+  return g_allocs;
+}
 
 void *cuda_alloc(size_t bytes) {
   void *p = NULL;
+  cuda_note_alloc("alloc", bytes);
   if (bytes == 0) bytes = 1;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError(); /* clear it: an out-of-memory is reported by the caller */
@@ -49,7 +66,30 @@ void *cuda_scratch(size_t bytes) {
   if (g_scratch) ST_CUDA_CHECK(cudaFree(g_scratch)); /* synchronises: no op still uses it */
   g_scratch = NULL;
   g_scratch_bytes = 0;
+  cuda_note_alloc("cuda_scratch growth", want);
   ST_CUDA_CHECK(cudaMalloc(&g_scratch, want));
   g_scratch_bytes = want;
   return g_scratch;
+}
+
+/* cuda_scratch at bytes now (the plan's size after one step), so the
+ * step's requests all fit; -1 when the memory is not there. */
+static int scratch_reserve(size_t bytes) {
+  if (bytes <= g_scratch_bytes) return 0;
+  if (g_scratch) ST_CUDA_CHECK(cudaFree(g_scratch));
+  g_scratch = NULL;
+  g_scratch_bytes = 0;
+  cuda_note_alloc("cuda_scratch reserve", bytes);
+  if (cudaMalloc(&g_scratch, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    g_scratch = NULL;
+    return -1;
+  }
+  g_scratch_bytes = bytes;
+  return 0;
+}
+
+int cuda_reserve(size_t workspace_bytes, size_t scratch_bytes) {
+  if (cuda_matmul_reserve(workspace_bytes)) return -1;
+  return scratch_reserve(scratch_bytes);
 }

@@ -31,6 +31,8 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.to_device = cuda_to_device;
   t.to_host = cuda_to_host;
   t.synchronize = cuda_synchronize;
+  t.reserve = cuda_reserve;
+  t.allocations = cuda_allocations;
   t.encoder_forward = cuda_encoder_forward<S>;
   t.encoder_backward = cuda_encoder_backward<S>;
   t.layernorm_forward = cuda_layernorm_forward<S>;
@@ -98,4 +100,15 @@ extern "C" int st_cuda_bind_device(int local_rank, char *name, size_t cap) {
   }
   if (name && cap) snprintf(name, cap, "%s", prop.name);
   return dev;
+}
+
+extern "C" int st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+  size_t f = 0, t = 0;
+  if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  *free_bytes = f;
+  *total_bytes = t;
+  return 0;
 }
