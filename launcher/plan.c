@@ -161,68 +161,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
 
 static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
                         const st_memory_plan *p, int accum, const char *source) {
-  cJSON *j = cJSON_CreateObject();
-  cJSON *m = cJSON_AddObjectToObject(j, "model");
-  cJSON_AddStringToObject(m, "name", o->rc.model_name);
-  cJSON_AddNumberToObject(m, "n_layer", in->model.n_layer);
-  cJSON_AddNumberToObject(m, "n_head", in->model.n_head);
-  cJSON_AddNumberToObject(m, "n_embd", in->model.n_embd);
-  cJSON_AddNumberToObject(m, "seq_len", in->model.block_size);
-  cJSON_AddNumberToObject(m, "vocab_size", in->model.vocab_size);
-  cJSON_AddNumberToObject(m, "padded_vocab_size", in->model.padded_vocab_size);
-  cJSON_AddNumberToObject(m, "params", (double)p->params);
-  cJSON_AddNumberToObject(m, "padded_params", (double)p->padded_params);
-  cJSON_AddNumberToObject(m, "shard", (double)p->shard);
-  cJSON *c = cJSON_AddObjectToObject(j, "config");
-  cJSON_AddNumberToObject(c, "micro_batch", in->micro_batch);
-  cJSON_AddNumberToObject(c, "global_batch", o->rc.global_batch);
-  cJSON_AddNumberToObject(c, "grad_accum", accum);
-  cJSON_AddNumberToObject(c, "ranks", in->world);
-  cJSON_AddNumberToObject(c, "zero", in->zero_stage);
-  cJSON_AddStringToObject(c, "precision", st_dtype_name(in->dtype));
-  cJSON_AddStringToObject(c, "recompute", st_recompute_name(in->recompute));
-  cJSON_AddStringToObject(c, "device", in->backend == ST_BACKEND_CUDA ? "cuda" : "cpu");
-  cJSON *b = cJSON_AddObjectToObject(j, "bytes");
-#define B(name, v) cJSON_AddNumberToObject(b, name, (double)(v))
-  B("weights", p->weights);
-  B("grads", p->grads);
-  B("grads_full", p->grads_full);
-  B("grads_head", p->grads_head);
-  B("grads_buckets", p->grads_buckets);
-  B("grads_recv", p->grads_recv);
-  B("grad_shard", p->grad_shard);
-  B("master", p->master);
-  B("adam_m", p->adam_m);
-  B("adam_v", p->adam_v);
-  B("activations", p->acts.total);
-  B("tokens", p->tokens);
-  B("cublaslt_workspace", p->cublaslt);
-  B("cuda_scratch", p->scratch);
-  B("nccl_estimate", p->nccl);
-  B("cuda_context_estimate", p->context);
-  B("total", p->total);
-#undef B
-  cJSON *a = cJSON_AddObjectToObject(j, "activations");
-  cJSON_AddNumberToObject(a, "blocks", (double)p->acts.blocks);
-  cJSON_AddNumberToObject(a, "recompute_block", (double)p->acts.recompute);
-  cJSON_AddNumberToObject(a, "attention", (double)p->acts.attention);
-  cJSON_AddNumberToObject(a, "logits", (double)p->acts.logits);
-  cJSON_AddNumberToObject(a, "grad_scratch", (double)p->acts.grad_scratch);
-  cJSON_AddNumberToObject(a, "embed", (double)p->acts.embed);
-  cJSON_AddNumberToObject(a, "head", (double)p->acts.head);
-  cJSON *g = cJSON_AddObjectToObject(j, "gpu");
-  if (p->fits >= 0) {
-    cJSON_AddNumberToObject(g, "memory", (double)in->gpu_mem);
-    cJSON_AddStringToObject(g, "source", source);
-    cJSON_AddNumberToObject(g, "headroom_pct", in->headroom_pct);
-    cJSON_AddNumberToObject(g, "usable", (double)p->usable);
-    cJSON_AddNumberToObject(g, "spare", (double)p->spare);
-    cJSON_AddBoolToObject(g, "fits", p->fits);
-  } else {
-    cJSON_AddNullToObject(g, "memory");
-    cJSON_AddNullToObject(g, "fits");
-  }
-  return j;
+  return st_memory_plan_cjson(o->rc.model_name, o->rc.global_batch, accum, in, p, source);
 }
 
 static cJSON *choice_json(const st_plan_choice *c) {

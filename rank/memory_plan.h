@@ -163,6 +163,18 @@ int st_plan_parse_size(const char *flag, const char *text, uint64_t *out);
 st_recompute st_recompute_parse(const char *name);
 const char *st_recompute_name(st_recompute r);
 
+/* The plan as the JSON object `shardtrain plan --json` prints: model,
+ * config, bytes (every category; "total"), activations, gpu (checked
+ * against source when p->fits >= 0). model_name and global_batch are the
+ * run's flags, accum its gradient accumulation. st_memory_plan_cjson
+ * returns a cJSON object (cJSON_Delete it); st_memory_plan_json the same
+ * as one unformatted string (free() it). NULL when out of memory. */
+struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int accum,
+                                   const st_plan_input *in, const st_memory_plan *p,
+                                   const char *source);
+char *st_memory_plan_json(const char *model_name, int global_batch, int accum,
+                          const st_plan_input *in, const st_memory_plan *p, const char *source);
+
 /* Free and total memory of the current CUDA device and its name
  * ("cuda:0 (NVIDIA H200)"). -1 with st_error when the build has no CUDA or
  * no device is visible. */
