@@ -10,7 +10,8 @@
  *       the tensor's full shape mapping every rank file's piece into place;
  *       root attributes: config (JSON), step, tokens_seen, world_size,
  *       zero_stage, data_position, rng_state, format_version, build_version,
- *       rank_files.
+ *       rank_files; memory_plan (JSON) and memory_planned_bytes when the
+ *       writer had a plan (shardtrain train always does).
  *   RUN/ckpt/latest: text file holding the step directory name; replaced
  *       atomically (rename) only after every rank has written and flushed.
  *
@@ -44,6 +45,11 @@ typedef struct {
   int scaler_hysteresis_left;
   int64_t skipped_steps;
   char config_json[8192]; /* run configuration (model shape + training) */
+  /* Written only (the reader leaves them 0): the writing run's memory plan,
+   * as `shardtrain plan --json` prints it, and its total bytes per rank;
+   * root attributes memory_plan and memory_planned_bytes when not NULL. */
+  const char *memory_plan_json;
+  uint64_t memory_planned_bytes;
 } st_ckpt_meta;
 
 /* Write a checkpoint for `meta.step` under run_dir/ckpt. Collective: every

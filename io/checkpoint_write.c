@@ -255,7 +255,10 @@ static int write_index_attrs(hid_t f, const st_param_table *tab, const st_partit
          st_h5_attr_put_str(f, "build_version", SHARDTRAIN_VERSION) ||
          st_h5_attr_put_int(f, "rank_files", part->world) ||
          st_h5_attr_put_i64(f, "total_elements", tab->total) ||
-         st_h5_attr_put_int(f, "num_tensors", tab->n);
+         st_h5_attr_put_int(f, "num_tensors", tab->n) ||
+         (meta->memory_plan_json &&
+          (st_h5_attr_put_str(f, "memory_plan", meta->memory_plan_json) ||
+           st_h5_attr_put_i64(f, "memory_planned_bytes", (int64_t)meta->memory_planned_bytes)));
 }
 
 static int write_index_tensors(hid_t f, const char *path, const st_param_table *tab,

@@ -198,6 +198,9 @@ static int setup_memory_check(trainer *tr) {
     uint64_t fr, tot;
     char name[160];
     if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    tr->have_dev_mem = 1;
+    tr->dev_free_before = fr;
+    tr->dev_total = tot;
     const uint64_t avail = fr + ST_PLAN_CUDA_CONTEXT;
     if (!cap || avail < cap) {
       cap = avail;
@@ -210,7 +213,11 @@ static int setup_memory_check(trainer *tr) {
 #endif
   in.gpu_mem = cap;
   if (st_memory_plan_make(&in, &tr->plan)) return -1;
-  if (tr->plan.fits != 0) return 0;
+  if (tr->plan.fits != 0) {
+    tr->plan_json = st_memory_plan_json(rc->model_name, rc->global_batch, tr->accum, &in,
+                                        &tr->plan, tr->plan_source);
+    return tr->plan_json ? 0 : st_error_set("out of host memory");
+  }
   const st_memory_plan *p = &tr->plan;
   st_plan_fit_query q;
   memset(&q, 0, sizeof q);
@@ -350,6 +357,32 @@ int st_trainer_alloc_state(trainer *tr) {
   return 0;
 }
 
+/* The backend's own buffers, made now at the plan's sizes (ops->reserve),
+ * so that nothing is allocated inside the step loop: on CUDA the cuBLASLt
+ * workspace and cuda_scratch, which would otherwise appear on the first
+ * matmul and the first backward. */
+static int setup_reserve(trainer *tr) {
+  const st_memory_plan *p = &tr->plan;
+  if (tr->ops->reserve((size_t)p->cublaslt, (size_t)p->scratch) == 0) return 0;
+  char a[32], b[32];
+  return st_error_set("cannot allocate the %s backend's own buffers at setup (cuBLASLt "
+                      "workspace %s, scratch %s) on %s: the device ran out of memory below "
+                      "the plan; lower --micro-batch or raise --headroom (docs/memory.md)",
+                      tr->ops->name, st_format_bytes(p->cublaslt, a, sizeof a),
+                      st_format_bytes(p->scratch, b, sizeof b), tr->device_name);
+}
+
+/* The end of setup: the allocation count the step loop must keep
+ * (trainer.c checks it), and on CUDA the device's free memory now. */
+static void setup_done(trainer *tr) {
+  tr->allocs_setup = tr->ops->allocations(NULL);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  size_t fr, tot;
+  if (tr->have_dev_mem && st_cuda_mem_info(&fr, &tot) == 0) tr->dev_free_after = fr;
+  else tr->have_dev_mem = 0;
+#endif
+}
+
 /* host[padded_total] fp32 -> the working weights (storage dtype) and, in
  * mixed precision, this rank's fp32 master range. */
 static int set_weights(trainer *tr, const float *host) {
@@ -462,17 +495,25 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
                                "per rank, all-gather parameters");
   {
     const st_memory_plan *p = &tr->plan;
-    char a[32], b[32], c[32], d[32];
-    printf("  memory     plan %s per rank: weights, gradients and optimizer %s, activations %s, "
-           "other %s; ", st_format_bytes(p->total, a, sizeof a),
-           st_format_bytes(p->weights + p->grads + p->grad_shard + p->master + p->adam_m +
-                               p->adam_v, b, sizeof b),
+    char a[32], b[32], c[32], d[32], g[32], h[32];
+    printf("  memory     planned %s per %s (weights %s, gradients %s, optimizer %s, activations "
+           "%s, other %s); ", st_format_bytes(p->total, a, sizeof a),
+           tr->device_index >= 0 ? "GPU" : "rank",
+           st_format_bytes(p->weights, b, sizeof b), st_format_bytes(p->grads, g, sizeof g),
+           st_format_bytes(p->grad_shard + p->master + p->adam_m + p->adam_v, h, sizeof h),
            st_format_bytes(p->acts.total, c, sizeof c),
            st_format_bytes(p->tokens + p->cublaslt + p->scratch + p->nccl + p->context, d,
                            sizeof d));
     if (p->fits < 0) printf("not checked (no --gpu-mem on the CPU)\n");
     else printf("fits %s less %g%% with %s to spare\n", tr->plan_source, rc->headroom_pct,
                 st_format_bytes((uint64_t)p->spare, a, sizeof a));
+    if (tr->have_dev_mem) /* rank 0's GPU */
+      printf("  device     %s: %s free of %s before allocation, %s free after setup (%s taken)\n",
+             tr->device_name, st_format_bytes(tr->dev_free_before, a, sizeof a),
+             st_format_bytes(tr->dev_total, b, sizeof b),
+             st_format_bytes(tr->dev_free_after, c, sizeof c),
+             st_format_bytes(tr->dev_free_before > tr->dev_free_after
+                                 ? tr->dev_free_before - tr->dev_free_after : 0, d, sizeof d));
   }
   printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
   if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
@@ -504,5 +545,8 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_outdir(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, check_outdir_shared(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_trainer_alloc_state(tr) != 0))) return code;
-  return st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0);
+  if ((code = st_trainer_agree(tr, setup_reserve(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0))) return code;
+  setup_done(tr);
+  return 0;
 }

@@ -103,6 +103,8 @@ static int save_checkpoint(trainer *tr) {
   meta.scaler_hysteresis_left = tr->scaler.hysteresis_left;
   meta.skipped_steps = tr->scaler.skipped_steps;
   snprintf(meta.config_json, sizeof meta.config_json, "%s", tr->config_json);
+  meta.memory_plan_json = tr->plan_json;
+  meta.memory_planned_bytes = tr->plan.total;
   /* The file holds this rank's ZeRO partition whatever the stage, so the
    * layout on disk depends only on the rank count. Staged through host
    * memory, which also takes the backend's copy off the device. */
@@ -446,6 +448,39 @@ static int check_preempted(trainer *tr, int64_t last_ckpt) {
   return ST_EXIT_PREEMPTED;
 }
 
+/* Nothing is allocated after setup (docs/memory.md): the backend's
+ * allocation count must stay where setup left it. Local; the first
+ * offender is kept in tr->alloc_msg until alloc_agree. */
+static void alloc_note(trainer *tr, const char *during) {
+  const char *last = "";
+  int64_t n = tr->ops->allocations(&last);
+  if (n == tr->allocs_setup || tr->alloc_msg[0]) return;
+  snprintf(tr->alloc_msg, sizeof tr->alloc_msg,
+           "internal error: the %s backend allocated memory after setup, during %s (%lld "
+           "allocation(s), the latest: %s). Every buffer must be planned and allocated at "
+           "setup (docs/memory.md, \"Checks\"); please report this", tr->ops->name, during,
+           (long long)(n - tr->allocs_setup), last);
+}
+
+/* Collective: every rank learns whether any allocated after setup. */
+static int alloc_agree(trainer *tr) {
+  if (tr->alloc_msg[0]) {
+    st_error_code(ST_EXIT_ERROR);
+    st_error_set("%s", tr->alloc_msg);
+  }
+  return st_trainer_agree(tr, tr->alloc_msg[0] != 0);
+}
+
+/* Fault injection for the allocation check's test: ST_FAULT_ALLOC=STEP
+ * allocates (and frees) 4 KiB through the backend during that step. */
+static void fault_alloc(trainer *tr) {
+  const char *f = getenv("ST_FAULT_ALLOC");
+  if (!f || atoll(f) != tr->step + 1) return;
+  fprintf(stderr, "shardtrain: ST_FAULT_ALLOC: rank %d allocates during step %lld\n",
+          tr->comm->rank, (long long)tr->step + 1);
+  tr->ops->free(tr->ops->alloc(4096));
+}
+
 static int train_loop(trainer *tr) {
   st_run_config *rc = tr->rc;
   int code = 0;
@@ -456,19 +491,28 @@ static int train_loop(trainer *tr) {
     double t0 = MPI_Wtime(), loss = 0, norm = 0;
     float lr = 0;
     int skipped = 0;
+    char during[64];
     if (tr->profile && tr->step == prof_from) st_ops_profile_reset();
+    fault_alloc(tr);
     if ((code = train_step(tr, &loss, &norm, &lr, &skipped))) return code;
+    snprintf(during, sizeof during, "step %lld", (long long)tr->step);
+    alloc_note(tr, during);
     tr->last_loss = loss;
     tr->trained = 1;
     if (tr->profile && tr->step > prof_from) prof_wall += MPI_Wtime() - t0;
     log_step(tr, loss, norm, lr, skipped, MPI_Wtime() - t0);
-    if (rc->val_every > 0 && tr->step % rc->val_every == 0 && tr->step < rc->steps &&
-        (code = run_validation(tr)))
-      return code;
+    if (rc->val_every > 0 && tr->step % rc->val_every == 0 && tr->step < rc->steps) {
+      if ((code = run_validation(tr))) return code;
+      snprintf(during, sizeof during, "the validation after step %lld", (long long)tr->step);
+      alloc_note(tr, during);
+    }
     if (rc->ckpt_every > 0 && tr->step % rc->ckpt_every == 0) {
       if ((code = save_checkpoint(tr))) return code;
       last_ckpt = tr->step;
+      snprintf(during, sizeof during, "the checkpoint of step %lld", (long long)tr->step);
+      alloc_note(tr, during);
     }
+    if ((code = alloc_agree(tr))) return code;
     if ((code = check_preempted(tr, last_ckpt))) return code;
   }
   if (tr->profile && tr->comm->rank == 0 && tr->step > prof_from) {
@@ -482,7 +526,10 @@ static int train_loop(trainer *tr) {
     return st_trainer_agree(tr, dump_params(tr) != 0);
   }
   if (tr->step == rc->steps && (code = run_validation(tr))) return code;
+  alloc_note(tr, "the final validation");
   if (tr->step != last_ckpt && (code = save_checkpoint(tr))) return code;
+  alloc_note(tr, "the final checkpoint");
+  if ((code = alloc_agree(tr))) return code;
   return st_trainer_agree(tr, dump_params(tr) != 0);
 }
 
@@ -499,6 +546,10 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
     char path[1100];
     snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
     tr.metrics = fopen(path, resumed ? "a" : "w");
+    if (tr.metrics && tr.plan_json) { /* this invocation's plan, before its steps */
+      fprintf(tr.metrics, "{\"memory_plan\":%s}\n", tr.plan_json);
+      fflush(tr.metrics);
+    }
   }
   st_trainer_print_config(&tr, resumed, from);
   st_env_print_map(env, tr.device_index < 0 ? "cpu" : "cuda");
@@ -519,8 +570,10 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
     printf("done: step %lld, train loss %s, val loss %s, %.1f s\n", (long long)tr.step, tl, vl,
            wall);
     if (rc->json)
-      printf("{\"step\":%lld,\"train_loss\":%s,\"val_loss\":%s,\"wall_s\":%.3f}\n",
-             (long long)tr.step, tlj, vlj, wall);
+      printf("{\"step\":%lld,\"train_loss\":%s,\"val_loss\":%s,\"wall_s\":%.3f,"
+             "\"backend_allocations\":{\"setup\":%lld,\"after_setup\":%lld}}\n",
+             (long long)tr.step, tlj, vlj, wall, (long long)tr.allocs_setup,
+             (long long)(tr.ops->allocations(NULL) - tr.allocs_setup));
     fflush(stdout);
   }
 done:
@@ -544,5 +597,6 @@ done:
   free(tr.tgt);
   free(tr.scratch);
   free(tr.config_json);
+  free(tr.plan_json);
   return code;
 }

@@ -40,6 +40,11 @@ typedef struct {
   st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
   st_memory_plan plan;     /* this rank's memory plan, checked before allocation */
   char plan_source[320];   /* what the plan was checked against ("" when not) */
+  char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
+  int64_t allocs_setup;    /* the backend's allocation count when setup ended (ops->allocations) */
+  char alloc_msg[400];     /* what allocated after setup ("" while nothing has) */
+  int have_dev_mem;        /* CUDA: dev_free_before/after and dev_total were read */
+  uint64_t dev_free_before, dev_free_after, dev_total; /* cudaMemGetInfo around allocation */
   float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
   float *recv[ST_COMM_TAGS]; /* ZeRO 2: this rank's share of each hook slot's range */
   size_t *bucket_counts;   /* per-rank share of the range being reduced */
@@ -73,7 +78,9 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap);
 /* The model and optimizer state in backend memory (tr->ops), sized by
  * tr->rc and tr->comm's rank count: what the memory plan
  * (rank/memory_plan.h) counts, allocated here and nowhere else. 0, or -1
- * with st_error. Part of st_trainer_setup; separate for tests. */
+ * with st_error. Part of st_trainer_setup; separate for tests. The
+ * backend's own buffers (cuBLASLt workspace, CUDA scratch) are reserved by
+ * st_trainer_setup after it, at the plan's sizes (ops->reserve). */
 int st_trainer_alloc_state(trainer *tr);
 
 /* Rank 0 prints the configuration block. */

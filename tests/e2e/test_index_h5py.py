@@ -1,13 +1,15 @@
 """index.h5 is readable without shardtrain: h5py returns whole tensors that
 equal the program's own parameters (dumped with --dump-params), and the
-attributes DESIGN.md promises are present."""
+attributes DESIGN.md promises are present, among them the run's memory
+plan (docs/memory.md): a JSON string whose total is what `shardtrain plan
+--json` gives for the same configuration, also logged in metrics.jsonl."""
 import json
 import os
 
 import h5py
 import numpy as np
 
-from common import check, corpus, parse_args, train
+from common import check, corpus, parse_args, run, train
 
 a = parse_args()
 data = corpus(a)
@@ -54,6 +56,17 @@ with h5py.File(os.path.join(ckpt, "index.h5"), "r") as f:
     check(int(at["tokens_seen"]) == 5 * 6 * 24 and int(at["data_position"]) == 5 * 6 * 24,
           "tokens_seen and data_position attributes")
     check(len(at["rng_state"]) == 2, "rng_state attribute")
+    plan = json.loads(at["memory_plan"])
+    r = run([a.bin, "plan", "--device", "cpu", "--vocab-size", "256", "--ranks", "3",
+             "--layers", "2", "--heads", "5", "--dim", "40", "--seq-len", "24",
+             "--micro-batch", "2", "--global-batch", "6", "--zero", "1", "--json"])
+    want = json.loads(r.stdout)["bytes"]["total"]
+    check(plan["bytes"]["total"] == want and int(at["memory_planned_bytes"]) == want,
+          f"memory_plan (JSON) and memory_planned_bytes attributes: {want} bytes, as plan --json")
+    check(plan["config"]["ranks"] == 3 and plan["config"]["zero"] == 1,
+          "memory_plan holds the run's configuration")
+first = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+check(first["memory_plan"]["bytes"]["total"] == want, "metrics.jsonl starts with the memory plan")
 with h5py.File(os.path.join(ckpt, "rank_00001.h5"), "r") as f:
     ds = [f["params"][k] for k in f["params"]]
     check(len(ds) > 0 and all(d.fletcher32 and d.chunks is not None for d in ds),

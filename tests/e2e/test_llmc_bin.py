@@ -36,7 +36,7 @@ check("train.bin" in r.stdout, "config block names the .bin shard")
 
 
 def lines(run):
-    return [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+    return [d for d in map(json.loads, open(os.path.join(run, "metrics.jsonl"))) if "step" in d]
 
 
 h5, bn = lines(W("h5")), lines(W("bin"))

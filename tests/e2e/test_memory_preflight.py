@@ -33,7 +33,7 @@ P = {(B, r, z): planned(B, r, z) for B in (8, 4, 2, 1) for r in ("none", "select
 # A good run whose checkpoint the failing runs must leave alone.
 good = W("good")
 r = train(a, NP, base + ["--micro-batch", 8, "--zero", 1, "--steps", 2, "--out", good])
-check("memory     plan" in r.stdout and "not checked (no --gpu-mem on the CPU)" in r.stdout,
+check("memory     planned" in r.stdout and "not checked (no --gpu-mem on the CPU)" in r.stdout,
       "without --gpu-mem the CPU run prints its plan, not checked")
 ckpt_digest = tree_digest(os.path.join(good, "ckpt"))
 
