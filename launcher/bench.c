@@ -3,12 +3,15 @@
  * and then timed, printed as nccl-tests prints them (time, algbw, busbw). */
 #include "launcher/bench.h"
 
+#include <cjson/cJSON.h>
 #include <mpi.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collectives/busbw.h"
+#include "collectives/scaling_model.h"
 #include "collectives/collectives.h"
 #include "kernels/ops.h"
 #include "launcher/env.h"
@@ -205,6 +208,190 @@ static int run(bench_opts *o, st_comm *c, const st_ops *ops, const char *where) 
   return failed ? -1 : 0;
 }
 
+/* ---- bench model: the alpha-beta fit of measured collectives and the
+ * projection of a ZeRO step to more nodes (collectives/scaling_model.h). */
+
+static void model_usage(void) {
+  printf("usage: shardtrain bench model --results FILE.jsonl [flags]   (one process)\n"
+         "  --results FILE     `bench collectives --json` output: the points to fit\n"
+         "  --params P         parameters (124475904: GPT-2 124M with the padded vocabulary)\n"
+         "  --compute-ms MS    forward+backward+optimizer per GPU per step (67.7: GPT-2 124M,\n"
+         "                     micro-batch 32, T=1024, bf16, one H200, docs/benchmarks.md)\n"
+         "  --zero 0|1|2 (1)   --overlap F (0: share of the gradient reduction hidden by backward)\n"
+         "  --gpus-per-node G (8)   --nodes LIST (1,2,4,8,16,32,64)   --algo ring|tree (ring)\n"
+         "  --intra-bw GB/s (default: fitted from --results)  --intra-lat US (1, per ring hop)\n"
+         "  --overhead US      per call (default: the fit's intercept)\n"
+         "  --inter-bw GB/s (50: 400 Gb/s of network per GPU)  --inter-lat US (10)   --json\n");
+}
+
+typedef struct {
+  const char *results;
+  st_step_model sm;
+  int gpn, nodes[32], nnodes, json;
+  st_algo algo;
+  double intra_bw, intra_lat, inter_bw, inter_lat, overhead; /* < 0: fitted */
+} model_opts;
+
+static int model_parse(int argc, char **argv, model_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->sm = (st_step_model){.zero_stage = 1, .params = 124475904, .compute_s = 67.7e-3,
+                          .overlap = 0, .grad_bytes = 4, .weight_bytes = 2};
+  o->gpn = 8;
+  o->inter_bw = 50;
+  o->inter_lat = 10;
+  o->intra_lat = 1;
+  o->overhead = -1;
+  const int dflt[] = {1, 2, 4, 8, 16, 32, 64};
+  for (int k = 0; k < 7; k++) o->nodes[o->nnodes++] = dflt[k];
+  for (int i = 2; i < argc; i++) {
+    const char *f = argv[i];
+    if (strcmp(f, "--json") == 0) {
+      o->json = 1;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      st_error_set("flag %s needs a value (see shardtrain bench model --help)", f);
+      return usage_error();
+    }
+    const char *v = argv[++i];
+    char *end;
+    double x = strtod(v, &end);
+    int num = *v && !*end;
+    if (strcmp(f, "--results") == 0) o->results = v;
+    else if (strcmp(f, "--algo") == 0 && (!strcmp(v, "ring") || !strcmp(v, "tree")))
+      o->algo = v[0] == 't' ? ST_ALGO_TREE : ST_ALGO_RING;
+    else if (strcmp(f, "--nodes") == 0) {
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s", v);
+      o->nnodes = 0;
+      for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        int n = atoi(t);
+        if (n < 1 || o->nnodes == 32) {
+          st_error_set("--nodes %s: give up to 32 node counts >= 1, comma-separated", v);
+          return usage_error();
+        }
+        o->nodes[o->nnodes++] = n;
+      }
+    } else if (!num || x < 0) {
+      st_error_set("%s %s: give a non-negative number (see shardtrain bench model --help)", f, v);
+      return usage_error();
+    } else if (strcmp(f, "--params") == 0) o->sm.params = x;
+    else if (strcmp(f, "--compute-ms") == 0) o->sm.compute_s = x * 1e-3;
+    else if (strcmp(f, "--overlap") == 0 && x <= 1) o->sm.overlap = x;
+    else if (strcmp(f, "--zero") == 0 && x <= 2) o->sm.zero_stage = (int)x;
+    else if (strcmp(f, "--gpus-per-node") == 0 && x >= 1) o->gpn = (int)x;
+    else if (strcmp(f, "--intra-bw") == 0) o->intra_bw = x;
+    else if (strcmp(f, "--intra-lat") == 0) o->intra_lat = x;
+    else if (strcmp(f, "--inter-bw") == 0) o->inter_bw = x;
+    else if (strcmp(f, "--inter-lat") == 0) o->inter_lat = x;
+    else if (strcmp(f, "--overhead") == 0) o->overhead = x;
+    else {
+      st_error_set("%s %s: unknown flag or value out of range (see shardtrain bench model "
+                   "--help)", f, v);
+      return usage_error();
+    }
+  }
+  if (!o->results && (o->intra_bw <= 0 || o->overhead < 0)) {
+    st_error_set("bench model needs --results FILE.jsonl (from bench collectives --json) to "
+                 "fit, or both --intra-bw and --overhead");
+    return usage_error();
+  }
+  return 0;
+}
+
+/* Fit op's points of the results file (the rank count of its lines). */
+static int model_fit(const char *path, st_coll_op op, st_ab *ab, double *r2, int *ranks,
+                     int *points) {
+  FILE *f = fopen(path, "r");
+  if (!f) return st_error_set("--results %s: %s", path, strerror(errno));
+  double S[256], T[256];
+  int m = 0, n = 0;
+  char line[1024];
+  while (fgets(line, sizeof line, f) && m < 256) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j) continue;
+    const cJSON *o = cJSON_GetObjectItem(j, "op"), *b = cJSON_GetObjectItem(j, "bytes"),
+                *t = cJSON_GetObjectItem(j, "time_us"), *r = cJSON_GetObjectItem(j, "ranks");
+    if (cJSON_IsString(o) && cJSON_IsNumber(b) && cJSON_IsNumber(t) && cJSON_IsNumber(r) &&
+        strcmp(o->valuestring, st_coll_name(op)) == 0) {
+      S[m] = b->valuedouble;
+      T[m] = t->valuedouble * 1e-6;
+      n = r->valueint;
+      m++;
+    }
+    cJSON_Delete(j);
+  }
+  fclose(f);
+  if (m == 0)
+    return st_error_set("--results %s has no %s lines (run bench collectives --json with "
+                        "that op)", path, st_coll_name(op));
+  *ranks = n;
+  *points = m;
+  if (st_ab_fit(op, n, S, T, m, ab, r2)) return st_error_prefix("--results %s", path);
+  return 0;
+}
+
+static int cmd_model(int argc, char **argv) {
+  model_opts o;
+  if (model_parse(argc, argv, &o)) {
+    fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
+    return ST_EXIT_USAGE;
+  }
+  const st_coll_op fit_op = o.sm.zero_stage == 0 ? ST_COLL_ALL_REDUCE : ST_COLL_REDUCE_SCATTER;
+  st_ab fitted = {0, 0, 0};
+  double r2 = 0;
+  int ranks = 0, points = 0;
+  if (o.results && model_fit(o.results, fit_op, &fitted, &r2, &ranks, &points)) {
+    fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
+    return ST_EXIT_USAGE;
+  }
+  st_cluster cl = {.gpus_per_node = o.gpn};
+  cl.intra.bw = o.intra_bw > 0 ? o.intra_bw * 1e9 : fitted.bw;
+  cl.intra.alpha = o.intra_lat * 1e-6;
+  cl.intra.overhead = o.overhead >= 0 ? o.overhead * 1e-6 : fitted.overhead;
+  cl.inter.bw = o.inter_bw * 1e9;
+  cl.inter.alpha = o.inter_lat * 1e-6;
+  if (!o.json) {
+    if (o.results)
+      printf("alpha-beta fit of %s from %s (%d points, %d ranks): %.2f us per call "
+             "(overhead and latency together: one rank count cannot separate them), "
+             "bandwidth %.1f GB/s per rank (R^2 %.4f, relative residuals)\n",
+             st_coll_name(fit_op), o.results, points, ranks, fitted.overhead * 1e6,
+             fitted.bw / 1e9, r2);
+    printf("projection: ZeRO %d, P = %.0f, compute %.2f ms per GPU per step (weak scaling: "
+           "the same per GPU at any size), %.0f%% of the gradient reduction hidden by "
+           "backward, %d GPUs per node\n  per call %.2f us (%s); intra %.1f GB/s (%s), %.2f us "
+           "per ring hop; inter %.1f GB/s per GPU, %.2f us per hop (flags)\n",
+           o.sm.zero_stage, o.sm.params, o.sm.compute_s * 1e3, o.sm.overlap * 100, o.gpn,
+           cl.intra.overhead * 1e6, o.overhead >= 0 ? "flag" : "fitted", cl.intra.bw / 1e9,
+           o.intra_bw > 0 ? "flag" : "fitted", cl.intra.alpha * 1e6, cl.inter.bw / 1e9,
+           cl.inter.alpha * 1e6);
+    printf("%7s %7s %11s %11s %11s %11s\n", "nodes", "GPUs", "comm_ms", "exposed_ms", "step_ms",
+           "efficiency");
+  }
+  for (int k = 0; k < o.nnodes; k++) {
+    cl.nodes = o.nodes[k];
+    st_step_projection p;
+    st_project_step(&o.sm, &cl, o.algo, &p);
+    if (o.json)
+      printf("{\"nodes\":%d,\"gpus\":%d,\"comm_ms\":%.4f,\"exposed_ms\":%.4f,\"step_ms\":%.4f,"
+             "\"efficiency\":%.5f,\"zero\":%d,\"params\":%.0f,\"compute_ms\":%.4f,"
+             "\"intra_GBs\":%.3f,\"intra_us\":%.3f,\"inter_GBs\":%.3f,\"inter_us\":%.3f}\n",
+             cl.nodes, cl.nodes * o.gpn, p.comm_s * 1e3, p.exposed_s * 1e3, p.step_s * 1e3,
+             p.efficiency, o.sm.zero_stage, o.sm.params, o.sm.compute_s * 1e3,
+             cl.intra.bw / 1e9, cl.intra.alpha * 1e6, cl.inter.bw / 1e9, cl.inter.alpha * 1e6);
+    else
+      printf("%7d %7d %11.3f %11.3f %11.3f %10.1f%%\n", cl.nodes, cl.nodes * o.gpn,
+             p.comm_s * 1e3, p.exposed_s * 1e3, p.step_s * 1e3, 100 * p.efficiency);
+  }
+  if (!o.json)
+    printf("assumptions: one flat ring over all GPUs, limited by its slowest hop (the "
+           "network beyond one node) and its largest latency; no congestion or contention; "
+           "fp32 gradients, 2-byte weights; the all-gather is not overlapped; compute does "
+           "not slow down when collectives share the GPU.\n");
+  return 0;
+}
+
 int st_cmd_bench(int argc, char **argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -217,11 +404,25 @@ int st_cmd_bench(int argc, char **argv) {
       if (rank == 0) usage();
       return 0;
     }
+  if (strcmp(argv[1], "model") != 0)
+    for (int i = 2; i < argc; i++)
+      if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (rank == 0) usage();
+        return 0;
+      }
+  if (strcmp(argv[1], "model") == 0) {
+    for (int i = 2; i < argc; i++)
+      if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (rank == 0) model_usage();
+        return 0;
+      }
+    return rank == 0 ? cmd_model(argc, argv) : 0;
+  }
   bench_opts o;
   int perr;
   if (strcmp(argv[1], "collectives") != 0) {
-    st_error_set("unknown benchmark '%s'; available: collectives (training throughput against "
-                 "the PyTorch peer: bench/gpt2_vs_torch.sh)", argv[1]);
+    st_error_set("unknown benchmark '%s'; available: collectives, model (training throughput "
+                 "against the PyTorch peer: bench/gpt2_vs_torch.sh)", argv[1]);
     perr = usage_error();
   } else {
     perr = parse(argc, argv, &o);

@@ -55,3 +55,17 @@ png = os.path.join(a.work, "busbw.png")
 subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "..", "bench",
                                              "plot_busbw.py"), jl, png], check=True)
 check(open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", "bench/plot_busbw.py draws a PNG from the JSON")
+
+# bench model: the alpha-beta fit of these points and a projection.
+r = run([a.bin, "bench", "model", "--results", jl, "--nodes", "1,2,4", "--json"])
+proj = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+check([p["nodes"] for p in proj] == [1, 2, 4] and all(0 < p["efficiency"] <= 1 for p in proj),
+      "bench model projects 1, 2 and 4 nodes from the measured points (efficiency in (0, 1])")
+check(all(p["step_ms"] >= p["compute_ms"] and p["exposed_ms"] <= p["comm_ms"] + 1e-9 for p in proj)
+      and proj[0]["efficiency"] >= proj[-1]["efficiency"],
+      "step >= compute, exposed <= comm, efficiency does not rise with nodes")
+r = run([a.bin, "bench", "model", "--results", jl], expect_rc=0)
+check("assumptions:" in r.stdout and "alpha-beta fit of reduce-scatter" in r.stdout,
+      "bench model prints its fit and its assumptions")
+r = run([a.bin, "bench", "model"], expect_rc=2)
+check("needs --results" in r.stderr, "bench model without points exits 2 saying what it needs")
