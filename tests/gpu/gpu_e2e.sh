@@ -50,14 +50,16 @@ run bf16g2c_a $MP -np 2 $B train $CM --device cuda --precision bf16 --out $W/bf1
 run bf16g2c_b $B train $C --device cpu --out $W/bf16g2c
 run badgpu $MP -np 3 $B train $C --device cuda --out $W/bad3
 grep -h "shardtrain: error" $W/badgpu.log | head -2
-grep -E "ranks  |nccl  |node " $W/gpu2z1.log
+grep -E "ranks  |nccl  |node |memory  |device  " $W/gpu2z1.log  # rc=0 above: nothing allocated after setup
 python3 - "$W" <<'PY'
 import json, sys, os
 W = sys.argv[1]
 def L(r):
     d = {}
     for l in open(os.path.join(W, r, "metrics.jsonl")):
-        j = json.loads(l); k = ("v" if "val_loss" in j else "t", j["step"])
+        j = json.loads(l)
+        if "step" not in j: continue  # the {"memory_plan": ...} line
+        k = ("v" if "val_loss" in j else "t", j["step"])
         d[k] = j.get("val_loss", j.get("loss"))
     return d
 ref = L("cpu1")
