@@ -135,6 +135,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (strcmp(f, "--json") == 0) { rc->json = 1; continue; }
+    if (strcmp(f, "--step-timing") == 0) { rc->step_timing = 1; continue; }
     if (strncmp(f, "--", 2) != 0) {
       st_error_code(ST_EXIT_USAGE);
       return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain train --help)", f);
@@ -249,6 +250,8 @@ void st_cli_print_train_usage(void) {
       "          --ckpt-every N (0: only at the end)  --val-every N (0: only at the end)\n"
       "          --val-seqs N (256)  --log-every N (1)  --seed S (1337)\n"
       "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n"
+      "          --step-timing (split each step: data, compute, exposed communication, optimizer;\n"
+      "            synchronises the device at phase boundaries)\n"
       "  nccl    --nccl-timeout S (600; 0 = no watchdog)  --nccl-buffsize BYTES  --nccl-cga N\n"
       "          --nccl-min-ctas N  --nccl-max-ctas N   (GPU runs; NCCL_* variables you set win)\n");
 }

@@ -190,10 +190,19 @@ static void collective_failed(trainer *tr) {
  * micro-step's backward) straight into grad_shard; ZeRO 2 (every micro-step,
  * from the buckets) into recv[slot], added to grad_shard once that slot's
  * reduction has finished, in micro-step order. */
+/* --step-timing: wait for the device (so work issued so far is charged to
+ * the phase that issued it) and read the clock; without it, just the clock. */
+static double tmark(trainer *tr) {
+  if (tr->rc->step_timing) tr->ops->synchronize();
+  return MPI_Wtime();
+}
+
 static void slot_finish(trainer *tr, int slot) {
   if (!tr->slot_busy[slot]) return;
   tr->slot_busy[slot] = 0;
+  const double t0 = tmark(tr); /* what the wait adds beyond compute is exposed */
   if (tr->dcomm->wait(tr->dcomm, slot)) collective_failed(tr);
+  tr->timing.comm += MPI_Wtime() - t0;
   if (tr->rc->zero_stage == 2 && tr->slot_mine[slot])
     tr->ops->accumulate_f32(tr->grad_shard + (tr->slot_lo[slot] - tr->part.begin),
                             tr->recv[slot], (int64_t)tr->slot_mine[slot]);
@@ -219,8 +228,11 @@ static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t en
   float *recv = tr->rc->zero_stage == 2 ? tr->recv[slot]
                 : mine                   ? tr->grad_shard + (lo - tr->part.begin)
                                          : tr->grad_shard;
+  /* on GPUs this only enqueues; MPI ranks reduce here and now */
+  const double t0 = tmark(tr);
   if (d->reduce_scatterv_sum_start(d, grads, tr->bucket_counts, recv, slot))
     collective_failed(tr);
+  tr->timing.comm += MPI_Wtime() - t0;
   tr->slot_busy[slot] = 1;
   tr->slot_lo[slot] = lo;
   tr->slot_mine[slot] = mine;
@@ -251,12 +263,16 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   fault_stall(tr);
   if (pos != tr->data_pos) tr->epoch++;
   const float dloss = tr->scaler.scale / (float)((double)rc->global_batch * T);
+  memset(&tr->timing, 0, sizeof tr->timing);
+  const double t_step = tmark(tr);
+  double t0;
   double loss_sum = 0.0;
   int failed = 0, done = 0; /* done: micro-steps completed */
   const int zero2 = rc->zero_stage == 2;
   if (zero2) tr->ops->zero(tr->grad_shard, (size_t)tr->part.shard * sizeof(float));
   else st_model_zero_grad(m);
   for (int k = 0; k < tr->accum; k++) {
+    t0 = tmark(tr);
     if (st_data_micro_batch(tr->train, pos, k, c->rank, c->world, B, T, rc->model.vocab_size,
                             tr->inp, tr->tgt, tr->scratch)) {
       failed = 1;
@@ -264,6 +280,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     }
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
+    tr->timing.data += tmark(tr) - t0;
     loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
     const st_grad_hooks hooks = {grads_ready, grads_reuse, tr};
     if (zero2) {
@@ -299,13 +316,16 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   if (zero2) {
     g = tr->grad_shard; /* reduced bucket by bucket during backward */
   } else if (rc->zero_stage == 0) {
+    t0 = tmark(tr);
     if (tr->dcomm->all_reduce_sum(tr->dcomm, m->grads, (size_t)m->padded_total))
       collective_failed(tr);
+    tr->timing.comm += tmark(tr) - t0;
     g = m->grads + tr->part.begin;
   } else {
     g = tr->grad_shard; /* reduced block by block during the last backward */
   }
   fault_overflow(tr, g);
+  const double t_opt = tmark(tr);
   /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
    * and 1, so the two stages agree closely. Non-finite under fp16 means the
    * loss scale overflowed: the scaler skips the step and backs off. */
@@ -330,11 +350,18 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     } else {
       st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es,
                      tr->grad_shard, tr->adam_m, tr->adam_v, b, e);
+      t0 = tmark(tr);
+      tr->timing.optimizer += t0 - t_opt;
       void *mine = (char *)m->params + (size_t)c->rank * tr->part.shard * m->es;
       if (tr->dcomm->all_gather(tr->dcomm, mine, m->params, (size_t)tr->part.shard, m->es))
         collective_failed(tr);
+      tr->timing.comm += tmark(tr) - t0;
     }
   }
+  if (tr->timing.optimizer == 0) tr->timing.optimizer = tmark(tr) - t_opt;
+  tr->timing.total = tmark(tr) - t_step;
+  tr->timing.compute =
+      tr->timing.total - tr->timing.data - tr->timing.comm - tr->timing.optimizer;
   tr->data_pos = pos + tr->step_tokens;
   tr->tokens_seen += tr->step_tokens;
   tr->step++;
@@ -378,6 +405,12 @@ static void log_step(trainer *tr, double loss, double norm, float lr, int skippe
             "\"tokens_seen\":%lld,\"epoch\":%lld,\"elapsed_s\":%.3f",
             (long long)tr->step, loss, lr, nb, tps, (long long)tr->tokens_seen,
             (long long)tr->epoch, el);
+    if (tr->rc->step_timing)
+      fprintf(tr->metrics,
+              ",\"t_data_ms\":%.3f,\"t_compute_ms\":%.3f,\"t_comm_ms\":%.3f,"
+              "\"t_optimizer_ms\":%.3f,\"t_step_ms\":%.3f", 1e3 * tr->timing.data,
+              1e3 * tr->timing.compute, 1e3 * tr->timing.comm, 1e3 * tr->timing.optimizer,
+              1e3 * tr->timing.total);
     if (ls->enabled || skipped)
       fprintf(tr->metrics, ",\"loss_scale\":%g,\"skipped\":%d,\"skipped_steps\":%lld", ls->scale,
               skipped, (long long)ls->skipped_steps);

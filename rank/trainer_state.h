@@ -61,6 +61,8 @@ typedef struct {
   FILE *metrics;
   double t_start, val_loss;
   double last_loss;
+  /* --step-timing: this step's seconds by phase (compute is the rest) */
+  struct { double data, compute, comm, optimizer, total; } timing;
 } trainer;
 
 /* All ranks learn whether any failed; the lowest failing rank prints its
