@@ -331,6 +331,16 @@ static int model_fit(const char *path, st_coll_op op, st_ab *ab, double *r2, int
   return 0;
 }
 
+/* 1 when the results file's lines say backend "mpi" (CPU ranks). */
+static int model_backend_is_mpi(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[1024];
+  int mpi = fgets(line, sizeof line, f) && strstr(line, "\"backend\":\"mpi\"") != NULL;
+  fclose(f);
+  return mpi;
+}
+
 static int cmd_model(int argc, char **argv) {
   model_opts o;
   if (model_parse(argc, argv, &o)) {
@@ -345,6 +355,10 @@ static int cmd_model(int argc, char **argv) {
     fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
     return ST_EXIT_USAGE;
   }
+  if (o.results && !o.json && model_backend_is_mpi(o.results))
+    printf("note: these points come from MPI on CPU ranks; the default compute time (%.1f ms) "
+           "and cluster are GPU figures: pass --compute-ms and --params for a CPU projection\n",
+           o.sm.compute_s * 1e3);
   st_cluster cl = {.gpus_per_node = o.gpn};
   cl.intra.bw = o.intra_bw > 0 ? o.intra_bw * 1e9 : fitted.bw;
   cl.intra.alpha = o.intra_lat * 1e-6;
@@ -396,14 +410,13 @@ int st_cmd_bench(int argc, char **argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    if (rank == 0) usage();
+    if (rank == 0) {
+      usage();
+      printf("\n");
+      model_usage();
+    }
     return argc < 2 ? ST_EXIT_USAGE : 0;
   }
-  for (int i = 2; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      if (rank == 0) usage();
-      return 0;
-    }
   if (strcmp(argv[1], "model") != 0)
     for (int i = 2; i < argc; i++)
       if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -421,8 +434,9 @@ int st_cmd_bench(int argc, char **argv) {
   bench_opts o;
   int perr;
   if (strcmp(argv[1], "collectives") != 0) {
-    st_error_set("unknown benchmark '%s'; available: collectives, model (training throughput "
-                 "against the PyTorch peer: bench/gpt2_vs_torch.sh)", argv[1]);
+    st_error_set("unknown benchmark '%s'; available: collectives (busbw), model (alpha-beta "
+                 "fit and scaling projection); training throughput: bench/train_scaling.sh and "
+                 "bench/gpt2_vs_torch.sh", argv[1]);
     perr = usage_error();
   } else {
     perr = parse(argc, argv, &o);

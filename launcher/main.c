@@ -29,7 +29,8 @@ static void usage(void) {
          "  shardtrain prep  --input TEXT|- --out FILE.h5 [--val-fraction 0.1]\n"
          "  shardtrain train --data FILE.h5|FILE.bin [flags]   (see shardtrain train --help)\n"
          "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n"
-         "  shardtrain bench collectives [flags]   (busbw; see shardtrain bench --help)\n"
+         "  shardtrain bench collectives|model [flags]   (busbw; scaling model; see shardtrain "
+         "bench --help)\n"
          "  shardtrain plan  [train's model/batch/system flags] [--ranks N] [--gpu-mem SIZE]\n"
          "                   [--fit] [--json]   (per-GPU memory; see shardtrain plan --help)\n",
          SHARDTRAIN_VERSION);
@@ -73,6 +74,12 @@ static int cmd_prep(int argc, char **argv) {
 }
 
 static int cmd_ckpt(int argc, char **argv) {
+  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    printf("usage: shardtrain ckpt info|verify RUN_DIR|STEP_DIR\n"
+           "  info    step, tokens, data position, ranks, ZeRO stage and config of a checkpoint\n"
+           "  verify  every rank file, checksum and shape against the index\n");
+    return 0;
+  }
   if (argc >= 2 && strcmp(argv[1], "info") && strcmp(argv[1], "verify")) {
     st_error_set("unknown ckpt action '%s'; use: shardtrain ckpt info|verify RUN_DIR|STEP_DIR",
                  argv[1]);
