@@ -117,7 +117,8 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->grads = p->grads_full;
   }
   const uint64_t nopt = in->zero_stage == 0 ? padded : shard;
-  p->grad_shard = in->zero_stage >= 1 ? shard * f4 : 0;
+  /* ZeRO 1 on one rank reduces in place into the full gradients (train_setup.c) */
+  p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1) ? shard * f4 : 0;
   p->master = in->dtype != ST_FP32 ? nopt * f4 : 0;
   p->adam_m = p->adam_v = nopt * f4;
 

@@ -316,7 +316,12 @@ int st_trainer_alloc_state(trainer *tr) {
   size_t bt = (size_t)B * T;
   tr->adam_m = ops->alloc(n * sizeof(float));
   tr->adam_v = ops->alloc(n * sizeof(float));
-  tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float)) : NULL;
+  /* ZeRO 1 on one rank: the shard is the whole gradient vector, which the
+   * model already holds; a copy would cost 4 bytes per parameter for nothing. */
+  tr->grad_shard_aliased = rc->zero_stage == 1 && c->world == 1;
+  if (tr->grad_shard_aliased) tr->grad_shard = tr->model.grads;
+  else tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float))
+                                            : NULL;
   /* Mixed precision: fp32 master weights for the range this rank updates;
    * the model holds the bf16/fp16 working copy. fp32 runs update in place. */
   if (ops->dtype != ST_FP32) {

@@ -228,6 +228,7 @@ static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t en
   float *recv = tr->rc->zero_stage == 2 ? tr->recv[slot]
                 : mine                   ? tr->grad_shard + (lo - tr->part.begin)
                                          : tr->grad_shard;
+  if (d->world == 1 && recv == grads) return; /* one rank, in place: nothing to reduce */
   /* on GPUs this only enqueues; MPI ranks reduce here and now */
   const double t0 = tmark(tr);
   if (d->reduce_scatterv_sum_start(d, grads, tr->bucket_counts, recv, slot))
@@ -620,7 +621,7 @@ done:
   if (tr.ops) {
     tr.ops->free(tr.adam_m);
     tr.ops->free(tr.adam_v);
-    tr.ops->free(tr.grad_shard);
+    if (!tr.grad_shard_aliased) tr.ops->free(tr.grad_shard);
     for (int s = 0; s < ST_COMM_TAGS; s++) tr.ops->free(tr.recv[s]);
     tr.ops->free(tr.d_inp);
     tr.ops->free(tr.d_tgt);

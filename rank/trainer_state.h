@@ -46,6 +46,7 @@ typedef struct {
   int have_dev_mem;        /* CUDA: dev_free_before/after and dev_total were read */
   uint64_t dev_free_before, dev_free_after, dev_total; /* cudaMemGetInfo around allocation */
   float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
+  int grad_shard_aliased;  /* ZeRO 1 on one rank: grad_shard is model.grads itself */
   float *recv[ST_COMM_TAGS]; /* ZeRO 2: this rank's share of each hook slot's range */
   size_t *bucket_counts;   /* per-rank share of the range being reduced */
   int slot_busy[ST_COMM_TAGS];      /* a reduction started on this tag is in flight */

@@ -28,7 +28,8 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
     else:
         grads = 4 * Pp
     nopt = Pp if zero == 0 else shard
-    states = Pp * es + grads + (4 * shard if zero else 0) + (4 * nopt if es == 2 else 0) + 8 * nopt
+    gshard = 4 * shard if zero == 2 or (zero == 1 and N > 1) else 0  # ZeRO 1, one rank: in place
+    states = Pp * es + grads + gshard + (4 * nopt if es == 2 else 0) + 8 * nopt
     BT = B * T
     X, X3, X4, S = al(BT * C * es), al(3 * BT * C * es), al(4 * BT * C * es), al(4 * BT)
     A = al(4 * (B * NH * T if cuda else B * NH * T * T))
