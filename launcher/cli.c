@@ -128,6 +128,59 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   return 0;
 }
 
+/* Every flag train takes, then plan's own, for "did you mean". Kept next
+ * to the parsers above; a flag missing here only loses its suggestion. */
+static const char *const k_flags[] = {
+    "--beta1", "--beta2", "--ckpt-every", "--data", "--device", "--dim", "--dump-params",
+    "--eps", "--global-batch", "--gpu-mem", "--grad-clip", "--headroom", "--heads", "--json",
+    "--layers", "--log-every", "--loss-scale-max", "--lr", "--lr-decay-steps", "--micro-batch",
+    "--min-lr-frac", "--model", "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas",
+    "--nccl-min-ctas", "--nccl-timeout", "--out", "--precision", "--recompute", "--resume",
+    "--seed", "--seq-len", "--step-timing", "--steps", "--stop-after", "--val-data",
+    "--val-every", "--val-seqs", "--vocab-size", "--warmup", "--weight-decay", "--zero",
+    "--help", NULL};
+static const char *const k_plan_flags[] = {"--ranks", "--fit", NULL};
+
+/* Edit distance (Levenshtein) of two short strings, capped at 9. */
+static int edits(const char *a, const char *b) {
+  size_t n = strlen(b);
+  if (n > 63 || strlen(a) > 63) return 9;
+  int row[64];
+  for (size_t j = 0; j <= n; j++) row[j] = (int)j;
+  for (size_t i = 1; a[i - 1]; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= n; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[n] > 9 ? 9 : row[n];
+}
+
+/* " (did you mean --x?)" for the closest flag, else "": within 2 edits and
+ * a quarter of the flag's length, so "--rank" does not turn into "--data".
+ * plan: also plan's own flags. */
+static const char *did_you_mean(const char *f, int plan, char *buf, size_t cap) {
+  int best = (int)strlen(f) / 4 < 2 ? (int)strlen(f) / 4 + 1 : 3;
+  const char *pick = NULL;
+  for (int i = 0; k_flags[i]; i++) {
+    int d = edits(f, k_flags[i]);
+    if (d < best) best = d, pick = k_flags[i];
+  }
+  for (int i = 0; plan && k_plan_flags[i]; i++) {
+    int d = edits(f, k_plan_flags[i]);
+    if (d < best) best = d, pick = k_plan_flags[i];
+  }
+  if (pick) snprintf(buf, cap, " (did you mean %s?)", pick);
+  else buf[0] = 0;
+  return buf;
+}
+
 int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
   int lr_set_total = 0;
   st_cli_seen seen = {0};
@@ -216,7 +269,9 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
 #undef FLOAT_FLAG
 #undef STR_FLAG
     st_error_code(ST_EXIT_USAGE);
-    return st_error_set("unknown flag '%s' (see shardtrain train --help)", f);
+    char hint[64];
+    return st_error_set("unknown flag '%s'%s; see shardtrain train --help", f,
+                        did_you_mean(f, 0, hint, sizeof hint));
   }
   if (seen.shape && !seen.preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
   if (!lr_set_total) rc->optim.total_steps = rc->steps;
@@ -281,9 +336,10 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
       continue;
     }
     st_error_code(ST_EXIT_USAGE);
-    return st_error_set("unknown flag '%s' for plan (plan takes train's model, batch and system "
-                        "flags plus --ranks, --gpu-mem, --headroom, --fit, --json; see "
-                        "shardtrain plan --help)", f);
+    char hint[64];
+    return st_error_set("unknown flag '%s'%s for plan (plan takes train's model, batch and "
+                        "system flags plus --ranks, --gpu-mem, --headroom, --fit, --json; see "
+                        "shardtrain plan --help)", f, did_you_mean(f, 1, hint, sizeof hint));
   }
   if (o->seen.shape && !o->seen.preset)
     snprintf(o->rc.model_name, sizeof o->rc.model_name, "custom");

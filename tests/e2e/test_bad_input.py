@@ -85,6 +85,8 @@ check(tree_digest(os.path.join(missing, "ckpt")) == before, "missing rank file: 
 expect_fail("unwritable --out", base + steps, 1, ["--out"], out=os.path.join(bad, "run"))
 # 10. unknown flag, and a bad flag value
 expect_fail("unknown flag", base + steps + ["--learning-rate", 1], 2, ["--learning-rate"])
+expect_fail("misspelt flag", base + steps + ["--micro-batchs", 4], 2,
+            ["--micro-batchs", "did you mean --micro-batch?"])
 expect_fail("bad flag value", base + ["--steps", "ten"], 2, ["--steps", "ten"])
 # 11. --resume none over existing checkpoints refuses instead of overwriting
 expect_fail("--resume none over a run", base + steps + ["--resume", "none"], 2,
