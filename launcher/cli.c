@@ -275,8 +275,10 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
   }
   if (seen.shape && !seen.preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
   if (!lr_set_total) rc->optim.total_steps = rc->steps;
-  if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps)
+  if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps) {
+    rc->warmup_capped_from = rc->optim.warmup_steps; /* said in the config block */
     rc->optim.warmup_steps = (int)rc->optim.total_steps;
+  }
   if (!rc->data[0]) {
     st_error_code(ST_EXIT_USAGE);
     return st_error_set("--data is required: a token file from `shardtrain prep` (.h5) or an "

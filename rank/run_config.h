@@ -35,6 +35,7 @@ typedef struct {
   int stop_after;           /* exit after this step (for resume tests); 0 = off */
   int json;                 /* rank 0 prints one JSON summary line at the end */
   int step_timing;          /* split each step into data, compute, communication, optimizer */
+  int warmup_capped_from;   /* --warmup asked for more steps than the schedule has (0: no) */
   /* Memory pre-flight (rank/memory_plan.h): the plan must fit gpu_mem (when
    * set; on CUDA also the device's free memory) less headroom_pct percent. */
   uint64_t gpu_mem;         /* --gpu-mem bytes; 0 = unset */

@@ -527,6 +527,10 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
          "(%g, %g), clip %g\n", rc->optim.lr, rc->optim.warmup_steps,
          rc->optim.lr * rc->optim.min_lr_frac, (long long)rc->optim.total_steps,
          rc->optim.weight_decay, rc->optim.beta1, rc->optim.beta2, rc->optim.grad_clip);
+  if (rc->warmup_capped_from > 0)
+    printf("  notice     the warmup (--warmup %d) is longer than the %lld-step schedule: it is %d steps "
+           "(raise --steps or --lr-decay-steps for the full warmup)\n", rc->warmup_capped_from,
+           (long long)rc->optim.total_steps, rc->optim.warmup_steps);
   printf("  run        %s, %lld steps, seed %llu; ", rc->out, (long long)rc->steps,
          (unsigned long long)rc->seed);
   if (resumed) {
