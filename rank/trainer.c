@@ -464,12 +464,17 @@ static int dump_params(trainer *tr) {
   return rc;
 }
 
-/* At a step boundary: if any rank got SIGUSR1/SIGTERM, all ranks agree,
- * checkpoint (unless this step was just saved) and stop with
- * ST_EXIT_PREEMPTED. One tiny all-reduce per step. */
-static int check_preempted(trainer *tr, int64_t last_ckpt) {
-  int sig = st_signals_pending();
-  tr->comm->all_reduce_int_max(tr->comm, &sig, 1);
+static int alloc_agree(trainer *tr);
+
+/* At a step boundary, in one tiny all-reduce: did any rank allocate after
+ * setup (then stop, naming it), and did any get SIGUSR1/SIGTERM (then all
+ * checkpoint, unless this step was just saved, and stop with
+ * ST_EXIT_PREEMPTED). */
+static int step_boundary(trainer *tr, int64_t last_ckpt) {
+  int v[2] = {tr->alloc_msg[0] != 0, st_signals_pending()};
+  tr->comm->all_reduce_int_max(tr->comm, v, 2);
+  if (v[0]) return alloc_agree(tr); /* rare: a second collective picks the message */
+  const int sig = v[1];
   if (!sig) return 0;
   int code = tr->step != last_ckpt ? save_checkpoint(tr) : 0;
   if (code) return code;
@@ -546,8 +551,7 @@ static int train_loop(trainer *tr) {
       snprintf(during, sizeof during, "the checkpoint of step %lld", (long long)tr->step);
       alloc_note(tr, during);
     }
-    if ((code = alloc_agree(tr))) return code;
-    if ((code = check_preempted(tr, last_ckpt))) return code;
+    if ((code = step_boundary(tr, last_ckpt))) return code;
   }
   if (tr->profile && tr->comm->rank == 0 && tr->step > prof_from) {
     st_ops_profile_report(stdout, (int)(tr->step - prof_from), prof_wall);
