@@ -1,6 +1,7 @@
 /* test_cuda_ops.c - every CUDA op against the CPU reference, for each
- * storage dtype (fp32, bf16, fp16); the whole model on CUDA against the
- * model on the CPU; and run-to-run bit-identity.
+ * storage dtype (fp32, bf16, fp16), and run-to-run bit-identity. The whole
+ * model is test_cuda_model.c; timings are bench_cuda_ops.c. Shared harness:
+ * cuda_check.c.
  *
  * For each op: random inputs at sizes that are not multiples of the warp
  * size (N=37, C=72, OC=200, T=13, 45, 77, 130 and 300, NH=3, V=200, Vp=256) and at GPT-2
@@ -39,217 +40,19 @@
  *    enters dq and dk through dS = P (dP - D), bounded here by
  *    4u max|gradient added| absolute.
  *
- * The model check builds a 2-layer, 3-head, width-72 GPT-2 (V=200, Vp=256,
- * B=3, T=40) on both backends with the same weights (randomised biases and
- * gains too; for bf16 the CPU gets the weights rounded to bf16), and
- * compares eval logits, the training loss and every gradient tensor. fp32:
- * |cuda - cpu| <= 1e-4 * max|cpu tensor| + 1e-3 * |cpu|, which a wrong index
- * or a lost accumulation fails by orders of magnitude. bf16 (activations
- * rounded at every op, errors compound through the layers): 5e-2 max|cpu
- * tensor| + 5e-2 |cpu|, loss within 1e-2 relative. A second CUDA step must
- * reproduce loss and gradients bit for bit.
- *
  * Exit 0: all passed; 1: a check failed; 77: no CUDA device (skipped).
  * ST_CUDA_OPS_DTYPE=fp32|bf16|fp16 runs one dtype only;
- * ST_CUDA_OPS_BENCH=1 also times each CUDA op at GPT-2 124M shapes;
  * ST_CUDA_OPS_SMALL=1 leaves out the GPT-2-width cases (for compute-sanitizer).
- */
-#include <math.h>
+ */#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
-#include "rank/model.h"
-#include "rank/rng.h"
-#include "util/error.h"
-
-static const st_ops *CPU, *GPU;
-static st_dtype DT;     /* GPU->dtype */
-static size_t ES;       /* bytes per storage element */
-static double U, UA;    /* rounding of a storage-dtype output: unit roundoff, absolute floor */
-static st_rng g_rng;
-static int g_checks, g_failures;
-
-static void use_dtype(st_dtype dt) {
-  GPU = st_ops_cuda(dt);
-  DT = dt;
-  ES = st_dtype_size(dt);
-  U = dt == ST_BF16 ? ldexp(1, -8) : dt == ST_FP16 ? ldexp(1, -11) : 0;
-  UA = dt == ST_FP16 ? ldexp(1, -25) : 0;
-}
-
-/* ---- host and device buffers. fp32 tensors: dev/upload/back; storage-dtype
- * tensors: dev_st/upload_st/back_st, which convert on the host. */
-
-static float *randn(int64_t n, float scale) {
-  float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
-  for (int64_t i = 0; i < n; i++) x[i] = scale * st_rng_normal(&g_rng);
-  return x;
-}
-/* x rounded to the storage dtype, in place (the CPU reference's inputs). */
-static void round_st(float *x, int64_t n) {
-  if (DT == ST_FP32 || n == 0) return;
-  void *t = malloc((size_t)n * ES);
-  st_dtype_from_f32(DT, t, x, (size_t)n);
-  st_dtype_to_f32(DT, x, t, (size_t)n);
-  free(t);
-}
-/* Random values already representable in the storage dtype. */
-static float *randn_st(int64_t n, float scale) {
-  float *x = randn(n, scale);
-  round_st(x, n);
-  return x;
-}
-static float *copy_of(const float *x, int64_t n) {
-  float *y = malloc((size_t)(n ? n : 1) * sizeof *y);
-  memcpy(y, x, (size_t)n * sizeof *y);
-  return y;
-}
-static float *rounded_copy(const float *x, int64_t n) {
-  float *y = copy_of(x, n);
-  round_st(y, n);
-  return y;
-}
-static int *rand_ints(int64_t n, int hi) {
-  int *x = malloc((size_t)n * sizeof *x);
-  for (int64_t i = 0; i < n; i++) x[i] = (int)(st_rng_next(&g_rng) % (uint64_t)hi);
-  return x;
-}
-static void *dev_bytes(const void *h, size_t bytes) {
-  void *d = GPU->alloc(bytes);
-  if (!d) {
-    fprintf(stderr, "FATAL: cannot allocate %zu bytes of device memory\n", bytes);
-    exit(1);
-  }
-  if (h) GPU->to_device(d, h, bytes);
-  return d;
-}
-static float *dev(const float *h, int64_t n) { return dev_bytes(h, (size_t)n * sizeof(float)); }
-static void upload(float *d, const float *h, int64_t n) {
-  GPU->to_device(d, h, (size_t)n * sizeof(float));
-}
-static float *back(const float *d, int64_t n) {
-  float *h = malloc((size_t)(n ? n : 1) * sizeof *h);
-  GPU->to_host(h, d, (size_t)n * sizeof(float));
-  return h;
-}
-static void upload_st(void *d, const float *h, int64_t n) {
-  void *t = malloc((size_t)(n ? n : 1) * ES);
-  st_dtype_from_f32(DT, t, h, (size_t)n);
-  GPU->to_device(d, t, (size_t)n * ES);
-  free(t);
-}
-static void *dev_st(const float *h, int64_t n) {
-  void *d = dev_bytes(NULL, (size_t)n * ES);
-  if (h) upload_st(d, h, n);
-  return d;
-}
-static float *back_st(const void *d, int64_t n) {
-  void *t = malloc((size_t)(n ? n : 1) * ES);
-  float *h = malloc((size_t)(n ? n : 1) * sizeof *h);
-  GPU->to_host(t, d, (size_t)n * ES);
-  st_dtype_to_f32(DT, h, t, (size_t)n);
-  free(t);
-  return h;
-}
-/* Element i of a storage-dtype buffer. */
-static void *at(void *base, int64_t i) { return (char *)base + i * (int64_t)ES; }
-static double maxabs(const float *x, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-  return m;
-}
-static double maxabs_diff(const float *x, const float *y, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i] - y[i]));
-  return m;
-}
-
-/* ---- checks */
-
-/* terms, when not NULL, widens element i's bound by terms[i % period]: see
- * expect_close_sum. */
-static void expect_close_terms(const char *what, const float *cuda, const float *cpu, int64_t n,
-                               double atol, double rtol, const float *terms, int64_t period,
-                               double tscale) {
-  double worst = 0, worst_rel = 0;
-  int64_t bad = 0, first_bad = -1;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)cuda[i] - cpu[i]);
-    double extra = terms ? tscale * fabs(terms[i % period]) : 0.0;
-    if (!(d <= atol + extra + rtol * fabs(cpu[i]))) { /* NaN fails too */
-      if (first_bad < 0) first_bad = i;
-      bad++;
-    }
-    if (!(d <= worst)) worst = d;
-    if (fabs(cpu[i]) > 1e-3 && d / fabs(cpu[i]) > worst_rel) worst_rel = d / fabs(cpu[i]);
-  }
-  g_checks++;
-  printf("  %-40s n=%-8lld max|d|=%.2e max rel=%.2e  (tol %.1e + %.1e|cpu|)  %s\n", what,
-         (long long)n, worst, worst_rel, atol, rtol, bad ? "FAIL" : "ok");
-  if (bad) {
-    g_failures++;
-    printf("    %lld elements out of tolerance; first [%lld]: cuda %.9g cpu %.9g\n",
-           (long long)bad, (long long)first_bad, cuda[first_bad], cpu[first_bad]);
-  }
-}
-
-static void expect_close(const char *what, const float *cuda, const float *cpu, int64_t n,
-                         double atol, double rtol) {
-  expect_close_terms(what, cuda, cpu, n, atol, rtol, NULL, 1, 0);
-}
-
-/* A storage-dtype output: the fp32 bound plus the output's rounding. */
-static void expect_close_st(const char *what, const float *cuda, const float *cpu, int64_t n,
-                            double atol, double rtol) {
-  expect_close(what, cuda, cpu, n, atol * (1 + U) + UA, rtol + U);
-}
-
-/* A storage-dtype output that is a sum r = p + t of a GEMM product p and a
- * second term t (the bias epilogue): cuBLASLt may round p to the dtype before adding t, so besides the
- * output's rounding u|r| there is u|p| <= u(|r| + |t|). Observed on an H200:
- * without this, elements where p and t nearly cancel fail by a few ulps of p.
- * terms[i % period] is t for output element i. */
-static void expect_close_sum(const char *what, const float *cuda, const float *cpu, int64_t n,
-                             double atol, double rtol, const float *terms, int64_t period) {
-  if (DT == ST_FP32) {
-    expect_close(what, cuda, cpu, n, atol, rtol);
-    return;
-  }
-  expect_close_terms(what, cuda, cpu, n, atol * (1 + U) + UA, rtol + 2 * U, terms, period, U);
-}
-
-/* A storage-dtype output of an op whose fp32 arithmetic matches the CPU's
- * exactly: it must be the CPU result rounded to the dtype. */
-static void expect_exact_st(const char *what, const float *cuda, const float *cpu, int64_t n) {
-  float *r = rounded_copy(cpu, n);
-  expect_close(what, cuda, r, n, 0, 0);
-  free(r);
-}
-
-static void expect_identical(const char *what, const void *a, const void *b, size_t bytes) {
-  g_checks++;
-  if (memcmp(a, b, bytes) == 0) {
-    printf("  %-40s run twice: bit-identical\n", what);
-    return;
-  }
-  const unsigned char *x = a, *y = b;
-  size_t i = 0;
-  while (x[i] == y[i]) i++;
-  printf("  %-40s run twice: DIFFERENT (first differing byte %zu)  FAIL\n", what, i);
-  g_failures++;
-}
-
-static void expect_true(const char *what, int ok) {
-  g_checks++;
-  printf("  %-40s %s\n", what, ok ? "ok" : "FAIL");
-  if (!ok) g_failures++;
-}
+#include "tests/cuda_check.h"
 
 /* ---- memory functions */
 
@@ -753,176 +556,6 @@ static void test_sum_squares_nonfinite(int64_t n) {
   free(x);
 }
 
-/* ---- the whole model, on the table of the current dtype. tol: 0 for the
- * fp32 bounds, else the loose bound of a low-precision model (header). */
-
-static void test_model(double tol) {
-  st_model_config cfg = {.n_layer = 2, .n_head = 3, .n_embd = 72, .block_size = 40,
-                         .vocab_size = 200, .padded_vocab_size = 256};
-  const int B = 3, T = 40, BT = B * T;
-  printf("model (%s): GPT-2 L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d\n", GPU->name, cfg.n_layer,
-         cfg.n_head, cfg.n_embd, cfg.vocab_size, cfg.padded_vocab_size, B, T);
-  st_model mc, mg;
-  if (st_model_init(&mc, &cfg, CPU, B, T, 4, ST_RECOMPUTE_NONE) ||
-      st_model_init(&mg, &cfg, GPU, B, T, 4, ST_RECOMPUTE_NONE)) {
-    printf("  st_model_init failed: %s  FAIL\n", st_error_msg());
-    g_failures++;
-    return;
-  }
-  const int64_t P = mc.padded_total;
-  st_rng r;
-  st_rng_seed(&r, 1337);
-  float *params = malloc((size_t)P * sizeof(float));
-  if (st_model_draw_weights(&mc, &r, params)) {
-    printf("  st_model_draw_weights failed: %s  FAIL\n", st_error_msg());
-    g_failures++;
-    return;
-  }
-  /* randomise biases and gains too, so every parameter path carries signal;
-   * both models get the weights the storage dtype can hold */
-  for (int64_t i = 0; i < mc.tab.total; i++) params[i] += 0.02f * st_rng_normal(&g_rng);
-  round_st(params, P);
-  int set_ok = st_model_set_weights(&mc, params) == 0 && st_model_set_weights(&mg, params) == 0;
-  float *readback = malloc((size_t)P * sizeof(float));
-  set_ok = set_ok && st_model_get_weights(&mg, readback) == 0;
-  expect_true("set_weights then get_weights round trip",
-              set_ok && memcmp(readback, params, (size_t)P * 4) == 0);
-  free(readback);
-  int *inp = rand_ints(BT + 1, cfg.vocab_size);
-  const int *tgt = inp + 1;
-  int *d_inp = dev_bytes(inp, (size_t)BT * sizeof(int)), *d_tgt = dev_bytes(tgt, (size_t)BT * sizeof(int));
-  const double l_atol = tol ? tol : 1e-4, l_rtol = tol ? tol : 1e-4;
-  const double g_atol = tol ? tol : 1e-4, g_rtol = tol ? tol : 1e-3;
-  const double loss_rtol = tol ? 1e-2 : 1e-5;
-
-  /* eval forward: logits */
-  const int64_t NL = (int64_t)BT * cfg.padded_vocab_size;
-  double lc = st_model_forward(&mc, inp, tgt, B, T, 0.0f);
-  double lg = st_model_forward(&mg, d_inp, d_tgt, B, T, 0.0f);
-  float *logits = back_st(mg.logits, NL);
-  const float *ref_logits = mc.logits;
-  expect_close("eval logits", logits, ref_logits, NL, l_atol * maxabs(ref_logits, NL), l_rtol);
-  free(logits);
-  printf("  eval loss sum: cpu %.9g cuda %.9g\n", lc, lg);
-
-  /* training step */
-  const float dloss = 1.0f / BT;
-  st_model_zero_grad(&mc);
-  lc = st_model_forward(&mc, inp, tgt, B, T, dloss);
-  st_model_backward(&mc, inp, B, T);
-  float *grads[2];
-  double lgk[2];
-  for (int k = 0; k < 2; k++) {
-    st_model_zero_grad(&mg);
-    lgk[k] = st_model_forward(&mg, d_inp, d_tgt, B, T, dloss);
-    st_model_backward(&mg, d_inp, B, T);
-    grads[k] = back(mg.grads, P);
-  }
-  double rel = fabs(lgk[0] - lc) / fabs(lc);
-  g_checks++;
-  printf("  %-40s cpu %.9g cuda %.9g rel %.2e (tol %.0e)  %s\n", "training loss (sum over B*T)",
-         lc, lgk[0], rel, loss_rtol, rel <= loss_rtol ? "ok" : "FAIL");
-  if (!(rel <= loss_rtol)) g_failures++;
-  for (int i = 0; i < mc.tab.n; i++) {
-    const st_tensor *t = &mc.tab.t[i];
-    char what[96];
-    snprintf(what, sizeof what, "grad %s", t->name);
-    const float *ref = mc.grads + t->offset;
-    expect_close(what, grads[0] + t->offset, ref, t->numel, g_atol * maxabs(ref, t->numel),
-                 g_rtol);
-  }
-  g_checks++;
-  int same = lgk[0] == lgk[1] && memcmp(grads[0], grads[1], (size_t)P * 4) == 0;
-  printf("  %-40s run twice: %s\n", "training loss and all gradients",
-         same ? "bit-identical" : "DIFFERENT  FAIL");
-  if (!same) g_failures++;
-  free(grads[0]), free(grads[1]), free(params), free(inp);
-  GPU->free(d_inp), GPU->free(d_tgt);
-  st_model_free(&mc);
-  st_model_free(&mg);
-}
-
-/* ---- optional timings at GPT-2 124M shapes (B=8, T=1024) */
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-static float g_sync;
-static void sync_gpu(const float *any) { GPU->to_host(&g_sync, any, sizeof(float)); }
-
-#define TIME(label, work, reps, call)                                                  \
-  do {                                                                                 \
-    call;                                                                              \
-    sync_gpu(sync_ptr);                                                                \
-    double t0_ = now();                                                                \
-    for (int r_ = 0; r_ < (reps); r_++) call;                                          \
-    sync_gpu(sync_ptr);                                                                \
-    double ms_ = (now() - t0_) / (reps) * 1e3;                                         \
-    printf("  %-34s %9.3f ms  %s\n", label, ms_, work_str(work, ms_));                 \
-  } while (0)
-
-static char g_work[64];
-/* work > 0: bytes moved (GB/s); work < 0: -FLOPs (TFLOP/s) */
-static const char *work_str(double work, double ms) {
-  if (work > 0) snprintf(g_work, sizeof g_work, "%7.0f GB/s", work / ms * 1e-6);
-  else snprintf(g_work, sizeof g_work, "%7.1f TFLOP/s", -work / ms * 1e-9);
-  return g_work;
-}
-
-/* Storage-dtype buffers are allocated at 4 bytes per element (enough for any
- * dtype); byte counts use the dtype's size. */
-static void bench(void) {
-  const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, BT = B * T;
-  const int64_t BTC = (int64_t)BT * C, ATT = GPU->attention_state_floats(B, T, NH);
-  const int64_t NP = 124475904;
-  const double ATT_FLOP = 2.0 * B * NH * (double)T * T * (C / NH); /* causal: half of 4*T*T*hs */
-  const double es = (double)ES;
-  printf("timings, GPT-2 124M shapes, B=%d T=%d (%s)\n", B, T, GPU->name);
-  float *a = dev(NULL, 4 * BTC), *b = dev(NULL, 4 * BTC), *c = dev(NULL, 4 * BTC);
-  float *att = dev(NULL, ATT), *datt = dev(NULL, ATT), *w = dev(NULL, (int64_t)Vp * C);
-  float *dw = dev(NULL, (int64_t)Vp * C);
-  float *logits = dev(NULL, (int64_t)BT * Vp), *loss = dev(NULL, BT), *wpe = dev(NULL, (int64_t)T * C);
-  float *dwpe = dev(NULL, (int64_t)T * C);
-  float *stat = dev(NULL, 2 * BT), *p = dev(NULL, NP), *g = dev(NULL, NP), *m = dev(NULL, NP);
-  float *v = dev(NULL, NP), *work = dev(NULL, NP);
-  int *tok = rand_ints(BT, V);
-  int *d_tok = dev_bytes(tok, (size_t)BT * sizeof(int));
-  float *x = randn(4 * BTC, 1);
-  upload_st(a, x, 4 * BTC), upload_st(b, x, 4 * BTC);
-  upload_st(w, x, (int64_t)Vp * C < 4 * BTC ? (int64_t)Vp * C : 4 * BTC);
-  const float *sync_ptr = loss;
-  TIME("encoder_forward", 3.0 * BTC * es, 10, GPU->encoder_forward(c, d_tok, w, wpe, B, T, C));
-  TIME("encoder_backward", BTC * (es + 8.0), 10,
-       GPU->encoder_backward(dw, dwpe, a, d_tok, B, T, C));
-  TIME("layernorm_forward", 2.0 * BTC * es, 10,
-       GPU->layernorm_forward(c, stat, stat + BT, a, w, w, BT, C));
-  TIME("layernorm_backward", 4.0 * BTC * es, 10,
-       GPU->layernorm_backward(c, dw, dw + C, b, a, w, stat, stat + BT, BT, C));
-  TIME("matmul_forward 768->2304 (qkv)", -2.0 * BT * C * 3 * C, 10,
-       GPU->matmul_forward(c, a, w, w, BT, C, 3 * C));
-  TIME("matmul_backward 768->2304 (qkv)", -4.0 * BT * C * 3 * C, 10,
-       GPU->matmul_backward(c, dw, dw + 3 * C * C, a, b, w, BT, C, 3 * C));
-  TIME("matmul_forward 768->50304 (lm head)", -2.0 * BT * C * Vp, 3,
-       GPU->matmul_forward(logits, a, w, NULL, BT, C, Vp));
-  TIME("attention_forward", -ATT_FLOP, 5, GPU->attention_forward(c, att, a, B, T, C, NH));
-  TIME("attention_backward", -2.5 * ATT_FLOP, 5,
-       GPU->attention_backward(b, datt, a, a, c, att, B, T, C, NH));
-  TIME("gelu_forward (4C)", 2.0 * 4 * BTC * es, 10, GPU->gelu_forward(c, a, 4 * BTC));
-  TIME("gelu_backward (4C)", 4.0 * 4 * BTC * es, 10, GPU->gelu_backward(c, a, b, 4 * BTC));
-  TIME("residual_forward", 3.0 * BTC * es, 10, GPU->residual_forward(c, a, b, BTC));
-  TIME("accumulate_f32 (124M)", 3.0 * NP * 4, 10, GPU->accumulate_f32(g, m, NP));
-  TIME("softmax_crossentropy (in place)", 2.0 * BT * Vp * es, 5,
-       GPU->softmax_crossentropy(loss, logits, logits, d_tok, 1.0f / BT, BT, V, Vp));
-  TIME("adamw_update (124M, + work copy)", NP * (7.0 * 4 + es), 10,
-       GPU->adamw_update(p, g, m, v, NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, work));
-  TIME("sum_squares (124M)", 1.0 * NP * 4, 10, (void)GPU->sum_squares(g, NP));
-  float *bufs[] = {a, b, c, att, datt, w, dw, logits, loss, wpe, dwpe, stat, p, g, m, v, work};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) GPU->free(bufs[i]);
-  GPU->free(d_tok);
-  free(tok), free(x);
-}
 
 /* Every op test on the table of the current dtype. */
 static void test_ops(int big) {
@@ -957,27 +590,15 @@ static void test_ops(int big) {
 }
 
 int main(void) {
-  if (st_cuda_device_count() == 0) {
-    printf("SKIP: no CUDA device visible (test_cuda_ops needs a GPU)\n");
-    return 77;
-  }
   char name[128];
-  int devi = st_cuda_bind_device(0, name, sizeof name);
-  if (devi < 0) {
-    printf("FAIL: st_cuda_bind_device: %s\n", st_error_msg());
-    return 1;
-  }
-  CPU = st_ops_cpu();
-  use_dtype(ST_FP32);
-  printf("test_cuda_ops: cuda-fp32, cuda-bf16, cuda-fp16 (cuda:%d, %d visible) against %s\n",
-         devi, st_cuda_device_count(), CPU->name);
+  int rc = cuda_check_start("test_cuda_ops", name, sizeof name);
+  if (rc) return rc;
+  printf("test_cuda_ops: cuda-fp32, cuda-bf16, cuda-fp16 (%d visible) against %s\n",
+         st_cuda_device_count(), CPU->name);
   printf("device: %s\n", name);
-  st_rng_seed(&g_rng, 20240601);
-
   const char *small_env = getenv("ST_CUDA_OPS_SMALL");
   const int big = !(small_env && small_env[0] == '1');
   const char *only = getenv("ST_CUDA_OPS_DTYPE");
-  const char *bench_env = getenv("ST_CUDA_OPS_BENCH");
   const st_dtype dts[] = {ST_FP32, ST_BF16, ST_FP16};
 
   test_memory();
@@ -990,11 +611,7 @@ int main(void) {
     if (only && *only && strcmp(only, st_dtype_name(dts[i])) != 0) continue;
     use_dtype(dts[i]);
     test_ops(big);
-    if (dts[i] == ST_FP32) test_model(0);
-    if (dts[i] == ST_BF16) test_model(5e-2);
-    if (bench_env && bench_env[0] == '1') bench();
   }
-
   printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }
