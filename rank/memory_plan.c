@@ -15,6 +15,7 @@
 
 #include "kernels/ops_cuda.h"
 #endif
+#include "kernels/colsum.h"
 #include "util/bytes.h"
 #include "util/error.h"
 
@@ -43,27 +44,13 @@ uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels) {
   return ch * peers * (simple + NCCL_LL_BYTES + NCCL_LL128_BYTES);
 }
 
-/* kernels/cuda/cuda_ops.h: st_colsum_rows_per_chunk and st_colsum_chunks. */
-static int64_t colsum_chunks(int64_t rows) {
-  int64_t r = (rows + 1023) / 1024;
-  if (r < 128) r = 128;
-  return (rows + r - 1) / r;
-}
-
-/* kernels/cuda/memory.cu: cuda_scratch's growth rule. */
-static uint64_t scratch_grow(uint64_t cur, uint64_t req) {
-  if (req <= cur) return cur;
-  uint64_t want = cur * 2 > req ? cur * 2 : req;
-  return want < ((uint64_t)1 << 20) ? (uint64_t)1 << 20 : want;
-}
-
 uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C) {
-  const uint64_t part = (uint64_t)colsum_chunks(rows) * sizeof(float);
-  uint64_t s = scratch_grow(0, part * 2 * C); /* ln_f: dw and db partials */
+  const uint64_t part = (uint64_t)st_colsum_chunks((int)rows) * sizeof(float);
+  uint64_t s = st_scratch_grow(0, part * 2 * C); /* ln_f: dw and db partials */
   /* One block's requests; later blocks repeat them and cannot grow it. */
   const int64_t widths[] = {C, 4 * C, 2 * C, C, 3 * C, 2 * C};
-  for (int i = 0; i < 6; i++) s = scratch_grow(s, part * widths[i]);
-  return scratch_grow(s, 512 * sizeof(double)); /* sum_squares (kernels/cuda/adamw.cu) */
+  for (int i = 0; i < 6; i++) s = st_scratch_grow(s, part * widths[i]);
+  return st_scratch_grow(s, 512 * sizeof(double)); /* sum_squares (kernels/cuda/adamw.cu) */
 }
 
 int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {

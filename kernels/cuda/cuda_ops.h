@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "kernels/colsum.h"
 #include "kernels/ops.h"
 }
 
@@ -142,20 +143,9 @@ template <> constexpr cudaDataType_t st_cuda_type<__half>() { return CUDA_R_16F;
 #define ST_FOR_EACH_STORAGE(X) X(float) X(__nv_bfloat16) X(__half)
 
 /* ---- column sums over rows in a fixed order (layernorm dw/db, matmul
- * dbias): rows are cut into chunks that depend only on N, each chunk's
- * per-column partial is written to scratch, and a second pass adds the
- * partials to the gradient in chunk order. */
+ * dbias): chunking in kernels/colsum.h, shared with the memory planner. */
 #define ST_COLSUM_BAND 32 /* columns per block (one warp wide) */
 #define ST_COLSUM_LANES 8 /* row lanes per block */
-static inline int st_colsum_rows_per_chunk(int N) {
-  int r = (N + 1023) / 1024; /* at most 1024 chunks */
-  if (r < 128) r = 128;
-  return r;
-}
-static inline int st_colsum_chunks(int N) {
-  int r = st_colsum_rows_per_chunk(N);
-  return (N + r - 1) / r;
-}
 
 /* ---- memory (memory.cu) */
 void *cuda_alloc(size_t bytes);

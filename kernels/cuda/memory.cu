@@ -61,8 +61,7 @@ static size_t g_scratch_bytes;
 
 void *cuda_scratch(size_t bytes) {
   if (bytes <= g_scratch_bytes) return g_scratch;
-  size_t want = g_scratch_bytes * 2 > bytes ? g_scratch_bytes * 2 : bytes;
-  if (want < ((size_t)1 << 20)) want = (size_t)1 << 20;
+  size_t want = (size_t)st_scratch_grow(g_scratch_bytes, bytes);
   if (g_scratch) ST_CUDA_CHECK(cudaFree(g_scratch)); /* synchronises: no op still uses it */
   g_scratch = NULL;
   g_scratch_bytes = 0;
