@@ -10,7 +10,8 @@
 #     train flags: at least --data and the model; --micro-batch B (per rank)
 #     and --steps; --device, --precision as for train.
 # Env: MPIRUN (mpirun --allow-run-as-root --oversubscribe --bind-to none),
-#      BIN (build/shardtrain), PEAK_TFLOPS (bf16 peak per GPU for MFU; none).
+#      BIN (build/shardtrain), PEAK_TFLOPS (bf16 peak per GPU for MFU; none),
+#      MODES ("weak strong"; one of them to halve the runs).
 # Writes OUT_DIR/scaling.json and prints the tables; bench/plot_scaling.py
 # draws them.
 set -eu
@@ -29,7 +30,8 @@ for a in "$@"; do # drop --micro-batch/--global-batch: set per run below
   case "$a" in --micro-batch|--global-batch|--out|--resume) skip=1 ;; *) FLAGS+=("$a") ;; esac
 done
 NMAX=$(echo "$LIST" | tr ',' '\n' | sort -n | tail -1)
-for mode in weak strong; do
+MODES=${MODES:-weak strong}
+for mode in $MODES; do
   for n in ${LIST//,/ }; do
     if [ $mode = weak ]; then mb=$MB; gb=$((MB * n)); else gb=$((MB * NMAX)); mb=$((gb / n)); fi
     d="$OUT/$mode-$n"; rm -rf "$d"
@@ -38,10 +40,10 @@ for mode in weak strong; do
       --step-timing --val-seqs 0 > "$d.log" 2>&1 || { echo "run $mode n=$n failed: $d.log"; tail -3 "$d.log"; exit 1; }
   done
 done
-/usr/bin/python3 - "$OUT" "$LIST" "${PEAK_TFLOPS:-0}" <<'PY'
+/usr/bin/python3 - "$OUT" "$LIST" "${PEAK_TFLOPS:-0}" "$MODES" <<'PY'
 import json, os, re, statistics, sys
 out, ranks, peak = sys.argv[1], [int(x) for x in sys.argv[2].split(",")], float(sys.argv[3])
-res = {"weak": [], "strong": []}
+res = {m: [] for m in sys.argv[4].split()}
 for mode in res:
     for n in ranks:
         d = os.path.join(out, f"{mode}-{n}")

@@ -103,7 +103,7 @@ static int call(st_comm *c, st_coll_op op, void *send, void *recv, size_t count)
 }
 
 int st_coll_measure(st_comm *c, const st_ops *ops, void *send, void *recv, st_coll_op op,
-                    size_t bytes, int warmup, int iters, st_coll_result *out) {
+                    size_t bytes, int warmup, int iters, int pipelined, st_coll_result *out) {
   const int n = c->world;
   memset(out, 0, sizeof *out);
   out->op = op;
@@ -154,12 +154,19 @@ int st_coll_measure(st_comm *c, const st_ops *ops, void *send, void *recv, st_co
   int bad = !ok; /* any rank's mismatch fails the size for all */
   if (c->all_reduce_int_max(c, &bad, 1)) return -1;
 
-  for (int i = 0; i < warmup; i++)
-    if (call(c, op, send, recv, count)) return -1;
+  /* pipelined: calls enqueued back to back and one wait at the end, as
+   * nccl-tests and torch_busbw.py time them; blocking: each call waited for
+   * by the host, as the trainer's synchronous calls are */
+  c->defer_wait = pipelined;
+  int rc2 = 0;
+  for (int i = 0; i < warmup && !rc2; i++) rc2 = call(c, op, send, recv, count);
+  if (!rc2) rc2 = c->flush(c);
   c->barrier(c);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; i++)
-    if (call(c, op, send, recv, count)) return -1;
+  for (int i = 0; i < iters && !rc2; i++) rc2 = call(c, op, send, recv, count);
+  if (!rc2) rc2 = c->flush(c);
+  c->defer_wait = 0;
+  if (rc2) return -1;
   ops->synchronize();
   double t = (MPI_Wtime() - t0) / (iters > 0 ? iters : 1);
   /* the slowest rank's time is the collective's (host reduction over MPI:

@@ -48,9 +48,11 @@ size_t st_coll_buffer_bytes(size_t max_bytes);
  * fp32 elements; a size too small for that gives out->bytes = 0 and no
  * call) on c, buffers send/recv (each st_coll_buffer_bytes/2) in ops'
  * memory: one checked call on a known pattern (results compared on the
- * host), then `warmup` untimed and `iters` timed calls between barriers.
+ * host), then `warmup` untimed and `iters` timed calls between barriers:
+ * pipelined (enqueued back to back, one wait at the end: nccl-tests' way)
+ * or not (the host waits for each call, as the trainer does).
  * Collective over c. 0, or -1 with st_error when a collective failed. */
 int st_coll_measure(st_comm *c, const st_ops *ops, void *send, void *recv, st_coll_op op,
-                    size_t bytes, int warmup, int iters, st_coll_result *out);
+                    size_t bytes, int warmup, int iters, int pipelined, st_coll_result *out);
 
 #endif

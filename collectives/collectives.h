@@ -21,6 +21,13 @@ struct st_comm {
   void *impl; /* MPI_Comm* for the MPI backend */
   const char *backend;
   long long step; /* the training step, for error messages (set by the trainer) */
+  /* When set, device collectives return once enqueued on the communication
+   * stream instead of waiting for completion, and flush waits for all of
+   * them (the watchdog applies). Benchmarks set it to time back-to-back
+   * calls as nccl-tests does; the trainer never does. MPI calls complete on
+   * return either way. */
+  int defer_wait;
+  int (*flush)(st_comm *c);
   /* sum across ranks, in place; count fp32 elements */
   int (*all_reduce_sum)(st_comm *c, float *buf, size_t count);
   /* sum across ranks of send[world*count]; rank r receives block r (count) */

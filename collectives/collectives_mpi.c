@@ -84,6 +84,11 @@ static int mpi_broadcast(st_comm *c, void *buf, size_t bytes, int root) {
   return 0;
 }
 
+static int mpi_flush(st_comm *c) {
+  (void)c;
+  return 0; /* MPI calls have completed on return */
+}
+
 static int mpi_barrier(st_comm *c) { return check(MPI_Barrier(comm_of(c)), "barrier", 0); }
 
 static int mpi_all_reduce_double_sum(st_comm *c, double *buf, size_t count) {
@@ -106,12 +111,14 @@ int st_comm_mpi_init(st_comm *c) {
   MPI_Comm_rank(*mc, &c->rank);
   MPI_Comm_size(*mc, &c->world);
   c->backend = "mpi";
+  c->defer_wait = 0;
   c->all_reduce_sum = mpi_all_reduce_sum;
   c->reduce_scatter_sum = mpi_reduce_scatter_sum;
   c->reduce_scatterv_sum = mpi_reduce_scatterv_sum;
   c->all_gather = mpi_all_gather;
   c->reduce_scatterv_sum_start = mpi_reduce_scatterv_sum_start;
   c->wait = mpi_wait;
+  c->flush = mpi_flush;
   c->broadcast = mpi_broadcast;
   c->broadcast_buf = mpi_broadcast; /* the CPU backend's memory is host memory */
   c->barrier = mpi_barrier;

@@ -102,8 +102,12 @@ static int issued(st_comm *c, ncclResult_t r, const char *what, size_t count) {
   if (r != ncclSuccess && r != ncclInProgress)
     return st_error_set("NCCL %s of %zu elements failed on rank %d at step %lld: %s", what,
                         count, c->rank, c->step, ncclGetErrorString(r));
-  return wait_done(c, what, count, 1);
+  /* deferred: wait only for the enqueue (a non-blocking communicator may
+   * still be issuing it), not for the stream */
+  return wait_done(c, what, count, !c->defer_wait);
 }
+
+static int nccl_flush(st_comm *c) { return wait_done(c, "queued collectives", 0, 1); }
 
 static int nccl_all_reduce_sum(st_comm *c, float *buf, size_t count) {
   nccl_impl *n = impl_of(c);
@@ -251,6 +255,7 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
   c->reduce_scatterv_sum = nccl_reduce_scatterv_sum;
   c->reduce_scatterv_sum_start = nccl_reduce_scatterv_sum_start;
   c->wait = nccl_wait;
+  c->flush = nccl_flush;
   c->all_gather = nccl_all_gather;
   c->broadcast_buf = nccl_broadcast_buf;
   return 0;

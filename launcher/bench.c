@@ -26,7 +26,7 @@ typedef struct {
   char device[8];
   uint64_t min_bytes, max_bytes;
   int ops[ST_COLL_COUNT], nops;
-  int iters, warmup, json;
+  int iters, warmup, json, blocking;
   double nccl_timeout_s;
 } bench_opts;
 
@@ -38,6 +38,9 @@ static void usage(void) {
          "  --ops LIST               all-reduce,reduce-scatter,all-gather,broadcast (all)\n"
          "  --iters N                timed calls per size (0: 100 up to 1 MiB, 20 up to 64 MiB,\n"
          "                           5 above)  --warmup N (5)\n"
+         "  --timing pipelined|blocking  pipelined (default): the timed calls are enqueued back\n"
+         "                           to back and waited for once, as nccl-tests times them;\n"
+         "                           blocking: the host waits for each call, as train does\n"
          "  --nccl-timeout S         watchdog per collective (600)  --json  (one object a line)\n"
          "busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (reduce-scatter, all-gather),\n"
          "x 1 (broadcast); algbw = S / time, S the total array size (nccl-tests' definitions).\n"
@@ -101,6 +104,12 @@ static int parse(int argc, char **argv, bench_opts *o) {
       }
       if (f[2] == 'i') o->iters = (int)n;
       else o->warmup = (int)n;
+    } else if (strcmp(f, "--timing") == 0) {
+      if (strcmp(v, "pipelined") && strcmp(v, "blocking")) {
+        st_error_set("--timing %s: use pipelined or blocking", v);
+        return usage_error();
+      }
+      o->blocking = v[0] == 'b';
     } else if (strcmp(f, "--nccl-timeout") == 0) {
       o->nccl_timeout_s = atof(v);
     } else {
@@ -167,7 +176,9 @@ static int run(bench_opts *o, st_comm *c, const st_ops *ops, const char *where) 
   if (c->rank == 0 && !o->json) {
     printf("shardtrain bench collectives: %d ranks, %s\nfp32 data; algbw = S/time with S the "
            "total array size; busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (reduce-scatter,"
-           " all-gather), x 1 (broadcast)\n", c->world, where);
+           " all-gather), x 1 (broadcast); %s timing\n", c->world, where,
+           o->blocking ? "blocking (the host waits for each call)"
+                       : "pipelined (timed calls enqueued back to back, one wait)");
     printf("%-15s %12s %12s %7s %12s %11s %11s  %s\n", "op", "bytes", "count", "iters", "time_us",
            "algbw_GB/s", "busbw_GB/s", "check");
   }
@@ -176,7 +187,7 @@ static int run(bench_opts *o, st_comm *c, const st_ops *ops, const char *where) 
     for (uint64_t s = o->min_bytes; s <= o->max_bytes; s *= 2) {
       st_coll_result r;
       if (st_coll_measure(c, ops, send, recv, (st_coll_op)o->ops[k], s, o->warmup,
-                          iters_for(o, s), &r)) {
+                          iters_for(o, s), !o->blocking, &r)) {
         failed = 1;
         break;
       }
@@ -185,9 +196,10 @@ static int run(bench_opts *o, st_comm *c, const st_ops *ops, const char *where) 
         if (o->json)
           printf("{\"op\":\"%s\",\"bytes\":%zu,\"count\":%zu,\"ranks\":%d,\"iters\":%d,"
                  "\"time_us\":%.4f,\"algbw_GBs\":%.6f,\"busbw_GBs\":%.6f,\"correct\":%s,"
-                 "\"backend\":\"%s\"}\n", st_coll_name(r.op), r.bytes, r.count, c->world,
+                 "\"backend\":\"%s\",\"timing\":\"%s\"}\n", st_coll_name(r.op), r.bytes, r.count, c->world,
                  r.iters, r.time_s * 1e6, r.algbw / 1e9, r.busbw / 1e9,
-                 r.correct ? "true" : "false", c->backend);
+                 r.correct ? "true" : "false", c->backend,
+                 o->blocking ? "blocking" : "pipelined");
         else
           printf("%-15s %12zu %12zu %7d %12.2f %11.3f %11.3f  %s\n", st_coll_name(r.op), r.bytes,
                  r.count, r.iters, r.time_s * 1e6, r.algbw / 1e9, r.busbw / 1e9,

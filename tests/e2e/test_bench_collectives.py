@@ -35,6 +35,14 @@ for np in (1, 2, 4):
         per = {"all-reduce": lambda s: s // 4, "reduce-scatter": lambda s: s // 4 // np,
                "all-gather": lambda s: s // 4 // np, "broadcast": lambda s: s}[op]
         check(all(x["count"] == per(x["bytes"]) for x in mine), f"{np} ranks, {op}: counts")
+    check(all(x["timing"] == "pipelined" for x in rows), f"{np} ranks: pipelined timing by default")
+
+r = bench(2, ["--json", "--timing", "blocking", "--ops", "reduce-scatter"])
+rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+check(rows and all(x["timing"] == "blocking" and x["correct"] for x in rows),
+      "--timing blocking is recorded per line and still checks every size")
+r = bench(1, ["--timing", "async"], expect_rc=2)
+check("--timing async: use pipelined or blocking" in r.stderr, "a bad --timing exits 2 with the choices")
 
 r = bench(2, ["--ops", "all-reduce"], env={"ST_FAULT_BENCH_CORRUPT": "1"}, expect_rc=5)
 check("all-reduce of 8 bytes on 2 ranks returned wrong values" in r.stderr,
