@@ -442,7 +442,7 @@ static int make_plan(graph *g, const char *what, int want_det, cudnnBackendDescr
 
 /* ---- the cache: a few shapes (training, and the tests' handful) */
 
-#define CACHE_SLOTS 8
+#define CACHE_SLOTS 12
 
 /* The graphs' descriptors stay alive with the plans built from them (the
  * frontend keeps them too: a plan refers to its engine config). */
