@@ -41,14 +41,16 @@ typedef struct {
   void (*synchronize)(void);
   /* Make the backend's own buffers now, at setup, at the sizes the memory
    * plan gives (rank/memory_plan.h: cublaslt, scratch), so no op allocates
-   * inside the step loop. CUDA: the cuBLASLt handle and workspace, and
-   * cuda_scratch grown to scratch_bytes once. The CPU has none: 0. Returns
+   * inside the step loop. CUDA: the cuBLASLt handle and workspace,
+   * cuda_scratch grown to scratch_bytes once, and the cuDNN attention
+   * workspace st_cuda_attention_select asked for (kernels/ops_cuda.h).
+   * The CPU has none: 0. Returns
    * 0, or -1 (with nothing fatal) when the memory is not there. */
   int (*reserve)(size_t workspace_bytes, size_t scratch_bytes);
   /* How many allocations the backend has made in this process: every
    * alloc, plus its own buffers (CUDA: the cuBLASLt workspace, each growth
-   * of cuda_scratch). When last is not NULL, *last describes the latest
-   * ("alloc of 4096 bytes"). The trainer reads it after setup and after
+   * of cuda_scratch, the cuDNN attention workspace). When last is not
+   * NULL, *last describes the latest ("alloc of 4096 bytes"). The trainer reads it after setup and after
    * every step, validation and checkpoint: nothing may allocate there. */
   int64_t (*allocations)(const char **last);
 

@@ -36,6 +36,26 @@ int st_cuda_bind_device(int local_rank, char *name, size_t cap);
  * when it cannot be read. Never aborts. */
 int st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
+/* Attention implementations of the CUDA tables (--attention). */
+typedef enum { ST_ATTENTION_AUTO = 0, ST_ATTENTION_CUDNN = 1, ST_ATTENTION_FLASH = 2 } st_attention_impl;
+
+typedef struct {
+  st_attention_impl impl;  /* what runs: ST_ATTENTION_CUDNN or ST_ATTENTION_FLASH */
+  size_t workspace_bytes;  /* cuDNN's device workspace (0 for ours), made by reserve */
+  int deterministic;       /* cuDNN: its backward engine has no nondeterminism note */
+  char note[256];          /* one line for the configuration block */
+} st_attention_choice;
+
+/* Choose the attention of every CUDA table for B sequences of T tokens,
+ * width C, NH heads, storage dt, at setup (builds cuDNN's plans; allocates
+ * no device memory: the table's reserve makes the workspace afterwards).
+ * FLASH: our kernels. CUDNN: cuDNN's fused flash attention, or -1 with
+ * st_error (usage class for fp32) when it cannot run the shape. AUTO:
+ * cuDNN for bf16/fp16 when it builds a plan, else ours; fp32 always ours.
+ * Shapes other than the selected one run our kernels. 0 or -1. */
+int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
+                             st_attention_choice *out);
+
 #ifdef __cplusplus
 }
 #endif

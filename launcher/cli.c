@@ -131,7 +131,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
 /* Every flag train takes, then plan's own, for "did you mean". Kept next
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
-    "--beta1", "--beta2", "--ckpt-every", "--data", "--device", "--dim", "--dump-params",
+    "--attention", "--beta1", "--beta2", "--ckpt-every", "--data", "--device", "--dim", "--dump-params",
     "--eps", "--global-batch", "--gpu-mem", "--grad-clip", "--headroom", "--heads", "--json",
     "--layers", "--log-every", "--loss-scale-max", "--lr", "--lr-decay-steps", "--micro-batch",
     "--min-lr-frac", "--model", "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas",
@@ -260,6 +260,12 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     FLOAT_FLAG("--beta1", 0.0, 0.999999, rc->optim.beta1)
     FLOAT_FLAG("--beta2", 0.0, 0.999999999, rc->optim.beta2)
     FLOAT_FLAG("--eps", 0.0, 1.0, rc->optim.eps)
+    if (strcmp(f, "--attention") == 0) {
+      static const char *const k_att[] = {"auto", "cudnn", "flash", NULL};
+      if (one_of(f, v, k_att)) return -1;
+      if (copy_str(rc->attention, sizeof rc->attention, f, v)) return -1;
+      continue;
+    }
     STR_FLAG("--data", rc->data)
     STR_FLAG("--val-data", rc->val_data)
     STR_FLAG("--out", rc->out)
@@ -297,6 +303,8 @@ void st_cli_print_train_usage(void) {
       "            gradient accumulation = G / (B * ranks))\n"
       "  system  --zero 0|1|2 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
       "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
+      "          --attention auto|cudnn|flash (CUDA bf16/fp16: cuDNN's fused flash attention or\n"
+      "            ours; auto: cuDNN when it has a plan for the shape, else ours; default auto)\n"
       "  memory  --gpu-mem SIZE (cap per rank, e.g. 24GiB; on GPUs the free memory also counts;\n"
       "            on the CPU the check runs only when given)  --headroom PCT (5)\n"
       "          the memory plan is checked before anything is allocated: exit 6 when it does\n"

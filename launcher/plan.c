@@ -133,6 +133,8 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("token buffers", p->tokens, "inputs and targets, int32");
   if (cuda) {
     row("cuBLASLt workspace", p->cublaslt, "kernels/cuda/matmul.cu");
+    if (p->attn_workspace)
+      row("cuDNN attention workspace", p->attn_workspace, "measured at setup (--attention)");
     row("CUDA scratch", p->scratch, "column-sum partials (cuda_scratch after one step)");
     if (in->world > 1) {
       int ch = in->nccl_channels > 0 ? in->nccl_channels : ST_PLAN_NCCL_CHANNELS;

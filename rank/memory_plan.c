@@ -127,9 +127,11 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->scratch = st_plan_cuda_scratch(B * T, C);
     p->nccl = st_plan_nccl_bytes(in->world, in->nccl_buffsize, in->nccl_channels);
     p->context = ST_PLAN_CUDA_CONTEXT;
+    p->attn_workspace = in->attn_workspace_per_seq * (uint64_t)B;
   }
   p->total = p->weights + p->grads + p->acts.total + p->grad_shard + p->master + p->adam_m +
-             p->adam_v + p->tokens + p->cublaslt + p->scratch + p->nccl + p->context;
+             p->adam_v + p->tokens + p->cublaslt + p->scratch + p->attn_workspace + p->nccl +
+             p->context;
   p->fits = -1;
   if (in->gpu_mem > 0) {
     const uint64_t keep = (uint64_t)ceil((double)in->gpu_mem * in->headroom_pct / 100.0);
@@ -385,6 +387,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   B("activations", p->acts.total);
   B("tokens", p->tokens);
   B("cublaslt_workspace", p->cublaslt);
+  B("cudnn_attention_workspace", p->attn_workspace);
   B("cuda_scratch", p->scratch);
   B("nccl_estimate", p->nccl);
   B("cuda_context_estimate", p->context);

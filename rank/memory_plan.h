@@ -51,6 +51,10 @@ typedef struct {
   st_dtype dtype;         /* storage dtype: fp32, or bf16/fp16 with fp32 master weights */
   st_recompute recompute;
   st_backend backend;
+  /* cuDNN attention workspace per sequence of the micro-batch (bytes),
+   * measured by the backend at setup (st_cuda_attention_select) and scaled
+   * by micro_batch, which it grows with linearly; 0 with our kernels. */
+  uint64_t attn_workspace_per_seq;
   int64_t nccl_buffsize;  /* NCCL_BUFFSIZE in bytes; 0 = NCCL's default 4 MiB */
   int nccl_channels;      /* channels for the NCCL estimate; 0 = ST_PLAN_NCCL_CHANNELS */
   uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
@@ -77,6 +81,7 @@ typedef struct {
   /* backend internals (CUDA) */
   uint64_t cublaslt;      /* cuBLASLt workspace */
   uint64_t scratch;       /* cuda_scratch after one step (column-sum partials) */
+  uint64_t attn_workspace;/* cuDNN attention workspace (B x attn_workspace_per_seq) */
   uint64_t nccl;          /* ESTIMATE: NCCL connection buffers */
   uint64_t context;       /* ESTIMATE: CUDA context */
   uint64_t total;

@@ -24,6 +24,7 @@ void st_run_config_defaults(st_run_config *rc) {
   rc->zero_stage = 1;
   snprintf(rc->precision, sizeof rc->precision, "auto");
   snprintf(rc->recompute, sizeof rc->recompute, "none");
+  snprintf(rc->attention, sizeof rc->attention, "auto");
   rc->loss_scale_max = 16777216.0f;
   snprintf(rc->device, sizeof rc->device, "auto");
   snprintf(rc->out, sizeof rc->out, "runs/default");

@@ -157,6 +157,34 @@ static int setup_batch(trainer *tr) {
   return st_model_validate(&rc->model);
 }
 
+/* --attention: which attention the CUDA tables run for the training shape.
+ * cuDNN's plans are built here, before the memory check, because their
+ * workspace is part of the plan. The CPU has only its reference. */
+static int setup_attention(trainer *tr) {
+  const st_run_config *rc = tr->rc;
+  if (tr->device_index < 0) {
+    if (strcmp(rc->attention, "cudnn") == 0)
+      return st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or "
+                           "fp16); the CPU runs its fp32 reference: use --attention auto|flash");
+    snprintf(tr->attn_note, sizeof tr->attn_note, "the CPU reference (softmax kept, T x T per "
+             "head)");
+    return 0;
+  }
+#ifdef SHARDTRAIN_HAVE_CUDA
+  const st_model_config *m = &rc->model;
+  const st_attention_impl want = strcmp(rc->attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
+                                 : strcmp(rc->attention, "flash") == 0 ? ST_ATTENTION_FLASH
+                                                                        : ST_ATTENTION_AUTO;
+  st_attention_choice ch;
+  if (st_cuda_attention_select(want, tr->ops->dtype, rc->micro_batch, m->block_size, m->n_embd,
+                               m->n_head, &ch))
+    return -1;
+  snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
+  tr->attn_ws_per_seq = (ch.workspace_bytes + (size_t)rc->micro_batch - 1) / (size_t)rc->micro_batch;
+#endif
+  return 0;
+}
+
 /* This rank's configuration as the memory planner takes it. */
 static void plan_input_of(const trainer *tr, st_plan_input *in) {
   const st_run_config *rc = tr->rc;
@@ -168,6 +196,7 @@ static void plan_input_of(const trainer *tr, st_plan_input *in) {
   in->dtype = tr->ops->dtype;
   in->recompute = st_recompute_parse(rc->recompute);
   in->backend = tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU;
+  in->attn_workspace_per_seq = tr->attn_ws_per_seq;
   /* NCCL reads NCCL_BUFFSIZE from the environment; --nccl-buffsize only
    * sets it where the user has not (collectives_nccl.c). */
   const char *bs = getenv("NCCL_BUFFSIZE");
@@ -370,11 +399,13 @@ static int setup_reserve(trainer *tr) {
   const st_memory_plan *p = &tr->plan;
   if (tr->ops->reserve((size_t)p->cublaslt, (size_t)p->scratch) == 0) return 0;
   char a[32], b[32];
+  char c[32];
   return st_error_set("cannot allocate the %s backend's own buffers at setup (cuBLASLt "
-                      "workspace %s, scratch %s) on %s: the device ran out of memory below "
-                      "the plan; lower --micro-batch or raise --headroom (docs/memory.md)",
-                      tr->ops->name, st_format_bytes(p->cublaslt, a, sizeof a),
-                      st_format_bytes(p->scratch, b, sizeof b), tr->device_name);
+                      "workspace %s, scratch %s, cuDNN attention workspace %s) on %s: the device "
+                      "ran out of memory below the plan; lower --micro-batch or raise --headroom "
+                      "(docs/memory.md)", tr->ops->name, st_format_bytes(p->cublaslt, a, sizeof a),
+                      st_format_bytes(p->scratch, b, sizeof b),
+                      st_format_bytes(p->attn_workspace, c, sizeof c), tr->device_name);
 }
 
 /* The end of setup: the allocation count the step loop must keep
@@ -491,6 +522,7 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (tr->dcomm == &tr->nccl) printf("  nccl       %s\n", st_comm_nccl_describe(tr->dcomm));
 #endif
+  printf("  attention  %s\n", tr->attn_note);
   printf("  zero       stage %d: %s\n", rc->zero_stage,
          rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
          : rc->zero_stage == 2
@@ -507,8 +539,8 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
            st_format_bytes(p->weights, b, sizeof b), st_format_bytes(p->grads, g, sizeof g),
            st_format_bytes(p->grad_shard + p->master + p->adam_m + p->adam_v, h, sizeof h),
            st_format_bytes(p->acts.total, c, sizeof c),
-           st_format_bytes(p->tokens + p->cublaslt + p->scratch + p->nccl + p->context, d,
-                           sizeof d));
+           st_format_bytes(p->tokens + p->cublaslt + p->scratch + p->attn_workspace + p->nccl +
+                               p->context, d, sizeof d));
     if (p->fits < 0) printf("not checked (no --gpu-mem on the CPU)\n");
     else printf("fits %s less %g%% with %s to spare\n", tr->plan_source, rc->headroom_pct,
                 st_format_bytes((uint64_t)p->spare, a, sizeof a));
@@ -550,6 +582,7 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_collectives(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_data(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_batch(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_attention(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_memory_check(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_outdir(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, check_outdir_shared(tr) != 0))) return code;

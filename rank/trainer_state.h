@@ -40,6 +40,8 @@ typedef struct {
   st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
   st_memory_plan plan;     /* this rank's memory plan, checked before allocation */
   char plan_source[320];   /* what the plan was checked against ("" when not) */
+  char attn_note[320];     /* the attention that runs, for the configuration block */
+  uint64_t attn_ws_per_seq;/* cuDNN attention workspace per sequence (0: ours) */
   char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
   int64_t allocs_setup;    /* the backend's allocation count when setup ended (ops->allocations) */
   char alloc_msg[400];     /* what allocated after setup ("" while nothing has) */

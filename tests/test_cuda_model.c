@@ -9,7 +9,10 @@
  * or a lost accumulation fails by orders of magnitude. bf16 (activations
  * rounded at every op, errors compound through the layers): 5e-2 max|cpu
  * tensor| + 5e-2 |cpu|, loss within 1e-2 relative. A second CUDA step must
- * reproduce loss and gradients bit for bit.
+ * reproduce loss and gradients bit for bit. The bf16 model runs twice: with
+ * our attention kernels, then with cuDNN's fused flash attention selected
+ * (--attention cudnn; the same bounds, and its backward must be
+ * deterministic too).
  *
  * Exit 0: all passed; 1: a check failed; 77: no CUDA device (skipped).
  */
@@ -126,6 +129,17 @@ int main(void) {
   test_model(0);
   use_dtype(ST_BF16);
   test_model(5e-2);
+  st_attention_choice ch; /* the model's shape: B=3 T=40 C=72 NH=3 */
+  if (st_cuda_attention_select(ST_ATTENTION_CUDNN, ST_BF16, 3, 40, 72, 3, &ch) ||
+      GPU->reserve(0, 0)) {
+    g_checks++, g_failures++;
+    printf("model with cuDNN attention: cannot select it: %s  FAIL\n", st_error_msg());
+  } else {
+    printf("model with cuDNN attention: %s\n", ch.note);
+    test_model(5e-2);
+    st_attention_choice back_to_ours;
+    st_cuda_attention_select(ST_ATTENTION_FLASH, ST_BF16, 3, 40, 72, 3, &back_to_ours);
+  }
   printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }

@@ -30,11 +30,18 @@
  */
 #include <math.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops_cuda.h"
+
+extern "C" {
+#include "util/error.h"
+}
 
 #define FA_T 64       /* rows per query tile and per key tile */
 #define FA_THREADS 256 /* 16 x 16 */
@@ -379,9 +386,13 @@ static void fa_backward(S *dqkv, float *D, const S *dout, const S *qkv, const S 
 
 int64_t cuda_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T; }
 
-/* bf16/fp16 go to the tensor-core kernels (attention_tc.cu) when they take
- * the head size; these fp32-arithmetic kernels remain the fp32 path and the
- * fallback. ST_ATTENTION_KERNEL=simt forces the fallback (for comparisons). */
+/* bf16/fp16 go to cuDNN's fused attention when st_cuda_attention_select
+ * chose it and a plan exists for the shape (shapes without one, such as a
+ * shorter last validation batch, take our kernels: plans are never built
+ * inside a step), else to the tensor-core kernels (attention_tc.cu) when
+ * they take the head size; these fp32-arithmetic kernels remain the fp32
+ * path and the fallback. ST_ATTENTION_KERNEL=simt forces the fallback (for
+ * comparisons). */
 static int g_force_simt = -1;
 template <typename S>
 static int use_tc(int C, int NH) {
@@ -393,9 +404,90 @@ static int use_tc(int C, int NH) {
   return !g_force_simt && cuda_attention_tc_supported(C, NH, st_storage_dtype<S>());
 }
 
+/* The selection and cuDNN's workspace: the size select asked for, made by
+ * cuda_attention_reserve (the op table's reserve), at setup. */
+static int g_use_cudnn;
+static void *g_cudnn_ws;
+static size_t g_cudnn_ws_bytes, g_cudnn_ws_want;
+
+template <typename S>
+static int use_cudnn(int B, int T, int C, int NH) {
+  return sizeof(S) == 2 && g_use_cudnn &&
+         cuda_attention_cudnn_ready(B, T, C, NH, st_storage_dtype<S>());
+}
+
+static void cudnn_check(int rc) {
+  if (rc) st_cuda_fail(cuda_attention_cudnn_error(), __FILE__, __LINE__);
+  ST_CUDA_LAUNCHED();
+}
+
+int cuda_attention_reserve(void) {
+  if (g_cudnn_ws_want <= g_cudnn_ws_bytes) return 0;
+  if (g_cudnn_ws) ST_CUDA_CHECK(cudaFree(g_cudnn_ws));
+  g_cudnn_ws = NULL;
+  g_cudnn_ws_bytes = 0;
+  cuda_note_alloc("cuDNN attention workspace", g_cudnn_ws_want);
+  if (cudaMalloc(&g_cudnn_ws, g_cudnn_ws_want) != cudaSuccess) {
+    (void)cudaGetLastError();
+    g_cudnn_ws = NULL;
+    return -1;
+  }
+  g_cudnn_ws_bytes = g_cudnn_ws_want;
+  return 0;
+}
+
+extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C,
+                                        int NH, st_attention_choice *out) {
+  memset(out, 0, sizeof *out);
+  out->impl = ST_ATTENTION_FLASH;
+  g_use_cudnn = 0;
+  const char *ours = dt == ST_FP32 || !cuda_attention_tc_supported(C, NH, dt)
+                         ? "our flash attention (fp32 arithmetic, attention.cu)"
+                         : "our tensor-core FlashAttention-2 (attention_tc.cu)";
+  if (want == ST_ATTENTION_FLASH) {
+    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention flash)", ours);
+    return 0;
+  }
+  if (dt == ST_FP32) {
+    if (want == ST_ATTENTION_CUDNN)
+      return st_error_setc(ST_EXIT_USAGE, "--attention cudnn: cuDNN's fused attention runs bf16 "
+                           "and fp16 only; use --precision bf16|fp16, or --attention auto|flash "
+                           "with fp32");
+    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: fp32 runs ours)",
+             ours);
+    return 0;
+  }
+  size_t ws = 0;
+  int det = 0;
+  if (cuda_attention_cudnn_prepare(B, T, C, NH, dt, &ws, &det)) {
+    if (want == ST_ATTENTION_CUDNN)
+      return st_error_set("--attention cudnn: %s; use --attention flash (or auto, which falls "
+                          "back to it)", cuda_attention_cudnn_error());
+    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: cuDNN has no "
+             "plan here: %.120s)", ours, cuda_attention_cudnn_error());
+    return 0;
+  }
+  const int v = cuda_attention_cudnn_version();
+  out->impl = ST_ATTENTION_CUDNN;
+  out->workspace_bytes = ws;
+  out->deterministic = det;
+  snprintf(out->note, sizeof out->note, "cuDNN %d.%d.%d fused flash attention, %s backward, "
+           "workspace %.1f MiB (--attention %s)", v / 10000, v / 100 % 100, v % 100,
+           det ? "deterministic" : "NONDETERMINISTIC", ws / 1048576.0,
+           want == ST_ATTENTION_AUTO ? "auto" : "cudnn");
+  g_use_cudnn = 1;
+  g_cudnn_ws_want = ws > g_cudnn_ws_want ? ws : g_cudnn_ws_want;
+  return 0;
+}
+
 template <typename S>
 void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int T, int C,
                             int NH) {
+  if (use_cudnn<S>(B, T, C, NH)) {
+    cudnn_check(cuda_attention_cudnn_forward(out_, att, qkv_, B, T, C, NH, st_storage_dtype<S>(),
+                                             g_cudnn_ws));
+    return;
+  }
   if (use_tc<S>(C, NH)) {
     cuda_attention_tc_forward(out_, att, qkv_, B, T, C, NH, st_storage_dtype<S>());
     return;
@@ -414,6 +506,11 @@ void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int
 template <typename S>
 void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const void *qkv_,
                              const void *out_, const float *att, int B, int T, int C, int NH) {
+  if (use_cudnn<S>(B, T, C, NH)) {
+    cudnn_check(cuda_attention_cudnn_backward(dqkv_, dout_, qkv_, out_, att, B, T, C, NH,
+                                              st_storage_dtype<S>(), g_cudnn_ws));
+    return;
+  }
   if (use_tc<S>(C, NH)) {
     cuda_attention_tc_backward(dqkv_, datt, dout_, qkv_, out_, att, B, T, C, NH,
                                st_storage_dtype<S>());

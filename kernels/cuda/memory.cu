@@ -90,5 +90,6 @@ static int scratch_reserve(size_t bytes) {
 
 int cuda_reserve(size_t workspace_bytes, size_t scratch_bytes) {
   if (cuda_matmul_reserve(workspace_bytes)) return -1;
+  if (cuda_attention_reserve()) return -1;
   return scratch_reserve(scratch_bytes);
 }

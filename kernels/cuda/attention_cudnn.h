@@ -1,0 +1,82 @@
+/* attention_cudnn.h - causal multi-head attention through cuDNN's fused
+ * flash attention (scaled dot-product attention, cuDNN 9 backend graph API),
+ * forward and backward, for bf16 and fp16 storage.
+ *
+ * Layouts are the op table's (kernels/ops.h): qkv and dqkv [B,T,3C] (q | k |
+ * v per row, head h at columns h*hs..h*hs+hs-1 of each third), out and dout
+ * [B,T,C], stats [B,NH,T] fp32. cuDNN reads and writes them in place as
+ * strided [B,NH,T,hs] views; nothing is copied.
+ *
+ * stats is cuDNN's softmax statistic: the natural-log log-sum-exp of the
+ * scaled scores, max_j(s_ij) + log(sum_j exp(s_ij - max)), s = q.k / sqrt(hs)
+ * with the causal mask applied: the same quantity, in the same layout, as
+ * the `lse` of our own flash kernels (attention.cu, attention_tc.cu), so a
+ * forward of either can feed a backward of the other.
+ *
+ * Determinism: the backward graph is built without cuDNN's fp32 dQ
+ * accumulator tensor, which selects the "dP workspace" algorithm (dQ summed
+ * in a fixed order through a workspace holding dP, about B*NH*T'^2*2 bytes
+ * with T' = T rounded up to 64) rather than the one that adds dQ with
+ * atomics; among the engines cuDNN's heuristics return, one without
+ * CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC is taken when any builds, and
+ * cuda_attention_cudnn_prepare reports whether it was. The workspace is
+ * the price: O(B*NH*T^2), not O(T) like our own kernels.
+ *
+ * Plans are built at setup, once per (B, T, NH, hs, dtype) (causal always),
+ * and kept in a small fixed cache; the forward and backward calls only look
+ * them up, so nothing is built or allocated inside a training step. All
+ * work runs on the legacy default stream of the device that was current at
+ * the first prepare. This is host code only (plain C).
+ */
+#ifndef ST_ATTENTION_CUDNN_H
+#define ST_ATTENTION_CUDNN_H
+
+#include <stddef.h>
+
+#include "kernels/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Build (or find) the forward and backward execution plans for B sequences
+ * of T tokens, width C, NH heads (hs = C/NH), storage dt (ST_BF16 or
+ * ST_FP16). The first call creates the cuDNN handle on the current device.
+ * *workspace_bytes: the device workspace the larger of the two plans needs
+ * (bytes; the caller allocates it once, at setup); *deterministic: 1 when
+ * the backward engine carries no nondeterminism note. 0 on success; -1 when
+ * cuDNN cannot run the shape (no engine builds, unsupported dtype or head
+ * size, cache full, no cuDNN library), with the reason in
+ * cuda_attention_cudnn_error(). Never aborts. */
+int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, st_dtype dt, size_t *workspace_bytes,
+                                 int *deterministic);
+
+/* 1 when prepare has succeeded for this shape and dtype (a cache lookup:
+ * builds nothing). */
+int cuda_attention_cudnn_ready(int B, int T, int C, int NH, st_dtype dt);
+
+/* out [B,T,C] and stats [B,NH,T] written from qkv [B,T,3C]. workspace: at
+ * least prepare's *workspace_bytes of device memory (may be NULL when that
+ * is 0). 0, or -1 with the reason in cuda_attention_cudnn_error() when the
+ * shape was not prepared or cuDNN fails (callers treat that as fatal). */
+int cuda_attention_cudnn_forward(void *out, float *stats, const void *qkv, int B, int T, int C,
+                                 int NH, st_dtype dt, void *workspace);
+
+/* dqkv [B,T,3C] OVERWRITTEN with the gradients of q, k and v from dout
+ * [B,T,C], forward's qkv, out and stats. workspace and return as for
+ * forward. */
+int cuda_attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                  const float *stats, int B, int T, int C, int NH, st_dtype dt,
+                                  void *workspace);
+
+/* The last failure's reason ("" when none). */
+const char *cuda_attention_cudnn_error(void);
+
+/* The cuDNN library's version (cudnnGetVersion: 91400 for 9.14.0). */
+int cuda_attention_cudnn_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
