@@ -25,9 +25,10 @@ static st_arena_category *category_of(st_arena *a, const char *name) {
 
 void *st_arena_take(st_arena *a, size_t bytes, const char *category) {
   const char *name = category ? category : "unnamed";
-  const uint64_t need = st_arena_round(bytes);
-  /* need > size - used, written so that it cannot wrap */
-  if (!a->base || need > a->size - a->used) {
+  const size_t left = a->base ? a->size - a->used : 0;
+  /* bytes first: rounding a request near SIZE_MAX up would wrap to 0 */
+  const uint64_t need = bytes <= left ? st_arena_round(bytes) : UINT64_MAX;
+  if (!a->base || need > left) {
     if (!a->failed) {
       a->failed = 1;
       snprintf(a->failed_category, sizeof a->failed_category, "%s", name);
