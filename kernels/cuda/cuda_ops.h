@@ -178,6 +178,9 @@ void cuda_note_alloc(const char *what, size_t bytes);
  * made now rather than on the first matmul (matmul.cu); 0 or -1, never
  * fatal. A workspace already made is kept when it is at least that size. */
 int cuda_matmul_reserve(size_t bytes);
+/* The arena is about to be freed: drop the handle and workspace when the
+ * workspace was carved from it. */
+void cuda_matmul_leave_arena(const st_arena *arena);
 
 /* ---- ops (one file per family, mirroring kernels/cpu/). S is the storage
  * type of every void * tensor; float * tensors are fp32 whatever S is. */

@@ -84,6 +84,14 @@ int cuda_matmul_reserve(size_t bytes) {
   return 0;
 }
 
+void cuda_matmul_leave_arena(const st_arena *arena) {
+  if (!g_workspace || !st_arena_owns(arena, g_workspace)) return;
+  cublasLtDestroy(g_lt); /* lt_init makes both again if a matmul follows */
+  g_lt = NULL;
+  g_workspace = NULL;
+  g_workspace_bytes = (size_t)32 << 20;
+}
+
 /* Largest power of two (<= 256, >= the element size) dividing the address:
  * the heuristic must only offer kernels that work with the real alignment
  * (views into the flat parameter vector can sit at any element offset). */

@@ -21,8 +21,22 @@ int64_t cuda_allocations(const char **last) {
 }
 
 static st_arena *g_arena;
+static void *g_scratch;
+static size_t g_scratch_bytes;
 
-void cuda_use_arena(st_arena *arena) { g_arena = arena; }
+void cuda_use_arena(st_arena *arena) {
+  /* Leaving an arena, which its owner frees next: forget the buffers
+   * carved from it, so a later op makes its own instead of using freed
+   * memory. */
+  if (g_arena && g_arena != arena) {
+    if (st_arena_owns(g_arena, g_scratch)) {
+      g_scratch = NULL;
+      g_scratch_bytes = 0;
+    }
+    cuda_matmul_leave_arena(g_arena);
+  }
+  g_arena = arena;
+}
 
 void *cuda_arena_take(size_t bytes, const char *category) {
   if (!g_arena || g_arena->sealed) return NULL;
@@ -69,9 +83,6 @@ void cuda_synchronize(void) { ST_CUDA_CHECK(cudaDeviceSynchronize()); }
 void cuda_to_host(void *host_dst, const void *src, size_t bytes) {
   if (bytes) ST_CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
-
-static void *g_scratch;
-static size_t g_scratch_bytes;
 
 /* cudaFree of the scratch unless the arena owns it; synchronises, so no op
  * still uses it. */
