@@ -389,7 +389,7 @@ static int setup_arena(trainer *tr) {
     const uint64_t cut = strtoull(f, NULL, 10);
     bytes = cut < bytes ? bytes - cut : 0;
   }
-  snprintf(tr->phase, sizeof tr->phase, "setup, before step %lld", (long long)tr->step + 1);
+  snprintf(tr->phase, sizeof tr->phase, "setup, before the first step");
   tr->arena_block = tr->ops->alloc((size_t)bytes, "arena");
   char msg[4096];
   if (!tr->arena_block) {
