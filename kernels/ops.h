@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/arena.h"
 #include "kernels/dtype.h"
 
 typedef struct {
@@ -30,10 +31,20 @@ typedef struct {
   st_dtype dtype;     /* storage dtype of the void * tensors */
 
   /* Memory the ops read and write: host memory for the CPU backend, device
-   * memory for CUDA. alloc returns zeroed memory or NULL. Copies are
-   * synchronous from the caller's point of view. */
-  void *(*alloc)(size_t bytes);
+   * memory for CUDA. alloc returns zeroed, 256-byte aligned memory or NULL;
+   * category names what it is for (a memory-plan category, e.g. "weights",
+   * "activations"), which an arena tallies and an out-of-memory report
+   * names. Copies are synchronous from the caller's point of view. */
+  void *(*alloc)(size_t bytes, const char *category);
   void (*free)(void *p);
+  /* Carve from this arena (kernels/arena.h) from now on: while it is set
+   * and not sealed, alloc and reserve take their memory from it (NULL when
+   * it is full, the failure kept in the arena) and make no allocation of
+   * their own; once sealed, alloc goes back to the raw allocator. free
+   * ignores pointers inside it. NULL: no arena. The block itself comes
+   * from alloc before this call, and is freed with free after
+   * use_arena(NULL). */
+  void (*use_arena)(st_arena *arena);
   void (*zero)(void *p, size_t bytes);
   void (*to_device)(void *dst, const void *host_src, size_t bytes);
   void (*to_host)(void *host_dst, const void *src, size_t bytes);
@@ -43,14 +54,15 @@ typedef struct {
    * plan gives (rank/memory_plan.h: cublaslt, scratch), so no op allocates
    * inside the step loop. CUDA: the cuBLASLt handle and workspace,
    * cuda_scratch grown to scratch_bytes once, and the cuDNN attention
-   * workspace st_cuda_attention_select asked for (kernels/ops_cuda.h).
-   * The CPU has none: 0. Returns
-   * 0, or -1 (with nothing fatal) when the memory is not there. */
+   * workspace st_cuda_attention_select asked for (kernels/ops_cuda.h), all
+   * from the arena when one is in use. The CPU has none: 0. Returns 0, or
+   * -1 (with nothing fatal) when the memory is not there. */
   int (*reserve)(size_t workspace_bytes, size_t scratch_bytes);
-  /* How many allocations the backend has made in this process: every
-   * alloc, plus its own buffers (CUDA: the cuBLASLt workspace, each growth
-   * of cuda_scratch, the cuDNN attention workspace). When last is not
-   * NULL, *last describes the latest ("alloc of 4096 bytes"). The trainer reads it after setup and after
+  /* How many raw allocations the backend has made in this process: every
+   * alloc not carved from an arena (the arena's own block is one), plus its
+   * own buffers when not carved (CUDA: the cuBLASLt workspace, each growth
+   * of cuda_scratch, the cuDNN attention workspace). When last is not NULL,
+   * *last describes the latest ("alloc of 4096 bytes"). The trainer reads it after setup and after
    * every step, validation and checkpoint: nothing may allocate there. */
   int64_t (*allocations)(const char **last);
 

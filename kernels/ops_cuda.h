@@ -53,6 +53,11 @@ typedef struct {
  * st_error (usage class for fp32) when it cannot run the shape. AUTO:
  * cuDNN for bf16/fp16 when it builds a plan, else ours; fp32 always ours.
  * Shapes other than the selected one run our kernels. 0 or -1. */
+/* Make the workspace the table's reserve will make at least bytes (the
+ * memory plan's figure, which rounds cuDNN's per sequence), so an arena
+ * sized by the plan comes out exactly full. */
+void st_cuda_attention_workspace_at_least(size_t bytes);
+
 int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
                              st_attention_choice *out);
 

@@ -163,7 +163,7 @@ static int setup(bench_opts *o, const st_env *env, st_comm *mpi, st_comm *nccl, 
 
 static int run(bench_opts *o, st_comm *c, const st_ops *ops, const char *where) {
   size_t half = st_coll_buffer_bytes(o->max_bytes) / 2;
-  void *send = ops->alloc(half), *recv = ops->alloc(half);
+  void *send = ops->alloc(half, "bench"), *recv = ops->alloc(half, "bench");
   int bad = !send || !recv;
   c->all_reduce_int_max(c, &bad, 1);
   if (bad) {

@@ -15,6 +15,7 @@
 
 #include "kernels/ops_cuda.h"
 #endif
+#include "kernels/arena.h"
 #include "kernels/colsum.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -89,25 +90,29 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   p->shard = p->padded_params / N;
   const uint64_t padded = (uint64_t)p->padded_params, shard = (uint64_t)p->shard;
 
-  p->weights = padded * es;
+  /* Every buffer takes st_arena_round(its bytes) in the arena (256-byte
+   * alignment), so each category counts its buffers rounded: the arena is
+   * then exactly the sum of the categories inside it. */
+  uint64_t (*const R)(uint64_t) = st_arena_round;
+  p->weights = R(padded * es);
   if (in->zero_stage == 2) {
-    p->grads_head = (uint64_t)(head_front + lnf) * f4;
-    p->grads_buckets = 2 * (uint64_t)(block + 1) * f4;
+    p->grads_head = R((uint64_t)(head_front + lnf) * f4);
+    p->grads_buckets = 2 * R((uint64_t)(block + 1) * f4);
     /* st_trainer_alloc_state: per hook slot (block l % 2, wte+wpe, ln_f),
      * min(range, shard) + 1 floats. */
     const int64_t range[4] = {block, block, head_front, lnf};
     for (int s = 0; s < 4; s++)
-      p->grads_recv += (uint64_t)((range[s] < p->shard ? range[s] : p->shard) + 1) * f4;
+      p->grads_recv += R((uint64_t)((range[s] < p->shard ? range[s] : p->shard) + 1) * f4);
     p->grads = p->grads_head + p->grads_buckets + p->grads_recv;
   } else {
-    p->grads_full = padded * f4;
+    p->grads_full = R(padded * f4);
     p->grads = p->grads_full;
   }
   const uint64_t nopt = in->zero_stage == 0 ? padded : shard;
   /* ZeRO 1 on one rank reduces in place into the full gradients (train_setup.c) */
-  p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1) ? shard * f4 : 0;
-  p->master = in->dtype != ST_FP32 ? nopt * f4 : 0;
-  p->adam_m = p->adam_v = nopt * f4;
+  p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1) ? R(shard * f4) : 0;
+  p->master = in->dtype != ST_FP32 ? R(nopt * f4) : 0;
+  p->adam_m = p->adam_v = R(nopt * f4);
 
   /* Attention state per layer: the CPU keeps the softmax [B,NH,T,T]
    * (kernels/cpu/attention.c), CUDA's flash attention one statistic per
@@ -120,18 +125,19 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
                          (long long)T, natt_d * 4);
   const int64_t natt = in->backend == ST_BACKEND_CPU ? B * NH * T * T : B * NH * T;
   st_model_measure_acts(c, in->dtype, natt, (int)B, (int)T, in->recompute, &p->acts);
-  p->tokens = 2 * (uint64_t)(B * T) * sizeof(int);
+  p->tokens = 2 * R((uint64_t)(B * T) * sizeof(int));
 
   if (in->backend == ST_BACKEND_CUDA) {
-    p->cublaslt = ST_PLAN_CUBLASLT_WORKSPACE;
-    p->scratch = st_plan_cuda_scratch(B * T, C);
+    p->cublaslt = R(ST_PLAN_CUBLASLT_WORKSPACE);
+    p->scratch = R(st_plan_cuda_scratch(B * T, C));
     p->nccl = st_plan_nccl_bytes(in->world, in->nccl_buffsize, in->nccl_channels);
     p->context = ST_PLAN_CUDA_CONTEXT;
-    p->attn_workspace = in->attn_workspace_per_seq * (uint64_t)B;
+    p->attn_workspace = R(in->attn_workspace_per_seq * (uint64_t)B);
   }
-  p->total = p->weights + p->grads + p->acts.total + p->grad_shard + p->master + p->adam_m +
-             p->adam_v + p->tokens + p->cublaslt + p->scratch + p->attn_workspace + p->nccl +
-             p->context;
+  /* act_mem is one buffer, its size a multiple of 256 (model.c) */
+  p->arena = p->weights + p->grads + p->acts.total + p->grad_shard + p->master + p->adam_m +
+             p->adam_v + p->tokens + p->cublaslt + p->scratch + p->attn_workspace;
+  p->total = p->arena + p->nccl + p->context;
   p->fits = -1;
   if (in->gpu_mem > 0) {
     const uint64_t keep = (uint64_t)ceil((double)in->gpu_mem * in->headroom_pct / 100.0);
@@ -139,6 +145,28 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->spare = (int64_t)p->usable - (int64_t)p->total;
     p->fits = p->total <= p->usable;
   }
+  return 0;
+}
+
+uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int *known) {
+  const struct {
+    const char *name;
+    uint64_t bytes;
+  } k[] = {{"weights", p->weights},       {"grads", p->grads},
+           {"grads_full", p->grads_full}, {"grads_head", p->grads_head},
+           {"grads_buckets", p->grads_buckets}, {"grads_recv", p->grads_recv},
+           {"grad_shard", p->grad_shard}, {"master", p->master},
+           {"adam_m", p->adam_m},         {"adam_v", p->adam_v},
+           {"activations", p->acts.total}, {"tokens", p->tokens},
+           {"cublaslt_workspace", p->cublaslt}, {"cuda_scratch", p->scratch},
+           {"arena", p->arena},           {"nccl_estimate", p->nccl},
+           {"cuda_context_estimate", p->context}, {"total", p->total}};
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (name && strcmp(name, k[i].name) == 0) {
+      if (known) *known = 1;
+      return k[i].bytes;
+    }
+  if (known) *known = 0;
   return 0;
 }
 
@@ -391,6 +419,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   B("cuda_scratch", p->scratch);
   B("nccl_estimate", p->nccl);
   B("cuda_context_estimate", p->context);
+  B("arena", p->arena);
   B("total", p->total);
 #undef B
   cJSON *a = cJSON_AddObjectToObject(j, "activations");

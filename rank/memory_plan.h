@@ -12,9 +12,14 @@
  * requests of one step). Two categories are estimates and say so: NCCL's
  * buffers and the CUDA context (constants to calibrate on the device).
  *
- * Sizes are the bytes requested; the CUDA allocator rounds each cudaMalloc
- * up (a few MiB in all over the ~15 allocations), which the calibration of
- * the context constant absorbs.
+ * Every buffer the trainer or the backend allocates lives in one arena
+ * (kernels/arena.h), where it takes its size rounded up to 256 bytes; each
+ * category counts its buffers that way, so `arena` is the arena's exact
+ * size and tests/test_memory_plan.c checks it byte for byte. What is
+ * outside the arena (NCCL's buffers, the CUDA context and what the driver,
+ * cuBLASLt and NCCL allocate internally) is the two estimates; cudaMalloc's
+ * rounding of the one arena allocation (at most 2 MiB) is absorbed by the
+ * context constant.
  */
 #ifndef ST_MEMORY_PLAN_H
 #define ST_MEMORY_PLAN_H
@@ -66,6 +71,8 @@ typedef struct {
   int64_t padded_params;  /* params rounded up to a multiple of world */
   int64_t shard;          /* padded_params / world: one rank's ZeRO partition */
   /* model (st_model_init / st_model_init_bucketed) */
+  /* Each category: its buffers' bytes, each rounded up to 256 (the arena's
+   * alignment). */
   uint64_t weights;       /* working weights, storage dtype, padded_params */
   uint64_t grads;         /* fp32 gradients: grads_full, or (ZeRO 2) head + buckets + recv */
   uint64_t grads_full;    /* ZeRO 0/1: the whole padded vector */
@@ -84,7 +91,8 @@ typedef struct {
   uint64_t attn_workspace;/* cuDNN attention workspace (B x attn_workspace_per_seq) */
   uint64_t nccl;          /* ESTIMATE: NCCL connection buffers */
   uint64_t context;       /* ESTIMATE: CUDA context */
-  uint64_t total;
+  uint64_t arena;         /* the arena: every category above but nccl and context */
+  uint64_t total;         /* arena + nccl + context */
   /* against gpu_mem */
   uint64_t usable;        /* gpu_mem less the headroom */
   int64_t spare;          /* usable - total; negative when it does not fit */
@@ -94,6 +102,13 @@ typedef struct {
 /* Plan one configuration. Pure arithmetic; 0, or -1 with st_error naming
  * the flag when the input is out of range. */
 int st_memory_plan_make(const st_plan_input *in, st_memory_plan *out);
+
+/* Bytes of one category by its JSON name ("weights", "grads_recv",
+ * "activations", "tokens", "cublaslt_workspace", "cuda_scratch", "arena",
+ * "total", ...: the names st_memory_plan_cjson uses, which are also the
+ * category names the trainer's buffers carry in the arena). *known is 0 (and
+ * the result 0) for a name that is no category. */
+uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int *known);
 
 /* NCCL's buffers for one rank, the estimate the plan uses: channels x
  * min(world - 1, 2) receive connections (a ring's, plus a tree's beyond two

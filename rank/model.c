@@ -77,6 +77,9 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   m->dqkv = take(cv, BT * 3 * C, es, P_GRADS);
   m->dfch = take(cv, BT * 4 * C, es, P_GRADS);
   m->datt = take(cv, natt, f4, P_ATTENTION);
+  /* The arena hands out whole 256-byte units; counting the tail here keeps
+   * act_bytes the bytes act_mem really takes there. */
+  take(cv, 0, 1, P_ATTENTION);
 }
 
 static void parts_of(const carver *cv, st_act_bytes *out) {
@@ -142,19 +145,19 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   layout_acts(m, natt, &measure);
   m->act_bytes = measure.off;
   size_t pbytes = (size_t)m->padded_total * m->es, gbytes;
-  m->params = ops->alloc(pbytes);
+  m->params = ops->alloc(pbytes, "weights");
   if (grad_buckets) {
     const size_t nh = (size_t)head_numel(m), nb = (size_t)m->block_numel + 1;
     gbytes = (nh + 2 * nb) * sizeof(float);
-    m->head_grads = ops->alloc(nh * sizeof(float));
-    m->bucket[0] = ops->alloc(nb * sizeof(float));
-    m->bucket[1] = ops->alloc(nb * sizeof(float));
+    m->head_grads = ops->alloc(nh * sizeof(float), "grads_head");
+    m->bucket[0] = ops->alloc(nb * sizeof(float), "grads_buckets");
+    m->bucket[1] = ops->alloc(nb * sizeof(float), "grads_buckets");
   } else {
     gbytes = (size_t)m->padded_total * sizeof(float);
-    m->grads = ops->alloc(gbytes);
+    m->grads = ops->alloc(gbytes, "grads_full");
   }
   int grads_ok = grad_buckets ? m->head_grads && m->bucket[0] && m->bucket[1] : m->grads != NULL;
-  m->act_mem = ops->alloc(m->act_bytes);
+  m->act_mem = ops->alloc(m->act_bytes, "activations");
   m->losses_host = calloc((size_t)B * T, sizeof(float));
   if (!m->params || !grads_ok || !m->act_mem || !m->losses_host) {
     double mib = (pbytes + gbytes + (double)m->act_bytes) / 1048576.0;

@@ -84,7 +84,8 @@ typedef struct {
   size_t blocks;       /* kept per block for backward, n_layer blocks (attention state apart) */
   size_t recompute;    /* the one shared block recompute rebuilds into (0 with none) */
   size_t attention;    /* attention state: saved per layer (or in the shared block under
-                        * full), plus backward's datt; fp32 */
+                        * full), plus backward's datt; fp32; and the padding that makes
+                        * total a multiple of 256 (the arena's unit) */
   size_t head;         /* ln_f output and statistics, per-token losses */
   size_t logits;       /* [B*T, Vp] in the storage dtype; holds dlogits after forward */
   size_t grad_scratch; /* backward's activation gradients dres, dln, datty, dqkv, dfch */

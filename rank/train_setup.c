@@ -181,6 +181,7 @@ static int setup_attention(trainer *tr) {
     return -1;
   snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
   tr->attn_ws_per_seq = (ch.workspace_bytes + (size_t)rc->micro_batch - 1) / (size_t)rc->micro_batch;
+  st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * (size_t)rc->micro_batch);
 #endif
   return 0;
 }
@@ -343,18 +344,18 @@ int st_trainer_alloc_state(trainer *tr) {
   else tr->opt_part = tr->part;
   size_t n = (size_t)(rc->zero_stage == 0 ? tr->model.padded_total : tr->part.shard);
   size_t bt = (size_t)B * T;
-  tr->adam_m = ops->alloc(n * sizeof(float));
-  tr->adam_v = ops->alloc(n * sizeof(float));
+  tr->adam_m = ops->alloc(n * sizeof(float), "adam_m");
+  tr->adam_v = ops->alloc(n * sizeof(float), "adam_v");
   /* ZeRO 1 on one rank: the shard is the whole gradient vector, which the
    * model already holds; a copy would cost 4 bytes per parameter for nothing. */
   tr->grad_shard_aliased = rc->zero_stage == 1 && c->world == 1;
   if (tr->grad_shard_aliased) tr->grad_shard = tr->model.grads;
-  else tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float))
+  else tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float), "grad_shard")
                                             : NULL;
   /* Mixed precision: fp32 master weights for the range this rank updates;
    * the model holds the bf16/fp16 working copy. fp32 runs update in place. */
   if (ops->dtype != ST_FP32) {
-    tr->master = ops->alloc(n * sizeof(float));
+    tr->master = ops->alloc(n * sizeof(float), "master");
     if (!tr->master)
       return st_error_set("cannot allocate %.1f MiB of %s memory for fp32 master weights",
                           n * 4.0 / 1048576.0, ops->name);
@@ -373,13 +374,13 @@ int st_trainer_alloc_state(trainer *tr) {
                                          m->tab.total - lnf};
     for (int s = 0; s < ST_COMM_TAGS; s++) {
       int64_t k = range[s] < tr->part.shard ? range[s] : tr->part.shard;
-      tr->recv[s] = ops->alloc((size_t)(k + 1) * sizeof(float));
+      tr->recv[s] = ops->alloc((size_t)(k + 1) * sizeof(float), "grads_recv");
       if (!tr->recv[s])
         return st_error_set("cannot allocate ZeRO-2 receive buffers (%lld floats)", (long long)k);
     }
   }
-  tr->d_inp = ops->alloc(bt * sizeof(int));
-  tr->d_tgt = ops->alloc(bt * sizeof(int));
+  tr->d_inp = ops->alloc(bt * sizeof(int), "tokens");
+  tr->d_tgt = ops->alloc(bt * sizeof(int), "tokens");
   tr->inp = malloc(bt * sizeof(int));
   tr->tgt = malloc(bt * sizeof(int));
   tr->scratch = malloc((bt + 1) * sizeof(int));
@@ -408,9 +409,72 @@ static int setup_reserve(trainer *tr) {
                       st_format_bytes(p->attn_workspace, c, sizeof c), tr->device_name);
 }
 
-/* The end of setup: the allocation count the step loop must keep
- * (trainer.c checks it), and on CUDA the device's free memory now. */
+/* The arena (kernels/arena.h): one raw allocation of the plan's arena
+ * bytes, which the backend then carves every planned buffer from.
+ * ST_FAULT_ARENA_SHORT=BYTES makes it that much smaller, so that the last
+ * buffers do not fit (the overflow test). Out-of-memory errors here and in
+ * setup_state carry ST_EXIT_OOM and the report (rank/oom.c). */
+static int setup_arena(trainer *tr) {
+  uint64_t bytes = tr->plan.arena;
+  const char *f = getenv("ST_FAULT_ARENA_SHORT");
+  if (f) {
+    const uint64_t cut = strtoull(f, NULL, 10);
+    bytes = cut < bytes ? bytes - cut : 0;
+  }
+  snprintf(tr->phase, sizeof tr->phase, "setup, before the first step");
+  tr->arena_block = tr->ops->alloc((size_t)bytes, "arena");
+  char msg[4096];
+  if (!tr->arena_block) {
+    st_oom_report(tr, tr->phase, "arena", bytes, "the arena's one allocation failed", msg,
+                  sizeof msg);
+    return st_error_setc(ST_EXIT_OOM, "%s", msg);
+  }
+  st_arena_init(&tr->arena, tr->arena_block, (size_t)bytes);
+  tr->ops->use_arena(&tr->arena);
+  st_oom_install(tr);
+  return 0;
+}
+
+/* Model and optimizer state, then the backend's own buffers, all carved
+ * from the arena. A buffer that does not fit is an out-of-memory, named
+ * by its category; an arena not exactly full means the plan and the
+ * allocating code disagree, which is a bug. */
+static int setup_state(trainer *tr) {
+  int rc = st_trainer_alloc_state(tr);
+  if (!rc) rc = setup_reserve(tr);
+  const st_arena *a = &tr->arena;
+  char msg[4096], detail[160];
+  if (a->failed) {
+    snprintf(detail, sizeof detail, "a buffer of this category did not fit in the arena (%zu "
+             "bytes left of %zu)", a->size - a->failed_used, a->size);
+    st_oom_report(tr, tr->phase, a->failed_category, a->failed_bytes, detail, msg, sizeof msg);
+    return st_error_setc(ST_EXIT_OOM, "%s", msg);
+  }
+  if (rc) return -1;
+  if (a->used != a->size) {
+    char parts[1024] = "";
+    size_t n = 0;
+    for (int i = 0; i < a->ncat && n < sizeof parts; i++) {
+      int known = 0;
+      uint64_t want = st_memory_plan_category(&tr->plan, a->cat[i].name, &known);
+      n += (size_t)snprintf(parts + n, sizeof parts - n, "%s%s %llu (plan %llu)", i ? ", " : "",
+                            a->cat[i].name, (unsigned long long)a->cat[i].bytes,
+                            (unsigned long long)want);
+    }
+    return st_error_set("internal error: setup carved %zu bytes from the arena, but the memory "
+                        "plan sized it %zu bytes; by category: %s. rank/memory_plan.c and the "
+                        "allocating code must agree (docs/memory.md, \"The arena\"); please "
+                        "report this", a->used, a->size, parts);
+  }
+  return 0;
+}
+
+/* The end of setup: the arena is sealed (an allocation from now on is a
+ * raw one, which the count below sees), the allocation count the step
+ * loop must keep (trainer.c checks it), and on CUDA the device's free
+ * memory now. */
 static void setup_done(trainer *tr) {
+  tr->arena.sealed = 1;
   tr->allocs_setup = tr->ops->allocations(NULL);
 #ifdef SHARDTRAIN_HAVE_CUDA
   size_t fr, tot;
@@ -584,10 +648,11 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_batch(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_attention(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_memory_check(tr) != 0))) return code;
+  /* Memory before the run directory: an out-of-memory here writes nothing. */
+  if ((code = st_trainer_agree(tr, setup_arena(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_state(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_outdir(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, check_outdir_shared(tr) != 0))) return code;
-  if ((code = st_trainer_agree(tr, st_trainer_alloc_state(tr) != 0))) return code;
-  if ((code = st_trainer_agree(tr, setup_reserve(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0))) return code;
   setup_done(tr);
   return 0;

@@ -57,6 +57,7 @@ static int validate(trainer *tr, double *loss_out) {
   if (rc->val_seqs < nseq) nseq = rc->val_seqs;
   double acc[2] = {0, 0};
   int failed = 0;
+  snprintf(tr->phase, sizeof tr->phase, "the validation after step %lld", (long long)tr->step);
   int64_t nbatches = (nseq + B - 1) / B;
   for (int64_t j = tr->comm->rank; j < nbatches && !failed; j += tr->comm->world) {
     int b = (int)(nseq - j * B < B ? nseq - j * B : B);
@@ -90,6 +91,10 @@ static void fp32_weights_to_host(trainer *tr, float *host, int64_t begin, int64_
 static int save_checkpoint(trainer *tr) {
   st_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
+  /* An out-of-memory while saving stops before the step directory is
+   * renamed, so latest stays the previous checkpoint. */
+  snprintf(tr->phase, sizeof tr->phase, "the checkpoint of step %lld (not made latest)",
+           (long long)tr->step);
   meta.step = tr->step;
   meta.tokens_seen = tr->tokens_seen;
   meta.data_position = tr->data_pos;
@@ -152,6 +157,26 @@ static void fault_stall(trainer *tr) {
           secs, step);
   struct timespec ts = {(time_t)secs, 0};
   nanosleep(&ts, NULL);
+}
+
+/* Fault injection for the out-of-memory tests: ST_FAULT_OOM="STEP" (every
+ * rank) or "RANK:STEP" asks the backend, inside that step, for more memory
+ * than any machine has (4 EiB). The request fails as a real one would and
+ * goes where a CUDA out-of-memory inside an op goes: st_oom_fatal, the
+ * report against the plan, exit 7. */
+static void fault_oom(trainer *tr) {
+  const char *f = getenv("ST_FAULT_OOM");
+  long long a = -1, b = -1;
+  if (!f) return;
+  const int n = sscanf(f, "%lld:%lld", &a, &b);
+  const long long step = n == 2 ? b : a;
+  if (n < 1 || step != tr->step + 1 || (n == 2 && a != tr->comm->rank)) return;
+  const size_t huge = (size_t)1 << 62;
+  void *p = tr->ops->alloc(huge, "unplanned");
+  if (!p)
+    st_oom_fatal("unplanned", huge, "ST_FAULT_OOM: an allocation inside the step (fault "
+                 "injection)");
+  tr->ops->free(p); /* it did not fail: the allocation check reports it instead */
 }
 
 /* Fault injection for the loss-scaler tests: ST_FAULT_OVERFLOW="STEP[,STEP...]"
@@ -261,7 +286,9 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   const int B = rc->micro_batch, T = rc->model.block_size;
   int64_t pos = st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain);
   tr->dcomm->step = tr->comm->step = tr->step + 1;
+  snprintf(tr->phase, sizeof tr->phase, "step %lld", (long long)tr->step + 1);
   fault_stall(tr);
+  fault_oom(tr);
   if (pos != tr->data_pos) tr->epoch++;
   const float dloss = tr->scaler.scale / (float)((double)rc->global_batch * T);
   memset(&tr->timing, 0, sizeof tr->timing);
@@ -517,7 +544,7 @@ static void fault_alloc(trainer *tr) {
   if (!f || atoll(f) != tr->step + 1) return;
   fprintf(stderr, "shardtrain: ST_FAULT_ALLOC: rank %d allocates during step %lld\n",
           tr->comm->rank, (long long)tr->step + 1);
-  tr->ops->free(tr->ops->alloc(4096));
+  tr->ops->free(tr->ops->alloc(4096, "unplanned"));
 }
 
 static int train_loop(trainer *tr) {
@@ -629,7 +656,12 @@ done:
     for (int s = 0; s < ST_COMM_TAGS; s++) tr.ops->free(tr.recv[s]);
     tr.ops->free(tr.d_inp);
     tr.ops->free(tr.d_tgt);
+    if (tr.arena_block) { /* the buffers above were carved from it: frees were no-ops */
+      tr.ops->use_arena(NULL);
+      tr.ops->free(tr.arena_block);
+    }
   }
+  st_oom_uninstall();
   free(tr.bucket_counts);
   free(tr.inp);
   free(tr.tgt);

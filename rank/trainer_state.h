@@ -43,6 +43,9 @@ typedef struct {
   char attn_note[320];     /* the attention that runs, for the configuration block */
   uint64_t attn_ws_per_seq;/* cuDNN attention workspace per sequence (0: ours) */
   char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
+  st_arena arena;          /* every buffer of the plan's arena, carved at setup, then sealed */
+  void *arena_block;       /* its one raw allocation (ops->alloc), NULL before setup makes it */
+  char phase[96];          /* where the run is, for an out-of-memory report ("step 5") */
   int64_t allocs_setup;    /* the backend's allocation count when setup ended (ops->allocations) */
   char alloc_msg[400];     /* what allocated after setup ("" while nothing has) */
   int have_dev_mem;        /* CUDA: dev_free_before/after and dev_total were read */
@@ -87,6 +90,20 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap);
  * backend's own buffers (cuBLASLt workspace, CUDA scratch) are reserved by
  * st_trainer_setup after it, at the plan's sizes (ops->reserve). */
 int st_trainer_alloc_state(trainer *tr);
+
+/* The out-of-memory report against tr's plan (rank/oom.c) into out[cap]:
+ * when ("step 5", "setup, before step 1"), the category the memory was for
+ * (a plan category name, or anything else for memory outside the plan),
+ * requested bytes (0: unknown), detail (what failed; may be NULL); then
+ * the plan, the arena, the device's free and total memory now, the
+ * checkpoint, and a suggested fix. */
+void st_oom_report(const trainer *tr, const char *when, const char *category, uint64_t requested,
+                   const char *detail, char *out, size_t cap);
+/* Make st_oom_fatal (kernels/arena.h) report against tr's plan, using
+ * tr->phase, and end the job with ST_EXIT_OOM (MPI_Abort, so no peer hangs
+ * in a collective); uninstall before tr goes away. */
+void st_oom_install(trainer *tr);
+void st_oom_uninstall(void);
 
 /* Rank 0 prints the configuration block. */
 void st_trainer_print_config(trainer *tr, int resumed, const char *from);

@@ -62,7 +62,7 @@ int *rand_ints(int64_t n, int hi) {
   return x;
 }
 void *dev_bytes(const void *h, size_t bytes) {
-  void *d = GPU->alloc(bytes);
+  void *d = GPU->alloc(bytes, "test");
   if (!d) {
     fprintf(stderr, "FATAL: cannot allocate %zu bytes of device memory\n", bytes);
     exit(1);

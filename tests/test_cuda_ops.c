@@ -59,7 +59,7 @@
 static void test_memory(void) {
   printf("memory\n");
   const int64_t n = 1003;
-  float *d = GPU->alloc((size_t)n * sizeof(float));
+  float *d = GPU->alloc((size_t)n * sizeof(float), "test");
   float *h = back(d, n);
   int zero = 1;
   for (int64_t i = 0; i < n; i++) zero &= h[i] == 0.0f;
@@ -75,7 +75,7 @@ static void test_memory(void) {
   int ok = 1;
   for (int64_t i = 0; i < n; i++) ok &= (i >= 10 && i < 110) ? h[i] == 0.0f : h[i] == x[i];
   expect_true("zero clears exactly the range asked", ok);
-  void *z = GPU->alloc(0);
+  void *z = GPU->alloc(0, "test");
   expect_true("alloc(0) gives a pointer", z != NULL);
   GPU->free(z);
   GPU->free(NULL);

@@ -158,8 +158,8 @@ static int setup(void **state) {
   H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, g_tgt);
   H5Dclose(d);
   size_t bytes = sizeof(int) * g_B * g_T;
-  d_inp = g_ops->alloc(bytes);
-  d_tgt = g_ops->alloc(bytes);
+  d_inp = g_ops->alloc(bytes, "tokens");
+  d_tgt = g_ops->alloc(bytes, "tokens");
   g_ops->to_device(d_inp, g_inp, bytes);
   g_ops->to_device(d_tgt, g_tgt, bytes);
   return 0;
@@ -254,11 +254,12 @@ static void test_adamw_three_steps(void **state) {
                        .grad_clip = (float)attr_d("grad_clip")};
   int steps = (int)attr_d("steps");
   int64_t n = g_model.tab.total;
-  float *m = g_ops->alloc((size_t)n * sizeof(float)), *v = g_ops->alloc((size_t)n * sizeof(float));
+  float *m = g_ops->alloc((size_t)n * sizeof(float), "adam_m"),
+        *v = g_ops->alloc((size_t)n * sizeof(float), "adam_v");
   /* Mixed precision: fp32 master weights, the model's params the working copy. */
   float *init = initial_params(), *master = NULL;
   if (mixed()) {
-    master = g_ops->alloc((size_t)n * sizeof(float));
+    master = g_ops->alloc((size_t)n * sizeof(float), "master");
     g_ops->to_device(master, init, (size_t)n * sizeof(float));
   }
   double ref_losses[8];

@@ -3,11 +3,15 @@
  * 1. Exactness: for small shapes at every ZeRO stage, recompute policy,
  *    storage dtype, backend shape and several rank counts, the planner's
  *    categories equal the bytes st_model_init/_bucketed and
- *    st_trainer_alloc_state really request, buffer by buffer. The op table
- *    is the CPU one with alloc/free replaced by a recording allocator and,
- *    for the CUDA shape, dtype and attention_state_floats set as the CUDA
- *    tables have them: nothing is computed, only allocated, so bf16/fp16 and
- *    CUDA-sized layouts are checked without a GPU.
+ *    st_trainer_alloc_state really request, buffer by buffer, each rounded
+ *    to the arena's 256 bytes, and the category each buffer is tagged with.
+ *    The op table is the CPU one with alloc/free replaced by a recording
+ *    allocator and, for the CUDA shape, dtype and attention_state_floats set
+ *    as the CUDA tables have them: nothing is computed, only allocated, so
+ *    bf16/fp16 and CUDA-sized layouts are checked without a GPU. Then the
+ *    same allocations (plus the CUDA workspace and scratch reserve carves)
+ *    go into a real arena of the plan's `arena` bytes, which they must fill
+ *    exactly.
  * 2. GPT-2 124M by hand (docs/memory.md derives every number): parameter
  *    count, bytes per parameter at ZeRO 0/1/2, activations per layer for
  *    recompute none/selective/full at B=32, T=1024, scratch, NCCL.
@@ -37,18 +41,27 @@
 static struct {
   void *p;
   size_t bytes;
+  const char *category;
 } g_live[MAX_LIVE];
 static int g_nlive;
 
-static void *rec_alloc(size_t bytes) {
+static void *rec_alloc(size_t bytes, const char *category) {
   void *p = calloc(bytes ? bytes : 1, 1);
   assert_non_null(p);
   assert_true(g_nlive < MAX_LIVE);
   g_live[g_nlive].p = p;
   g_live[g_nlive].bytes = bytes;
+  g_live[g_nlive].category = category;
   g_nlive++;
   return p;
 }
+
+/* The second pass: the same allocations carved from a real arena. */
+static st_arena g_arena;
+static void *arena_alloc(size_t bytes, const char *category) {
+  return st_arena_take(&g_arena, bytes, category);
+}
+static void arena_free(void *p) { assert_true(p == NULL || st_arena_owns(&g_arena, p)); }
 
 static void rec_free(void *p) {
   if (!p) return;
@@ -61,19 +74,37 @@ static void rec_free(void *p) {
   fail_msg("freeing a pointer the recording allocator did not hand out");
 }
 
-/* Bytes requested for p (0 for NULL); fails for an unknown pointer. */
+/* Bytes p takes in an arena: requested, rounded to 256 (0 for NULL);
+ * fails for an unknown pointer. */
 static uint64_t size_of(const void *p) {
   if (!p) return 0;
   for (int i = 0; i < g_nlive; i++)
-    if (g_live[i].p == p) return g_live[i].bytes;
+    if (g_live[i].p == p) return st_arena_round(g_live[i].bytes);
   fail_msg("no live allocation at %p", p);
   return 0;
 }
 
 static uint64_t live_total(void) {
   uint64_t s = 0;
-  for (int i = 0; i < g_nlive; i++) s += g_live[i].bytes;
+  for (int i = 0; i < g_nlive; i++) s += st_arena_round(g_live[i].bytes);
   return s;
+}
+
+/* Every live buffer carries a plan category, and the plan's bytes for each
+ * category are those of the buffers tagged with it. */
+static void check_tags(const st_memory_plan *p) {
+  for (int i = 0; i < g_nlive; i++) {
+    int known = 0;
+    const uint64_t planned = st_memory_plan_category(p, g_live[i].category, &known);
+    assert_true(known);
+    uint64_t sum = 0;
+    for (int j = 0; j < g_nlive; j++)
+      if (strcmp(g_live[j].category, g_live[i].category) == 0)
+        sum += st_arena_round(g_live[j].bytes);
+    if (planned != sum)
+      fail_msg("category %s: plan %llu, buffers %llu", g_live[i].category,
+               (unsigned long long)planned, (unsigned long long)sum);
+  }
 }
 
 static int64_t cuda_att_floats(int B, int T, int NH) { return (int64_t)B * NH * T; }
@@ -120,7 +151,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   assert_int_equal(p.padded_params, m->padded_total);
   assert_int_equal(p.shard, tr.part.shard);
   assert_int_equal(p.weights, size_of(m->params));
-  assert_int_equal(p.weights, (uint64_t)m->padded_total * m->es);
+  assert_int_equal(p.weights, st_arena_round((uint64_t)m->padded_total * m->es));
   assert_int_equal(p.acts.total, size_of(m->act_mem));
   assert_int_equal(p.acts.total, m->act_bytes);
   assert_int_equal(p.acts.embed + p.acts.blocks + p.acts.recompute + p.acts.attention +
@@ -137,7 +168,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   } else {
     assert_non_null(m->grads);
     assert_int_equal(p.grads_full, size_of(m->grads));
-    assert_int_equal(p.grads_full, (uint64_t)m->padded_total * sizeof(float));
+    assert_int_equal(p.grads_full, st_arena_round((uint64_t)m->padded_total * sizeof(float)));
     assert_int_equal(p.grads_head + p.grads_buckets + p.grads_recv, 0);
     assert_null(m->head_grads);
   }
@@ -154,7 +185,10 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   assert_int_equal(p.tokens, size_of(tr.d_inp) + size_of(tr.d_tgt));
   /* and nothing else: every byte requested is in a category */
   assert_int_equal(p.total - p.cublaslt - p.scratch - p.nccl - p.context, live_total());
+  assert_int_equal(p.arena, p.total - p.nccl - p.context);
+  assert_int_equal(p.acts.total % ST_ARENA_ALIGN, 0);
   if (be == ST_BACKEND_CPU) assert_int_equal(p.cublaslt + p.scratch + p.nccl + p.context, 0);
+  check_tags(&p);
 
   st_model_free(&tr.model);
   ops.free(tr.adam_m);
@@ -170,6 +204,37 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   free(tr.scratch);
   free(tr.config_json);
   assert_int_equal(g_nlive, 0);
+
+  /* The same setup in a real arena of exactly the plan's size. */
+  void *block = aligned_alloc(ST_ARENA_ALIGN, (size_t)p.arena);
+  assert_non_null(block);
+  memset(block, 0, (size_t)p.arena);
+  st_arena_init(&g_arena, block, (size_t)p.arena);
+  ops.alloc = arena_alloc;
+  ops.free = arena_free;
+  trainer t2;
+  memset(&t2, 0, sizeof t2);
+  t2.rc = &rc;
+  t2.comm = &comm;
+  t2.ops = &ops;
+  assert_int_equal(st_trainer_alloc_state(&t2), 0);
+  if (be == ST_BACKEND_CUDA) { /* what cuda_reserve carves at the plan's sizes */
+    assert_non_null(st_arena_take(&g_arena, ST_PLAN_CUBLASLT_WORKSPACE, "cublaslt_workspace"));
+    assert_non_null(st_arena_take(&g_arena, st_plan_cuda_scratch((int64_t)B * cfg->block_size,
+                                                                 cfg->n_embd), "cuda_scratch"));
+  }
+  assert_false(g_arena.failed);
+  assert_int_equal(g_arena.used, g_arena.size);
+  for (int i = 0; i < g_arena.ncat; i++)
+    assert_int_equal(g_arena.cat[i].bytes,
+                     st_memory_plan_category(&p, g_arena.cat[i].name, NULL));
+  st_model_free(&t2.model);
+  free(t2.bucket_counts);
+  free(t2.inp);
+  free(t2.tgt);
+  free(t2.scratch);
+  free(t2.config_json);
+  free(block);
 }
 
 static void test_plan_equals_allocation(void **state) {
@@ -267,14 +332,20 @@ static void test_gpt2_124m_parameters(void **state) {
   /* ZeRO 2, 2 ranks: no full gradient vector. head = wte + wpe + ln_f =
    * 39,421,440 floats; buckets 2 x (7,087,872 + 1); receive buffers
    * (min(range, shard) + 1) for ranges block, block, wte+wpe (39,419,904),
-   * ln_f (1,536): 7,087,873 x 2 + 39,419,905 + 1,537 = 53,597,188 floats. */
+   * ln_f (1,536): 7,087,873 x 2 + 39,419,905 + 1,537 = 53,597,188 floats.
+   * Each buffer takes whole 256-byte units in the arena: a bucket's
+   * 28,351,492 bytes take 28,351,744; the receive buffers 28,351,744 x 2 +
+   * 157,679,872 + 6,400 = 214,389,760 (the 214,388,752 requested + 1,008). */
   in = gpt2_124m(2, 2, ST_RECOMPUTE_NONE);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(p.grads_full, 0);
-  assert_int_equal(p.grads_head, 4LL * 39421440);
-  assert_int_equal(p.grads_buckets, 4LL * 2 * 7087873);
-  assert_int_equal(p.grads_recv, 4LL * 53597188);
-  assert_int_equal(p.grads, 157685760LL + 56702984LL + 214388752LL);
+  assert_int_equal(p.grads_head, 4LL * 39421440); /* a multiple of 256 */
+  assert_int_equal(p.grads_buckets, 2 * st_arena_round(4LL * 7087873));
+  assert_int_equal(p.grads_buckets, 2 * 28351744LL);
+  assert_int_equal(p.grads_recv, 2 * 28351744LL + 157679872LL + 6400LL);
+  assert_int_equal(p.grads_recv, 214389760LL);
+  assert_true(p.grads_recv >= 4LL * 53597188 && p.grads_recv - 4LL * 53597188 < 4 * 256);
+  assert_int_equal(p.grads, 157685760LL + 56703488LL + 214389760LL);
   assert_int_equal(p.grad_shard + p.master + p.adam_m + p.adam_v, 4 * 4 * 62237952LL);
 }
 

@@ -20,6 +20,11 @@ enum {
   /* The memory plan does not fit the GPU (`plan`, `train`'s pre-flight) or
    * --fit found nothing that fits; docs/memory.md. */
   ST_EXIT_MEMORY = 6,
+  /* Out of memory at run time despite the plan: the arena could not be
+   * made or a planned buffer did not fit it (setup), or an allocation
+   * failed inside a step (kernels/arena.h, st_oom_fatal). Reported against
+   * the plan; no checkpoint is written on this path. docs/memory.md. */
+  ST_EXIT_OOM = 7,
   /* Stopped by SIGUSR1/SIGTERM after writing a checkpoint: requeue and the
    * run continues with --resume auto. 75 is sysexits' EX_TEMPFAIL. */
   ST_EXIT_PREEMPTED = 75

@@ -1,4 +1,5 @@
 /* ops_table.c - the CPU backend's op table (see kernels/ops.h). */
+#define _POSIX_C_SOURCE 200112L /* posix_memalign */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,22 +7,33 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
-/* Host memory: the "device" of the CPU backend. Counted, so the trainer's
- * check that nothing allocates after setup runs on the CPU too. */
+/* Host memory: the "device" of the CPU backend. Raw allocations are
+ * counted, so the trainer's check that nothing allocates after setup runs
+ * on the CPU too; with an arena in use (the trainer's), alloc carves from
+ * it, so CI exercises the same arena as CUDA. */
 static int64_t g_allocs;
 static char g_last[96] = "none";
+static st_arena *g_arena;
 
-static void *cpu_alloc(size_t bytes) {
+static void *cpu_alloc(size_t bytes, const char *category) {
+  if (g_arena && !g_arena->sealed) return st_arena_take(g_arena, bytes, category);
   g_allocs++;
   snprintf(g_last, sizeof g_last, "alloc of %zu bytes", bytes);
-  return calloc(1, bytes ? bytes : 1);
+  void *p = NULL;
+  const size_t n = bytes ? bytes : 1;
+  if (posix_memalign(&p, ST_ARENA_ALIGN, n) != 0) return NULL;
+  memset(p, 0, n);
+  return p;
 }
+static void cpu_use_arena(st_arena *arena) { g_arena = arena; }
 static int cpu_reserve(size_t workspace_bytes, size_t scratch_bytes) { return 0; }
 static int64_t cpu_allocations(const char **last) {
   if (last) *last = g_last;
   return g_allocs;
 }
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p) {
+  if (!st_arena_owns(g_arena, p)) free(p);
+}
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) {
   if (dst != src) memcpy(dst, src, bytes);
@@ -34,6 +46,7 @@ static const st_ops k_cpu_ops = {
     .dtype = ST_FP32,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .use_arena = cpu_use_arena,
     .zero = cpu_zero,
     .to_device = cpu_copy,
     .to_host = cpu_copy,

@@ -421,11 +421,27 @@ static void cudnn_check(int rc) {
   ST_CUDA_LAUNCHED();
 }
 
+extern "C" void st_cuda_attention_workspace_at_least(size_t bytes) {
+  if (bytes > g_cudnn_ws_want) g_cudnn_ws_want = bytes;
+}
+
+void cuda_attention_leave_arena(const st_arena *arena) {
+  if (!g_cudnn_ws || !st_arena_owns(arena, g_cudnn_ws)) return;
+  g_cudnn_ws = NULL; /* the next reserve makes it again */
+  g_cudnn_ws_bytes = 0;
+}
+
 int cuda_attention_reserve(void) {
   if (g_cudnn_ws_want <= g_cudnn_ws_bytes) return 0;
-  if (g_cudnn_ws) ST_CUDA_CHECK(cudaFree(g_cudnn_ws));
+  if (g_cudnn_ws && !cuda_arena_owns(g_cudnn_ws)) ST_CUDA_CHECK(cudaFree(g_cudnn_ws));
   g_cudnn_ws = NULL;
   g_cudnn_ws_bytes = 0;
+  if (cuda_arena_active()) { /* train: part of the arena, like every planned buffer */
+    g_cudnn_ws = cuda_arena_take(g_cudnn_ws_want, "cudnn_attention_workspace");
+    if (!g_cudnn_ws) return -1;
+    g_cudnn_ws_bytes = g_cudnn_ws_want;
+    return 0;
+  }
   cuda_note_alloc("cuDNN attention workspace", g_cudnn_ws_want);
   if (cudaMalloc(&g_cudnn_ws, g_cudnn_ws_want) != cudaSuccess) {
     (void)cudaGetLastError();

@@ -33,12 +33,18 @@ extern "C" {
 
 /* ---- errors: the op table returns nothing, so a failed launch or CUDA call
  * (a bug or a dead device, never a planned condition) prints where and what,
- * and ends the process with exit code 1. Allocation failures are not fatal:
- * alloc returns NULL as ops.h says. */
+ * and ends the process with exit code 1. An out-of-memory there
+ * (cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED) goes to
+ * st_cuda_oom instead: st_oom_fatal (kernels/arena.h), which the trainer
+ * reports against the plan, exit code 7. alloc's own failures are not
+ * fatal: it returns NULL as ops.h says. */
 void st_cuda_fail(const char *what, const char *file, int line);
+void st_cuda_oom(const char *call, const char *what, const char *file, int line);
 #define ST_CUDA_CHECK(call)                                                      \
   do {                                                                           \
     cudaError_t st_err_ = (call);                                                \
+    if (st_err_ == cudaErrorMemoryAllocation)                                    \
+      st_cuda_oom(#call, cudaGetErrorString(st_err_), __FILE__, __LINE__);      \
     if (st_err_ != cudaSuccess) st_cuda_fail(cudaGetErrorString(st_err_), __FILE__, __LINE__); \
   } while (0)
 /* After every kernel launch: catches bad launch configurations at once. */
@@ -148,7 +154,14 @@ template <> constexpr cudaDataType_t st_cuda_type<__half>() { return CUDA_R_16F;
 #define ST_COLSUM_LANES 8 /* row lanes per block */
 
 /* ---- memory (memory.cu) */
-void *cuda_alloc(size_t bytes);
+void *cuda_alloc(size_t bytes, const char *category);
+void cuda_use_arena(st_arena *arena);
+/* 1 while an arena is in use and not sealed; cuda_arena_take carves from
+ * it (NULL when full or when there is none). */
+int cuda_arena_active(void);
+void *cuda_arena_take(size_t bytes, const char *category);
+/* 1 when p lies in the arena in use (the owner frees it, not us). */
+int cuda_arena_owns(const void *p);
 void cuda_free(void *p);
 void cuda_zero(void *p, size_t bytes);
 void cuda_to_device(void *dst, const void *host_src, size_t bytes);
@@ -170,6 +183,11 @@ int cuda_matmul_reserve(size_t bytes);
 /* The cuDNN attention workspace st_cuda_attention_select asked for, made
  * now (attention.cu); 0 or -1, never fatal. */
 int cuda_attention_reserve(void);
+/* The arena is about to be freed: drop the handle and workspace when the
+ * workspace was carved from it. */
+void cuda_matmul_leave_arena(const st_arena *arena);
+/* The same for the cuDNN attention workspace (attention.cu). */
+void cuda_attention_leave_arena(const st_arena *arena);
 
 /* ---- ops (one file per family, mirroring kernels/cpu/). S is the storage
  * type of every void * tensor; float * tensors are fp32 whatever S is. */

@@ -25,7 +25,8 @@
  * bf16/fp16 (they are taken only if the heuristic offers nothing else).
  *
  * The handle and a 32 MiB workspace are made by reserve at train setup
- * (cuda_matmul_reserve, the memory plan's size), or else on the first
+ * (cuda_matmul_reserve, the memory plan's size, carved from the arena), or
+ * else on the first
  * matmul, on the device current then (st_cuda_bind_device runs before any
  * op).
  */
@@ -33,9 +34,12 @@
 
 #include "kernels/cuda/cuda_ops.h"
 
+/* CUBLAS_STATUS_ALLOC_FAILED is an out-of-memory, reported as such. */
 #define ST_CUBLAS_CHECK(call)                                                         \
   do {                                                                                \
     cublasStatus_t st_s_ = (call);                                                    \
+    if (st_s_ == CUBLAS_STATUS_ALLOC_FAILED)                                          \
+      st_cuda_oom(#call, cublasLtGetStatusString(st_s_), __FILE__, __LINE__);         \
     if (st_s_ != CUBLAS_STATUS_SUCCESS)                                               \
       st_cuda_fail(cublasLtGetStatusString(st_s_), __FILE__, __LINE__);               \
   } while (0)
@@ -58,6 +62,16 @@ int cuda_matmul_reserve(size_t bytes) {
     g_lt = NULL;
     return -1;
   }
+  if (cuda_arena_active()) { /* train: part of the arena, like every planned buffer */
+    g_workspace = cuda_arena_take(bytes, "cublaslt_workspace");
+    if (!g_workspace) {
+      cublasLtDestroy(g_lt);
+      g_lt = NULL;
+      return -1;
+    }
+    g_workspace_bytes = bytes;
+    return 0;
+  }
   cuda_note_alloc("cuBLASLt workspace", bytes);
   if (cudaMalloc(&g_workspace, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -68,6 +82,14 @@ int cuda_matmul_reserve(size_t bytes) {
   }
   g_workspace_bytes = bytes;
   return 0;
+}
+
+void cuda_matmul_leave_arena(const st_arena *arena) {
+  if (!g_workspace || !st_arena_owns(arena, g_workspace)) return;
+  cublasLtDestroy(g_lt); /* lt_init makes both again if a matmul follows */
+  g_lt = NULL;
+  g_workspace = NULL;
+  g_workspace_bytes = (size_t)32 << 20;
 }
 
 /* Largest power of two (<= 256, >= the element size) dividing the address:

@@ -1,7 +1,8 @@
-/* memory.cu - device memory for the op table: plain cudaMalloc'ed buffers
- * (never managed memory), zeroed on allocation, synchronous copies; the
- * backend's scratch buffer for partial sums; reserve and the allocation
- * count (kernels/ops.h). */
+/* memory.cu - device memory for the op table: buffers carved from the
+ * trainer's arena (kernels/arena.h) or, without one, plain cudaMalloc'ed
+ * buffers (never managed memory), zeroed on allocation, synchronous
+ * copies; the backend's scratch buffer for partial sums; reserve and the
+ * allocation count (kernels/ops.h). */
 #include <stdio.h>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -19,7 +20,37 @@ int64_t cuda_allocations(const char **last) {
   return g_allocs;
 }
 
-void *cuda_alloc(size_t bytes) {
+static st_arena *g_arena;
+static void *g_scratch;
+static size_t g_scratch_bytes;
+
+void cuda_use_arena(st_arena *arena) {
+  /* Leaving an arena, which its owner frees next: forget the buffers
+   * carved from it, so a later op makes its own instead of using freed
+   * memory. */
+  if (g_arena && g_arena != arena) {
+    if (st_arena_owns(g_arena, g_scratch)) {
+      g_scratch = NULL;
+      g_scratch_bytes = 0;
+    }
+    cuda_matmul_leave_arena(g_arena);
+    cuda_attention_leave_arena(g_arena);
+  }
+  g_arena = arena;
+}
+
+void *cuda_arena_take(size_t bytes, const char *category) {
+  if (!g_arena || g_arena->sealed) return NULL;
+  return st_arena_take(g_arena, bytes, category);
+}
+
+int cuda_arena_active(void) { return g_arena && !g_arena->sealed; }
+
+int cuda_arena_owns(const void *p) { return g_arena && st_arena_owns(g_arena, p); }
+
+void *cuda_alloc(size_t bytes, const char *category) {
+  /* The arena's block was zeroed when it was made and is never reused. */
+  if (cuda_arena_active()) return st_arena_take(g_arena, bytes, category);
   void *p = NULL;
   cuda_note_alloc("alloc", bytes);
   if (bytes == 0) bytes = 1;
@@ -36,7 +67,7 @@ void *cuda_alloc(size_t bytes) {
 }
 
 void cuda_free(void *p) {
-  if (p) ST_CUDA_CHECK(cudaFree(p));
+  if (p && !st_arena_owns(g_arena, p)) ST_CUDA_CHECK(cudaFree(p));
 }
 
 void cuda_zero(void *p, size_t bytes) {
@@ -56,15 +87,18 @@ void cuda_to_host(void *host_dst, const void *src, size_t bytes) {
   if (bytes) ST_CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-static void *g_scratch;
-static size_t g_scratch_bytes;
+/* cudaFree of the scratch unless the arena owns it; synchronises, so no op
+ * still uses it. */
+static void scratch_release(void) {
+  if (g_scratch && !st_arena_owns(g_arena, g_scratch)) ST_CUDA_CHECK(cudaFree(g_scratch));
+  g_scratch = NULL;
+  g_scratch_bytes = 0;
+}
 
 void *cuda_scratch(size_t bytes) {
   if (bytes <= g_scratch_bytes) return g_scratch;
   size_t want = (size_t)st_scratch_grow(g_scratch_bytes, bytes);
-  if (g_scratch) ST_CUDA_CHECK(cudaFree(g_scratch)); /* synchronises: no op still uses it */
-  g_scratch = NULL;
-  g_scratch_bytes = 0;
+  scratch_release();
   cuda_note_alloc("cuda_scratch growth", want);
   ST_CUDA_CHECK(cudaMalloc(&g_scratch, want));
   g_scratch_bytes = want;
@@ -72,12 +106,17 @@ void *cuda_scratch(size_t bytes) {
 }
 
 /* cuda_scratch at bytes now (the plan's size after one step), so the
- * step's requests all fit; -1 when the memory is not there. */
+ * step's requests all fit; from the arena when one is in use; -1 when the
+ * memory is not there. */
 static int scratch_reserve(size_t bytes) {
   if (bytes <= g_scratch_bytes) return 0;
-  if (g_scratch) ST_CUDA_CHECK(cudaFree(g_scratch));
-  g_scratch = NULL;
-  g_scratch_bytes = 0;
+  scratch_release();
+  if (cuda_arena_active()) {
+    g_scratch = st_arena_take(g_arena, bytes, "cuda_scratch");
+    if (!g_scratch) return -1;
+    g_scratch_bytes = bytes;
+    return 0;
+  }
   cuda_note_alloc("cuda_scratch reserve", bytes);
   if (cudaMalloc(&g_scratch, bytes) != cudaSuccess) {
     (void)cudaGetLastError();

@@ -19,6 +19,12 @@ void st_cuda_fail(const char *what, const char *file, int line) {
   exit(ST_EXIT_ERROR);
 }
 
+void st_cuda_oom(const char *call, const char *what, const char *file, int line) {
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s at %s:%d returned \"%s\"", call, file, line, what);
+  st_oom_fatal("unplanned", 0, detail);
+}
+
 /* The table of storage type S: the S instantiation of every op. */
 template <typename S>
 static st_ops make_table(const char *name, st_dtype dt) {
@@ -27,6 +33,7 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.dtype = dt;
   t.alloc = cuda_alloc;
   t.free = cuda_free;
+  t.use_arena = cuda_use_arena;
   t.zero = cuda_zero;
   t.to_device = cuda_to_device;
   t.to_host = cuda_to_host;

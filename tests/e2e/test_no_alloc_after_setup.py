@@ -28,7 +28,7 @@ out = os.path.join(a.work, "run")
 r = run(cmd(out))
 last = json.loads(r.stdout.strip().splitlines()[-1])
 al = last["backend_allocations"]
-check(al["setup"] > 0, f"setup allocates through the backend ({al['setup']} allocations)")
+check(al["setup"] == 1, f"setup makes one raw allocation, the arena ({al['setup']} allocations)")
 check(al["after_setup"] == 0, "5 steps, 3 validations and 3 checkpoints allocate nothing after setup")
 check(sorted(os.listdir(os.path.join(out, "ckpt"))) ==
       ["latest", "step_00000002", "step_00000004", "step_00000005"], "the checkpoints were written")

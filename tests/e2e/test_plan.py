@@ -15,7 +15,8 @@ def al(x):
 
 
 def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
-    """Bytes per GPU as docs/memory.md derives them."""
+    """Bytes per GPU as docs/memory.md derives them; every buffer takes
+    whole 256-byte units of the arena."""
     Vp = (V + 127) // 128 * 128
     block = 12 * C * C + 13 * C
     P = Vp * C + T * C + L * block + 2 * C
@@ -23,13 +24,13 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
     shard = Pp // N
     if zero == 2:
         ranges = (block, block, Vp * C + T * C, 2 * C)
-        grads = 4 * (Vp * C + T * C + 2 * C) + 4 * 2 * (block + 1) + \
-            4 * sum(min(r, shard) + 1 for r in ranges)
+        grads = al(4 * (Vp * C + T * C + 2 * C)) + 2 * al(4 * (block + 1)) + \
+            sum(al(4 * (min(r, shard) + 1)) for r in ranges)
     else:
-        grads = 4 * Pp
+        grads = al(4 * Pp)
     nopt = Pp if zero == 0 else shard
-    gshard = 4 * shard if zero == 2 or (zero == 1 and N > 1) else 0  # ZeRO 1, one rank: in place
-    states = Pp * es + grads + gshard + (4 * nopt if es == 2 else 0) + 8 * nopt
+    gshard = al(4 * shard) if zero == 2 or (zero == 1 and N > 1) else 0  # ZeRO 1, one rank: in place
+    states = al(Pp * es) + grads + gshard + (al(4 * nopt) if es == 2 else 0) + 2 * al(4 * nopt)
     BT = B * T
     X, X3, X4, S = al(BT * C * es), al(3 * BT * C * es), al(4 * BT * C * es), al(4 * BT)
     A = al(4 * (B * NH * T if cuda else B * NH * T * T))
@@ -40,7 +41,8 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
     shared = {"none": 0, "selective": ln1 + ln2 + fch_gelu, "full": every}[rec]
     per_layer = X + (every - (shared if rec != "full" else every))
     acts = X + L * per_layer + shared + (X + 3 * S) + al(BT * Vp * es) + (3 * X + X3 + X4) + A
-    other = 2 * BT * 4
+    other = 2 * al(BT * 4)
+    arena = states + acts + other
     if cuda:
         rows = max(128, (BT + 1023) // 1024)
         chunks = -(-BT // rows)
@@ -51,8 +53,9 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
             if req > s:
                 s = max(2 * s, req, 1 << 20)
         nccl = 0 if N < 2 else 16 * min(N - 1, 2) * ((4 << 20) + 524288 + 4915200)
-        other += (32 << 20) + s + nccl + (1117 << 20)  # context: calibrated on an H200
-    return dict(params=P, acts=acts, total=states + acts + other)
+        arena += (32 << 20) + al(s)
+        other += (32 << 20) + al(s) + nccl + (1117 << 20)  # context: calibrated on an H200
+    return dict(params=P, acts=acts, arena=arena, total=states + acts + other)
 
 
 def plan(args, rc=0):
@@ -75,7 +78,8 @@ for N in (1, 2):
             e = expected(12, 12, 768, 1024, 50257, 32, N, z, rec)
             check(d["model"]["params"] == e["params"] == 124475904,
                   f"124M N={N} ZeRO {z} {rec}: 124,475,904 parameters")
-            check(d["bytes"]["activations"] == e["acts"] and d["bytes"]["total"] == e["total"],
+            check(d["bytes"]["activations"] == e["acts"] and d["bytes"]["total"] == e["total"] and
+                  d["bytes"]["arena"] == e["arena"],
                   f"124M N={N} ZeRO {z} {rec}: total {d['bytes']['total']} = "
                   f"{d['bytes']['total'] / GiB:.2f} GiB as derived")
             check(d["gpu"]["fits"] is None or isinstance(d["gpu"]["fits"], bool),
