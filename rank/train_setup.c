@@ -16,7 +16,7 @@
 #include "kernels/ops_cuda.h"
 #endif
 #include "kernels/profile.h"
-#include "rank/memory_plan.h"
+#include "rank/memory_fit.h"
 #include "rank/trainer_state.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -224,6 +224,7 @@ static int setup_memory_check(trainer *tr) {
   q.base = in;
   q.global_batch = rc->global_batch;
   q.search_zero = 2; /* keep the stage if possible, else the next higher */
+  q.order = ST_FIT_NEAREST; /* the smallest change to what was asked for */
   st_plan_fit f;
   if (st_memory_plan_fit(&q, &f)) return -1;
   st_error_code(ST_EXIT_MEMORY);

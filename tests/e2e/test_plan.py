@@ -104,14 +104,15 @@ check("less 0% headroom" in r.stdout, "--headroom 0 shown")
 # 3. --fit: the choices the unit test derives, in the text and in JSON.
 fit = ["--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB", "--fit"]
 r = plan(["--model", "gpt2-774m"] + fit, rc=0)
-check("choice  micro-batch 16 x grad-accum 2, recompute full, ZeRO 0" in r.stdout,
-      "774M, 1 rank, 24 GiB: micro-batch 16, full recompute, ZeRO 0")
-check("micro-batch 32 does not fit" in r.stdout and "recompute selective does not fit" in r.stdout,
-      "774M: says why not micro-batch 32 and why not selective")
-check("recompute none fits at micro-batch 2 x grad-accum 16" in r.stdout,
-      "774M: shows the no-recompute alternative")
-check("train with: --micro-batch 16 --global-batch 32 --recompute full --zero 0" in r.stdout,
-      "774M: prints the train flags")
+check("choice  micro-batch 2 x grad-accum 16, recompute none, ZeRO 0 (cost 1.10)" in r.stdout,
+      "774M, 1 rank, 24 GiB: micro-batch 2 without recompute (cost 1.10), not 16 with full")
+check("micro-batch 4 with recompute none would cost 1.05 but does not fit" in r.stdout,
+      "774M: says why not micro-batch 4")
+check("recompute full: the best that fits is micro-batch 16 x grad-accum 2, ZeRO 0" in r.stdout
+      and "cost 1.35, more than 1.10" in r.stdout,
+      "774M: shows that full recompute fits at 16 but costs more")
+check("train with: --micro-batch 2 --global-batch 32 --recompute none --zero 0" in r.stdout
+      and "--auto-fit-zero" in r.stdout, "774M: prints the train flags")
 d = plan_json(["--model", "gpt2-774m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
 check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "none", 1) and d["config"]["zero"] == 1,
@@ -124,8 +125,8 @@ check(d["fit"]["found"] is False and d["fit"]["least"]["micro_batch"] == 1,
       "1558M, 1 rank: JSON names the least-memory candidate")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
-check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "full", 1),
-      "1558M, 8 ranks: micro-batch 4, full recompute, ZeRO 1")
+check((c["micro_batch"], c["recompute"], c["zero"]) == (2, "none", 2),
+      "1558M, 8 ranks: micro-batch 2, no recompute, ZeRO 2 (cost 1.10 < full at 4, 1.40)")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8, "--zero", 2] + fit)
 check(d["fit"]["choice"]["zero"] == 2 and d["fit"]["zero_searched"] is False,
       "--zero given: kept, not searched")
