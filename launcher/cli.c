@@ -131,8 +131,8 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
 /* Every flag train takes, then plan's own, for "did you mean". Kept next
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
-    "--beta1", "--beta2", "--ckpt-every", "--data", "--device", "--dim", "--dump-params",
-    "--eps", "--global-batch", "--gpu-mem", "--grad-clip", "--headroom", "--heads", "--json",
+    "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data",
+    "--device", "--dim", "--dump-params", "--eps", "--global-batch", "--gpu-mem", "--grad-clip", "--headroom", "--heads", "--json",
     "--layers", "--log-every", "--loss-scale-max", "--lr", "--lr-decay-steps", "--micro-batch",
     "--min-lr-frac", "--model", "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas",
     "--nccl-min-ctas", "--nccl-timeout", "--out", "--precision", "--recompute", "--resume",
@@ -189,6 +189,11 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     const char *f = argv[i];
     if (strcmp(f, "--json") == 0) { rc->json = 1; continue; }
     if (strcmp(f, "--step-timing") == 0) { rc->step_timing = 1; continue; }
+    if (strcmp(f, "--auto-fit") == 0) {
+      if (rc->auto_fit < 1) rc->auto_fit = 1;
+      continue;
+    }
+    if (strcmp(f, "--auto-fit-zero") == 0) { rc->auto_fit = 2; continue; }
     if (strncmp(f, "--", 2) != 0) {
       st_error_code(ST_EXIT_USAGE);
       return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain train --help)", f);
@@ -274,6 +279,14 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
                         did_you_mean(f, 0, hint, sizeof hint));
   }
   if (seen.shape && !seen.preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
+  rc->micro_batch_given = seen.micro_batch;
+  rc->recompute_given = seen.recompute;
+  rc->zero_given = seen.zero;
+  if (rc->auto_fit == 2 && seen.zero) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--auto-fit-zero chooses the ZeRO stage, and --zero %d fixes it: drop "
+                        "one (--auto-fit keeps the given or default --zero)", rc->zero_stage);
+  }
   if (!lr_set_total) rc->optim.total_steps = rc->steps;
   if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps) {
     rc->warmup_capped_from = rc->optim.warmup_steps; /* said in the config block */
@@ -301,6 +314,10 @@ void st_cli_print_train_usage(void) {
       "            on the CPU the check runs only when given)  --headroom PCT (5)\n"
       "          the memory plan is checked before anything is allocated: exit 6 when it does\n"
       "          not fit, naming the smallest change that would (see shardtrain plan, docs/memory.md)\n"
+      "          --auto-fit: choose --micro-batch (at most the one given), the accumulation and\n"
+      "            --recompute (at least the one given) for --global-batch by estimated step\n"
+      "            time, as shardtrain plan --fit --zero Z does; --auto-fit-zero: also the ZeRO\n"
+      "            stage (as plan --fit without --zero); exit 6 when nothing fits\n"
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
@@ -364,9 +381,10 @@ void st_cli_print_plan_usage(void) {
       "          --nccl-buffsize BYTES  --nccl-max-ctas N   (inputs of the NCCL estimate)\n"
       "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's total)\n"
       "          --headroom PCT (percent of the GPU kept free, default 5)\n"
-      "  --fit   choose for --global-batch: the largest micro-batch dividing it (at most\n"
-      "          --micro-batch when given), then the cheapest recompute (from --recompute when\n"
-      "          given), then the lowest ZeRO stage (only when --zero is not given) that fits\n"
+      "  --fit   choose for --global-batch the micro-batch (dividing it, at most --micro-batch\n"
+      "          when given), recompute (from --recompute when given) and, when --zero is not\n"
+      "          given, ZeRO stage with the lowest estimated step time that fits (the same\n"
+      "          search as train --auto-fit; docs/memory.md)\n"
       "  --json  one JSON object instead of the table\n"
       "exit: 0 fits (or no GPU memory to check against), 6 does not fit / --fit found nothing,\n"
       "2 bad flag. docs/memory.md explains every line.\n");

@@ -202,7 +202,8 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
          "factor (none 1.00, selective 1.03, full 1.33) x (1 + 410 / (micro-batch x seq-len)) "
          "for each micro-step's fixed overhead; ties to the larger micro-batch%s "
-         "(docs/memory.md)", q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
+         "(docs/memory.md)",
+         q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
   else if (q->order == ST_FIT_BY_COST)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
          "factor (none 1.00, selective 1.03, full 1.33); on the CPU a smaller micro-batch costs "
@@ -239,7 +240,8 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
            c->in.micro_batch, c->accum, c->in.zero_stage,
            st_format_bytes(c->plan.total, h1, sizeof h1), c->cost,
            c->cost > ch->cost ? "more than" : "as much as (and ranks below)", ch->cost);
-    } else if (f->has_least_with[r] && !(f->has_cheaper_recompute && r == (int)ch->in.recompute - 1)) {
+    } else if (f->has_least_with[r] &&
+               !(f->has_cheaper_recompute && r == (int)ch->in.recompute - 1)) {
       c = &f->least_with[r];
       line(out, cap, indent, "recompute %s does not fit at any micro-batch: %s at least "
            "(micro-batch %d, ZeRO %d), over by %s", st_recompute_name((st_recompute)r),

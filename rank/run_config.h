@@ -40,6 +40,11 @@ typedef struct {
    * set; on CUDA also the device's free memory) less headroom_pct percent. */
   uint64_t gpu_mem;         /* --gpu-mem bytes; 0 = unset */
   float headroom_pct;       /* --headroom, default 5 */
+  /* --auto-fit (1) / --auto-fit-zero (2): choose micro-batch, accumulation,
+   * recompute (and with 2 the ZeRO stage) before allocating
+   * (rank/memory_fit.h); 0 = train as configured. */
+  int auto_fit;
+  int micro_batch_given, recompute_given, zero_given; /* flags given: they bound auto-fit */
   /* NCCL (GPU runs): watchdog and communicator config */
   double nccl_timeout_s;    /* init and each collective; 0 = no watchdog */
   long long nccl_buffsize;  /* NCCL_BUFFSIZE unless set in the environment; 0 = NCCL's */

@@ -10,6 +10,7 @@
 #define _XOPEN_SOURCE 700
 #include "rank/trainer.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -585,7 +586,9 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
     snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
     tr.metrics = fopen(path, resumed ? "a" : "w");
     if (tr.metrics && tr.plan_json) { /* this invocation's plan, before its steps */
-      fprintf(tr.metrics, "{\"memory_plan\":%s}\n", tr.plan_json);
+      fprintf(tr.metrics, "{\"memory_plan\":%s", tr.plan_json);
+      if (tr.auto_fit_json) fprintf(tr.metrics, ",\"auto_fit\":%s", tr.auto_fit_json);
+      fprintf(tr.metrics, "}\n");
       fflush(tr.metrics);
     }
   }
@@ -636,5 +639,6 @@ done:
   free(tr.scratch);
   free(tr.config_json);
   free(tr.plan_json);
+  cJSON_free(tr.auto_fit_json);
   return code;
 }

@@ -41,6 +41,8 @@ typedef struct {
   st_memory_plan plan;     /* this rank's memory plan, checked before allocation */
   char plan_source[320];   /* what the plan was checked against ("" when not) */
   char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
+  char auto_fit_text[6144]; /* --auto-fit: the configuration block's lines ("" without) */
+  char *auto_fit_json;     /* --auto-fit: the search's choice and reasons (metrics.jsonl) */
   int64_t allocs_setup;    /* the backend's allocation count when setup ended (ops->allocations) */
   char alloc_msg[400];     /* what allocated after setup ("" while nothing has) */
   int have_dev_mem;        /* CUDA: dev_free_before/after and dev_total were read */
