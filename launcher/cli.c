@@ -131,14 +131,14 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
 /* Every flag train takes, then plan's own, for "did you mean". Kept next
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
-    "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data",
-    "--device", "--dim", "--dump-params", "--eps", "--global-batch", "--gpu-mem", "--grad-clip", "--headroom", "--heads", "--json",
-    "--layers", "--log-every", "--loss-scale-max", "--lr", "--lr-decay-steps", "--micro-batch",
-    "--min-lr-frac", "--model", "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas",
-    "--nccl-min-ctas", "--nccl-timeout", "--out", "--precision", "--recompute", "--resume",
-    "--seed", "--seq-len", "--step-timing", "--steps", "--stop-after", "--val-data",
-    "--val-every", "--val-seqs", "--vocab-size", "--warmup", "--weight-decay", "--zero",
-    "--help", NULL};
+    "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
+    "--dim", "--dump-params", "--eps", "--global-batch", "--gpu-mem", "--gpu-stats-every",
+    "--grad-clip", "--headroom", "--heads", "--json", "--layers", "--log-every", "--loss-scale-max",
+    "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
+    "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-timeout",
+    "--out", "--precision", "--recompute", "--resume", "--seed", "--seq-len", "--step-timing",
+    "--steps", "--stop-after", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
+    "--warmup", "--weight-decay", "--zero", "--help", NULL};
 static const char *const k_plan_flags[] = {"--ranks", "--fit", NULL};
 
 /* Edit distance (Levenshtein) of two short strings, capped at 9. */
@@ -246,6 +246,13 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     INT_FLAG("--stop-after", 0, 1000000000, rc->stop_after)
     INT_FLAG("--nccl-cga", -1, 8, rc->nccl_cga)
     INT_FLAG("--nccl-min-ctas", 0, 64, rc->nccl_min_ctas)
+    INT_FLAG("--gpu-stats-every", 0, 1000000000, rc->gpu_stats_every)
+    if (strcmp(f, "--mem-warn-fraction") == 0) {
+      float t;
+      if (parse_float(f, v, 0.0, 1.0, &t)) return -1;
+      rc->mem_warn_fraction = t;
+      continue;
+    }
     if (strcmp(f, "--loss-scale-max") == 0) {
       float t;
       if (parse_float(f, v, 1.0, 3.0e38, &t)) return -1;
@@ -318,6 +325,9 @@ void st_cli_print_train_usage(void) {
       "            --recompute (at least the one given) for --global-batch by estimated step\n"
       "            time, as shardtrain plan --fit --zero Z does; --auto-fit-zero: also the ZeRO\n"
       "            stage (as plan --fit without --zero); exit 6 when nothing fits\n"
+      "  monitor --gpu-stats-every N (memory, utilisation, temperature into metrics.jsonl every\n"
+      "            N steps, after step 1 and at each epoch's end; default and 0: --log-every)\n"
+      "          --mem-warn-fraction F (warn once per crossing above F of the total, 0.9; 0 = off)\n"
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"

@@ -45,6 +45,11 @@ typedef struct {
    * (rank/memory_fit.h); 0 = train as configured. */
   int auto_fit;
   int micro_batch_given, recompute_given, zero_given; /* flags given: they bound auto-fit */
+  /* Monitoring (rank/gpu_monitor.h): sample memory every gpu_stats_every
+   * steps (0 = --log-every) into metrics.jsonl; warn on stderr when use
+   * passes mem_warn_fraction of the total (0 = never). */
+  int gpu_stats_every;
+  float mem_warn_fraction;
   /* NCCL (GPU runs): watchdog and communicator config */
   double nccl_timeout_s;    /* init and each collective; 0 = no watchdog */
   long long nccl_buffsize;  /* NCCL_BUFFSIZE unless set in the environment; 0 = NCCL's */

@@ -609,6 +609,11 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
                                  ? tr->dev_free_before - tr->dev_free_after : 0, d, sizeof d));
   }
   if (tr->auto_fit_text[0]) printf("%s", tr->auto_fit_text);
+  printf("  monitor    every %d step(s) and at each epoch's end, into metrics.jsonl: %s; ",
+         tr->stats_every, tr->mon.source);
+  if (rc->mem_warn_fraction > 0)
+    printf("warns once above %g of the total (--mem-warn-fraction)\n", rc->mem_warn_fraction);
+  else printf("no warning (--mem-warn-fraction 0)\n");
   printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
   if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
   else printf(", no validation split");

@@ -10,6 +10,7 @@
 #include "io/tokens.h"
 #include "launcher/env.h"
 #include "rank/loss_scaler.h"
+#include "rank/gpu_monitor.h"
 #include "rank/memory_plan.h"
 #include "rank/model.h"
 #include "rank/partition.h"
@@ -62,6 +63,11 @@ typedef struct {
   char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
   int trained, validated;  /* did this invocation train / validate at all */
   FILE *metrics;
+  st_gpu_monitor mon;      /* device/process memory readings (gpu_monitor.h) */
+  int stats_every;         /* --gpu-stats-every, or --log-every when 0 */
+  int mem_over;            /* use is above --mem-warn-fraction (warned once, until it drops) */
+  st_mem_sample sample;    /* this rank's latest reading */
+  int sample_max[4];       /* over ranks, KiB: rss, cudaMemGetInfo used, NVML used; temp C */
   double t_start, val_loss;
   double last_loss;
   /* --step-timing: this step's seconds by phase (compute is the rest) */
