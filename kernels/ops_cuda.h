@@ -58,6 +58,14 @@ typedef struct {
  * sized by the plan comes out exactly full. */
 void st_cuda_attention_workspace_at_least(size_t bytes);
 
+/* Hold total - cap bytes of the current GPU with one cudaMalloc, so at
+ * most cap stays usable by everything on it (this process's later
+ * allocations, the libraries' own, and any other process's): a GPU of
+ * cap bytes emulated on a larger one (train --enforce-gpu-mem). *held gets
+ * the bytes held (0 when cap >= total). -1 with st_error (memory class)
+ * when more than cap is already in use. Freed when the process exits. */
+int st_cuda_hold_above(uint64_t cap, uint64_t *held);
+
 int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
                              st_attention_choice *out);
 

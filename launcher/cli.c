@@ -101,6 +101,11 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     return copy_str(rc->device, sizeof rc->device, f, v) ? -1 : 1;
   }
   if (strcmp(f, "--gpu-mem") == 0) return st_plan_parse_size(f, v, &rc->gpu_mem) ? -1 : 1;
+  if (strcmp(f, "--attention") == 0) {
+    static const char *const k_att[] = {"auto", "cudnn", "flash", NULL};
+    if (one_of(f, v, k_att)) return -1;
+    return copy_str(rc->attention, sizeof rc->attention, f, v) ? -1 : 1;
+  }
   if (strcmp(f, "--headroom") == 0) {
     float t;
     if (parse_float(f, v, 0.0, 99.0, &t)) return -1;
@@ -131,14 +136,14 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
 /* Every flag train takes, then plan's own, for "did you mean". Kept next
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
-    "--attention", "--beta1", "--beta2", "--ckpt-every", "--data", "--device", "--dim", "--dump-params",
-    "--eps", "--global-batch", "--gpu-mem", "--grad-clip", "--headroom", "--heads", "--json",
-    "--layers", "--log-every", "--loss-scale-max", "--lr", "--lr-decay-steps", "--micro-batch",
-    "--min-lr-frac", "--model", "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas",
-    "--nccl-min-ctas", "--nccl-timeout", "--out", "--precision", "--recompute", "--resume",
-    "--seed", "--seq-len", "--step-timing", "--steps", "--stop-after", "--val-data",
-    "--val-every", "--val-seqs", "--vocab-size", "--warmup", "--weight-decay", "--zero",
-    "--help", NULL};
+    "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
+    "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--global-batch", "--gpu-mem", "--gpu-stats-every",
+    "--grad-clip", "--headroom", "--heads", "--json", "--layers", "--log-every", "--loss-scale-max",
+    "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
+    "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-timeout",
+    "--out", "--precision", "--recompute", "--resume", "--seed", "--seq-len", "--step-timing",
+    "--steps", "--stop-after", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
+    "--warmup", "--weight-decay", "--zero", "--help", NULL};
 static const char *const k_plan_flags[] = {"--ranks", "--fit", NULL};
 
 /* Edit distance (Levenshtein) of two short strings, capped at 9. */
@@ -189,6 +194,12 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     const char *f = argv[i];
     if (strcmp(f, "--json") == 0) { rc->json = 1; continue; }
     if (strcmp(f, "--step-timing") == 0) { rc->step_timing = 1; continue; }
+    if (strcmp(f, "--enforce-gpu-mem") == 0) { rc->enforce_gpu_mem = 1; continue; }
+    if (strcmp(f, "--auto-fit") == 0) {
+      if (rc->auto_fit < 1) rc->auto_fit = 1;
+      continue;
+    }
+    if (strcmp(f, "--auto-fit-zero") == 0) { rc->auto_fit = 2; continue; }
     if (strncmp(f, "--", 2) != 0) {
       st_error_code(ST_EXIT_USAGE);
       return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain train --help)", f);
@@ -241,6 +252,13 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     INT_FLAG("--stop-after", 0, 1000000000, rc->stop_after)
     INT_FLAG("--nccl-cga", -1, 8, rc->nccl_cga)
     INT_FLAG("--nccl-min-ctas", 0, 64, rc->nccl_min_ctas)
+    INT_FLAG("--gpu-stats-every", 0, 1000000000, rc->gpu_stats_every)
+    if (strcmp(f, "--mem-warn-fraction") == 0) {
+      float t;
+      if (parse_float(f, v, 0.0, 1.0, &t)) return -1;
+      rc->mem_warn_fraction = t;
+      continue;
+    }
     if (strcmp(f, "--loss-scale-max") == 0) {
       float t;
       if (parse_float(f, v, 1.0, 3.0e38, &t)) return -1;
@@ -260,12 +278,6 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     FLOAT_FLAG("--beta1", 0.0, 0.999999, rc->optim.beta1)
     FLOAT_FLAG("--beta2", 0.0, 0.999999999, rc->optim.beta2)
     FLOAT_FLAG("--eps", 0.0, 1.0, rc->optim.eps)
-    if (strcmp(f, "--attention") == 0) {
-      static const char *const k_att[] = {"auto", "cudnn", "flash", NULL};
-      if (one_of(f, v, k_att)) return -1;
-      if (copy_str(rc->attention, sizeof rc->attention, f, v)) return -1;
-      continue;
-    }
     STR_FLAG("--data", rc->data)
     STR_FLAG("--val-data", rc->val_data)
     STR_FLAG("--out", rc->out)
@@ -280,6 +292,14 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
                         did_you_mean(f, 0, hint, sizeof hint));
   }
   if (seen.shape && !seen.preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
+  rc->micro_batch_given = seen.micro_batch;
+  rc->recompute_given = seen.recompute;
+  rc->zero_given = seen.zero;
+  if (rc->auto_fit == 2 && seen.zero) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--auto-fit-zero chooses the ZeRO stage, and --zero %d fixes it: drop "
+                        "one (--auto-fit keeps the given or default --zero)", rc->zero_stage);
+  }
   if (!lr_set_total) rc->optim.total_steps = rc->steps;
   if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps) {
     rc->warmup_capped_from = rc->optim.warmup_steps; /* said in the config block */
@@ -309,6 +329,13 @@ void st_cli_print_train_usage(void) {
       "            on the CPU the check runs only when given)  --headroom PCT (5)\n"
       "          the memory plan is checked before anything is allocated: exit 6 when it does\n"
       "          not fit, naming the smallest change that would (see shardtrain plan, docs/memory.md)\n"
+      "          --auto-fit: choose --micro-batch (at most the one given), the accumulation and\n"
+      "            --recompute (at least the one given) for --global-batch by estimated step\n"
+      "            time, as shardtrain plan --fit --zero Z does; --auto-fit-zero: also the ZeRO\n"
+      "            stage (as plan --fit without --zero); exit 6 when nothing fits\n"
+      "  monitor --gpu-stats-every N (memory, utilisation, temperature into metrics.jsonl every\n"
+      "            N steps, after step 1 and at each epoch's end; default and 0: --log-every)\n"
+      "          --mem-warn-fraction F (warn once per crossing above F of the total, 0.9; 0 = off)\n"
       "  optim   --lr (1e-3) --warmup (20) --min-lr-frac (0.1) --lr-decay-steps (=steps)\n"
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
@@ -372,9 +399,10 @@ void st_cli_print_plan_usage(void) {
       "          --nccl-buffsize BYTES  --nccl-max-ctas N   (inputs of the NCCL estimate)\n"
       "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's total)\n"
       "          --headroom PCT (percent of the GPU kept free, default 5)\n"
-      "  --fit   choose for --global-batch: the largest micro-batch dividing it (at most\n"
-      "          --micro-batch when given), then the cheapest recompute (from --recompute when\n"
-      "          given), then the lowest ZeRO stage (only when --zero is not given) that fits\n"
+      "  --fit   choose for --global-batch the micro-batch (dividing it, at most --micro-batch\n"
+      "          when given), recompute (from --recompute when given) and, when --zero is not\n"
+      "          given, ZeRO stage with the lowest estimated step time that fits (the same\n"
+      "          search as train --auto-fit; docs/memory.md)\n"
       "  --json  one JSON object instead of the table\n"
       "exit: 0 fits (or no GPU memory to check against), 6 does not fit / --fit found nothing,\n"
       "2 bad flag. docs/memory.md explains every line.\n");

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "launcher/cli.h"
-#include "rank/memory_plan.h"
+#include "rank/memory_fit.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -134,7 +134,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   if (cuda) {
     row("cuBLASLt workspace", p->cublaslt, "kernels/cuda/matmul.cu");
     if (p->attn_workspace)
-      row("cuDNN attention workspace", p->attn_workspace, "measured at setup (--attention)");
+      row("cuDNN attention workspace", p->attn_workspace, "cuDNN's deterministic backward (--attention)");
     row("CUDA scratch", p->scratch, "column-sum partials (cuda_scratch after one step)");
     if (in->world > 1) {
       int ch = in->nccl_channels > 0 ? in->nccl_channels : ST_PLAN_NCCL_CHANNELS;
@@ -166,18 +166,6 @@ static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
   return st_memory_plan_cjson(o->rc.model_name, o->rc.global_batch, accum, in, p, source);
 }
 
-static cJSON *choice_json(const st_plan_choice *c) {
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "micro_batch", c->in.micro_batch);
-  cJSON_AddNumberToObject(j, "grad_accum", c->accum);
-  cJSON_AddStringToObject(j, "recompute", st_recompute_name(c->in.recompute));
-  cJSON_AddNumberToObject(j, "zero", c->in.zero_stage);
-  cJSON_AddNumberToObject(j, "total", (double)c->plan.total);
-  cJSON_AddNumberToObject(j, "spare", (double)c->plan.spare);
-  cJSON_AddBoolToObject(j, "fits", c->plan.fits == 1);
-  return j;
-}
-
 static void print_json(cJSON *j) {
   char *s = cJSON_PrintUnformatted(j);
   printf("%s\n", s);
@@ -185,89 +173,25 @@ static void print_json(cJSON *j) {
   cJSON_Delete(j);
 }
 
-/* "micro-batch 16 x grad-accum 2, recompute full, ZeRO 0: 21.69 GiB" */
-static void describe(const st_plan_choice *c, char *out, size_t cap) {
-  char h[32];
-  snprintf(out, cap, "micro-batch %d x grad-accum %d, recompute %s, ZeRO %d: %s",
-           c->in.micro_batch, c->accum, st_recompute_name(c->in.recompute), c->in.zero_stage,
-           human(c->plan.total, h, sizeof h));
-}
-
-static void print_fit(const st_plan_options *o, const st_plan_fit_query *q, const st_plan_fit *f,
-                      const char *source) {
-  char d[200], h1[32], h2[32];
+static void print_fit(const st_plan_fit_query *q, const st_plan_fit *f, const char *source) {
+  char d[240], h1[32], h2[32], why[4096];
   const st_plan_choice *ch = f->found ? &f->choice : &f->least;
-  printf("fit     global batch %d on %d rank(s): %s (%s) less %g%% = %s usable per GPU\n",
-         q->global_batch, q->base.world, human(q->base.gpu_mem, h1, sizeof h1), source,
-         q->base.headroom_pct, human(ch->plan.usable, h2, sizeof h2));
+  printf("fit     global batch %d on %d rank(s): %s (%s) less %g%% = %s usable per GPU; %d "
+         "candidates planned\n", q->global_batch, q->base.world,
+         human(q->base.gpu_mem, h1, sizeof h1), source, q->base.headroom_pct,
+         human(ch->plan.usable, h2, sizeof h2), f->candidates);
   if (!f->found) {
-    describe(&f->least, d, sizeof d);
+    st_plan_choice_describe(&f->least, d, sizeof d);
     printf("        NOTHING FITS. The least memory any choice needs: %s, over by %s.\n"
            "        Use more ranks (ZeRO 1 and 2 divide the optimizer state, ZeRO 2 the "
            "gradients too),\n        a shorter --seq-len, a smaller model or a larger GPU.\n\n",
            d, human((uint64_t)-f->least.plan.spare, h1, sizeof h1));
     return;
   }
-  describe(&f->choice, d, sizeof d);
+  st_plan_choice_describe(&f->choice, d, sizeof d);
   printf("choice  %s (%s to spare)\n", d, human((uint64_t)f->choice.plan.spare, h1, sizeof h1));
-  printf("why     preference: largest micro-batch, then cheapest recompute (none < selective <"
-         " full)%s\n", q->search_zero ? ", then lowest ZeRO stage" : "; ZeRO as given");
-  const int per_rank = q->global_batch / q->base.world;
-  const st_plan_choice *c;
-  if (f->has_larger_batch) {
-    c = &f->larger_batch;
-    printf("        micro-batch %d does not fit: %s at least (recompute %s, ZeRO %d), over by %s\n",
-           c->in.micro_batch, human(c->plan.total, h1, sizeof h1),
-           st_recompute_name(c->in.recompute), c->in.zero_stage,
-           human((uint64_t)-c->plan.spare, h2, sizeof h2));
-  } else {
-    printf("        micro-batch %d is the largest %s\n", f->choice.in.micro_batch,
-           o->seen.micro_batch && o->rc.micro_batch < per_rank
-               ? "allowed (--micro-batch bounds the search)"
-               : "there is: all of a rank's sequences in one micro-step");
-  }
-  if (f->has_cheaper_recompute) {
-    c = &f->cheaper_recompute;
-    printf("        recompute %s does not fit at micro-batch %d: %s at least (ZeRO %d), over by "
-           "%s\n", st_recompute_name(c->in.recompute), c->in.micro_batch,
-           human(c->plan.total, h1, sizeof h1), c->in.zero_stage,
-           human((uint64_t)-c->plan.spare, h2, sizeof h2));
-  } else {
-    printf("        recompute %s is the cheapest %s\n", st_recompute_name(f->choice.in.recompute),
-           f->choice.in.recompute == ST_RECOMPUTE_NONE ? "there is" : "allowed (--recompute)");
-  }
-  if (f->has_lower_zero) {
-    c = &f->lower_zero;
-    printf("        ZeRO %d does not fit: %s, over by %s\n", c->in.zero_stage,
-           human(c->plan.total, h1, sizeof h1), human((uint64_t)-c->plan.spare, h2, sizeof h2));
-  } else if (q->search_zero) {
-    printf("        ZeRO %d is the lowest stage\n", f->choice.in.zero_stage);
-  }
-  for (int r = 0; r < 3; r++) {
-    if (!f->has_alt[r]) continue;
-    c = &f->alt[r];
-    printf("or      recompute %s fits at micro-batch %d x grad-accum %d, ZeRO %d (%s, %s to spare);"
-           "\n        fewer sequences per micro-step may still beat recomputing\n",
-           st_recompute_name(c->in.recompute), c->in.micro_batch, c->accum, c->in.zero_stage,
-           human(c->plan.total, h1, sizeof h1), human((uint64_t)c->plan.spare, h2, sizeof h2));
-  }
-  printf("\n");
-}
-
-static cJSON *fit_json(const st_plan_fit_query *q, const st_plan_fit *f) {
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddBoolToObject(j, "found", f->found);
-  cJSON_AddBoolToObject(j, "zero_searched", q->search_zero);
-  if (f->found) cJSON_AddItemToObject(j, "choice", choice_json(&f->choice));
-  else cJSON_AddItemToObject(j, "least", choice_json(&f->least));
-  if (f->has_larger_batch) cJSON_AddItemToObject(j, "larger_batch", choice_json(&f->larger_batch));
-  if (f->has_cheaper_recompute)
-    cJSON_AddItemToObject(j, "cheaper_recompute", choice_json(&f->cheaper_recompute));
-  if (f->has_lower_zero) cJSON_AddItemToObject(j, "lower_zero", choice_json(&f->lower_zero));
-  cJSON *alts = cJSON_AddArrayToObject(j, "alternatives");
-  for (int r = 0; r < 3; r++)
-    if (f->has_alt[r]) cJSON_AddItemToArray(alts, choice_json(&f->alt[r]));
-  return j;
+  st_plan_fit_explain(q, f, "        ", why, sizeof why);
+  printf("why\n%s\n\n", why);
 }
 
 int st_cmd_plan(int argc, char **argv) {
@@ -292,6 +216,10 @@ int st_cmd_plan(int argc, char **argv) {
   in.nccl_channels = rc->nccl_max_ctas;
   if (!in.nccl_buffsize && getenv("NCCL_BUFFSIZE")) in.nccl_buffsize = atoll(getenv("NCCL_BUFFSIZE"));
   in.headroom_pct = rc->headroom_pct;
+  /* train measures cuDNN's workspace at setup; plan uses the formula */
+  if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
+    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->model.block_size,
+                                                                 rc->model.n_head);
   char source[200];
   resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);
 
@@ -314,27 +242,26 @@ int st_cmd_plan(int argc, char **argv) {
     return p.fits == 0 ? ST_EXIT_MEMORY : 0;
   }
 
+  /* The same query train --auto-fit makes from the same flags (memory_fit.h). */
   st_plan_fit_query q;
-  memset(&q, 0, sizeof q);
-  q.base = in;
-  q.base.micro_batch = o.seen.micro_batch ? rc->micro_batch : 0;
-  q.base.recompute = o.seen.recompute ? in.recompute : ST_RECOMPUTE_NONE;
-  q.global_batch = rc->global_batch;
-  q.search_zero = !o.seen.zero;
+  st_fit_query_make(&in, rc->global_batch, o.seen.micro_batch ? rc->micro_batch : 0,
+                    o.seen.recompute ? in.recompute : ST_RECOMPUTE_NONE, rc->zero_stage,
+                    !o.seen.zero, &q);
   st_plan_fit f;
   if (st_memory_plan_fit(&q, &f)) return fail(st_error_exit_code());
   const st_plan_choice *ch = f.found ? &f.choice : &f.least;
   if (o.json) {
     cJSON *j = plan_json(&o, &ch->in, &ch->plan, ch->accum, source);
-    cJSON_AddItemToObject(j, "fit", fit_json(&q, &f));
+    cJSON_AddItemToObject(j, "fit", st_plan_fit_cjson(&q, &f));
     print_json(j);
   } else {
-    print_fit(&o, &q, &f, source);
+    print_fit(&q, &f, source);
     print_table(&o, &ch->in, &ch->plan, ch->accum, source);
     if (f.found) {
-      printf("\ntrain with: --micro-batch %d --global-batch %d --recompute %s --zero %d\n",
+      printf("\ntrain with: --micro-batch %d --global-batch %d --recompute %s --zero %d\n"
+             "(or let train choose the same: --auto-fit%s with these flags)\n",
              ch->in.micro_batch, rc->global_batch, st_recompute_name(ch->in.recompute),
-             ch->in.zero_stage);
+             ch->in.zero_stage, q.search_zero ? "-zero" : "");
     }
   }
   return f.found ? 0 : ST_EXIT_MEMORY;

@@ -1,6 +1,6 @@
-/* memory_plan.c - per-GPU memory of a training configuration, and the --fit
- * search over micro-batch, recompute and ZeRO stage (see memory_plan.h and
- * docs/memory.md for the derivation). */
+/* memory_plan.c - per-GPU memory of a training configuration (see
+ * memory_plan.h and docs/memory.md for the derivation; the --fit search is
+ * in memory_fit.c). */
 #include "rank/memory_plan.h"
 
 #include <cjson/cJSON.h>
@@ -159,6 +159,7 @@ uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int 
            {"adam_m", p->adam_m},         {"adam_v", p->adam_v},
            {"activations", p->acts.total}, {"tokens", p->tokens},
            {"cublaslt_workspace", p->cublaslt}, {"cuda_scratch", p->scratch},
+           {"cudnn_attention_workspace", p->attn_workspace},
            {"arena", p->arena},           {"nccl_estimate", p->nccl},
            {"cuda_context_estimate", p->context}, {"total", p->total}};
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
@@ -168,170 +169,6 @@ uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int 
     }
   if (known) *known = 0;
   return 0;
-}
-
-/* ---- --fit ---- */
-
-/* The search's candidates: micro-batches in order (largest first, each
- * dividing the per-rank batch and within the bound), ZeRO stages in order
- * of preference. */
-typedef struct {
-  const st_plan_fit_query *q;
-  int batches[2048], nb;
-  int stages[3], ns;
-} search;
-
-static int plan_at(const search *s, int B, st_recompute r, int z, st_plan_choice *c) {
-  c->in = s->q->base;
-  c->in.micro_batch = B;
-  c->in.recompute = r;
-  c->in.zero_stage = z;
-  c->accum = s->q->global_batch / (B * s->q->base.world);
-  return st_memory_plan_make(&c->in, &c->plan);
-}
-
-/* The least memory over the allowed ZeRO stages at (B, r); -1 on error. */
-static int least_over_zero(const search *s, int B, st_recompute r, st_plan_choice *best) {
-  for (int k = 0; k < s->ns; k++) {
-    st_plan_choice c;
-    if (plan_at(s, B, r, s->stages[k], &c)) return -1;
-    if (k == 0 || c.plan.total < best->plan.total) *best = c;
-  }
-  return 0;
-}
-
-/* The least memory at micro-batch B over the allowed recompute and stages. */
-static int least_at_batch(const search *s, int B, st_plan_choice *best) {
-  const int r0 = s->q->base.recompute;
-  for (int r = r0; r <= ST_RECOMPUTE_FULL; r++) {
-    st_plan_choice c;
-    if (least_over_zero(s, B, (st_recompute)r, &c)) return -1;
-    if (r == r0 || c.plan.total < best->plan.total) *best = c;
-  }
-  return 0;
-}
-
-/* The first fitting (micro-batch, stage) for recompute r among
- * batches[from..], in preference order. */
-static int first_fit_with(const search *s, int from, st_recompute r, int *found,
-                          st_plan_choice *c) {
-  *found = 0;
-  for (int i = from; i < s->nb; i++)
-    for (int k = 0; k < s->ns; k++) {
-      if (plan_at(s, s->batches[i], r, s->stages[k], c)) return -1;
-      if (c->plan.fits) {
-        *found = 1;
-        return 0;
-      }
-    }
-  return 0;
-}
-
-static int fit_search(const search *s, st_plan_fit *out) {
-  const st_plan_fit_query *q = s->q;
-  const int r0 = q->base.recompute;
-  int have_least = 0;
-  for (int i = 0; i < s->nb; i++) {
-    const int B = s->batches[i];
-    for (int r = r0; r <= ST_RECOMPUTE_FULL; r++) {
-      for (int k = 0; k < s->ns; k++) {
-        const int z = s->stages[k];
-        st_plan_choice c;
-        if (plan_at(s, B, (st_recompute)r, z, &c)) return -1;
-        if (!have_least || c.plan.total < out->least.plan.total) out->least = c;
-        have_least = 1;
-        if (!c.plan.fits) continue;
-        out->found = 1;
-        out->choice = c;
-        if (i > 0) {
-          out->has_larger_batch = 1;
-          if (least_at_batch(s, s->batches[i - 1], &out->larger_batch)) return -1;
-        }
-        if (r > r0) {
-          out->has_cheaper_recompute = 1;
-          if (least_over_zero(s, B, (st_recompute)(r - 1), &out->cheaper_recompute)) return -1;
-        }
-        if (q->search_zero == 1 && k > 0) { /* stages are 0, 1, 2: the one below failed */
-          out->has_lower_zero = 1;
-          if (plan_at(s, B, (st_recompute)r, s->stages[k - 1], &out->lower_zero)) return -1;
-        }
-        for (int ra = r0; ra < r; ra++)
-          if (first_fit_with(s, i + 1, (st_recompute)ra, &out->has_alt[ra], &out->alt[ra]))
-            return -1;
-        return 0;
-      }
-    }
-  }
-  return 0;
-}
-
-int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
-  memset(out, 0, sizeof *out);
-  const int N = q->base.world, G = q->global_batch, T = q->base.model.block_size;
-  const int U = ST_EXIT_USAGE;
-  if (N < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", N);
-  if (G < 1) return st_error_setc(U, "--global-batch must be >= 1, got %d", G);
-  if (G % N != 0)
-    return st_error_setc(U, "--global-batch %d does not divide by %d ranks: every rank takes "
-                            "the same number of sequences; use a multiple of %d", G, N, N);
-  if (q->base.gpu_mem == 0)
-    return st_error_setc(U, "--fit needs the GPU memory: give --gpu-mem SIZE (e.g. 80GiB), or "
-                            "run where a GPU is visible");
-  search *s = calloc(1, sizeof *s);
-  if (!s) return st_error_set("out of host memory");
-  s->q = q;
-  const int z = q->base.zero_stage;
-  if (q->search_zero == 1) {
-    for (int k = 0; k < 3; k++) s->stages[s->ns++] = k;
-  } else if (q->search_zero == 2) { /* the given stage, then higher, then lower */
-    for (int k = z; k < 3; k++) s->stages[s->ns++] = k;
-    for (int k = z - 1; k >= 0; k--) s->stages[s->ns++] = k;
-  } else {
-    s->stages[s->ns++] = z;
-  }
-  /* Divisors of the per-rank batch, largest first: d <= sqrt ascending gives
-   * the partners per_rank / d descending, then the d themselves descending.
-   * Below 2^31 a number has at most 1,600 divisors, half of them small. */
-  const int per_rank = G / N, bound = q->base.micro_batch > 0 ? q->base.micro_batch : per_rank;
-  int lo[1024], nlo = 0, all[2048], n = 0;
-  for (int d = 1; (int64_t)d * d <= per_rank; d++)
-    if (per_rank % d == 0) lo[nlo++] = d;
-  for (int i = 0; i < nlo; i++)
-    if (per_rank / lo[i] != lo[i]) all[n++] = per_rank / lo[i];
-  for (int i = nlo - 1; i >= 0; i--) all[n++] = lo[i];
-  for (int i = 0; i < n; i++)
-    if (all[i] <= bound && (int64_t)all[i] * T <= INT_MAX) s->batches[s->nb++] = all[i];
-  int rc = 0;
-  if (s->nb == 0)
-    rc = st_error_setc(U, "no micro-batch dividing %d sequences per rank is at most %d and keeps "
-                          "B x --seq-len %d within the ops' 32-bit row count", per_rank, bound, T);
-  else rc = fit_search(s, out);
-  free(s);
-  return rc;
-}
-
-void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
-                             int global_batch, char *out, size_t cap) {
-  size_t len = 0;
-  out[0] = 0;
-#define ADD(...)                                                                   \
-  do {                                                                             \
-    if (len && len + 2 < cap) len += (size_t)snprintf(out + len, cap - len, ", "); \
-    int n_ = snprintf(out + len, cap - len, __VA_ARGS__);                          \
-    if (n_ > 0 && (size_t)n_ < cap - len) len += (size_t)n_;                       \
-  } while (0)
-  if (from->micro_batch != to->micro_batch) {
-    const int N = to->world;
-    ADD("--micro-batch %d -> %d (gradient accumulation %d -> %d)", from->micro_batch,
-        to->micro_batch, global_batch / (from->micro_batch * N),
-        global_batch / (to->micro_batch * N));
-  }
-  if (from->recompute != to->recompute)
-    ADD("--recompute %s -> %s", st_recompute_name(from->recompute),
-        st_recompute_name(to->recompute));
-  if (from->zero_stage != to->zero_stage)
-    ADD("--zero %d -> %d", from->zero_stage, to->zero_stage);
-#undef ADD
 }
 
 int st_plan_parse_size(const char *flag, const char *text, uint64_t *out) {
@@ -455,4 +292,9 @@ char *st_memory_plan_json(const char *model_name, int global_batch, int accum,
   cJSON_free(s);
   cJSON_Delete(j);
   return out;
+}
+
+uint64_t st_plan_cudnn_attention_per_seq(int T, int n_head) {
+  const uint64_t t64 = ((uint64_t)T + 63) / 64 * 64;
+  return (uint64_t)n_head * t64 * t64 * 2 + (uint64_t)n_head * (uint64_t)T * 4;
 }

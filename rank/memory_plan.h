@@ -123,57 +123,6 @@ uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels);
  * sum_squares' 512 doubles, under its growth rule max(2x, request, 1 MiB). */
 uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C);
 
-/* --fit: the configuration to train with for a global batch. */
-typedef struct {
-  st_plan_input in;
-  int accum;              /* gradient accumulation steps */
-  st_memory_plan plan;
-} st_plan_choice;
-
-typedef struct {
-  st_plan_input base;     /* model, world, dtype, backend, NCCL, gpu_mem (required), headroom;
-                           * micro_batch: the largest to try (0 = any);
-                           * recompute: the cheapest to try;
-                           * zero_stage: kept unless search_zero */
-  int global_batch;       /* sequences per optimizer step; must divide by world */
-  int search_zero;        /* 0: only base.zero_stage; 1: the lowest that fits (0, 1, 2);
-                           * 2: base.zero_stage first, then higher, then lower (the smallest
-                           * change from a given stage, for train's pre-flight) */
-} st_plan_fit_query;
-
-typedef struct {
-  int found;
-  st_plan_choice choice;
-  /* Why not better: the least memory each next-better choice needs (each
-   * over the budget), when such a choice exists. larger_batch: the next
-   * larger micro-batch at any allowed recompute and ZeRO stage;
-   * cheaper_recompute: the next cheaper policy at the chosen micro-batch,
-   * any allowed stage; lower_zero: the next lower stage, same batch and
-   * recompute. */
-  int has_larger_batch, has_cheaper_recompute, has_lower_zero;
-  st_plan_choice larger_batch, cheaper_recompute, lower_zero;
-  /* Alternatives: for each recompute policy cheaper than the choice's, the
-   * largest micro-batch that fits with it (lowest allowed stage); a smaller
-   * micro-batch may run faster than recomputing. */
-  int has_alt[3];
-  st_plan_choice alt[3];
-  /* When nothing fits: the candidate that needs the least memory. */
-  st_plan_choice least;
-} st_plan_fit;
-
-/* Search, in this order of preference: the largest micro-batch B dividing
- * global_batch / world (accumulation = global_batch / (B x world)); at that
- * B the cheapest recompute policy (none < selective < full); at those the
- * ZeRO stage in search_zero's order; the first that fits gpu_mem less
- * headroom wins.
- * 0 with out->found 0 or 1; -1 with st_error for bad input. */
-int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out);
-
-/* "--micro-batch 32 -> 8 (gradient accumulation 1 -> 4), --recompute none
- * -> selective, --zero 1 -> 2"; "" when nothing differs. */
-void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
-                             int global_batch, char *out, size_t cap);
-
 /* "24GiB", "80GB", "81559MiB", "24G" (binary, as in Slurm), "1.5TiB",
  * "4096B" (util/bytes.h); a unit is required and the size must be > 0.
  * 0, or -1 with st_error naming flag (exit class ST_EXIT_USAGE). */
@@ -199,5 +148,12 @@ char *st_memory_plan_json(const char *model_name, int global_batch, int accum,
  * ("cuda:0 (NVIDIA H200)"). -1 with st_error when the build has no CUDA or
  * no device is visible. */
 int st_plan_device_memory(uint64_t *free_bytes, uint64_t *total_bytes, char *name, size_t cap);
+
+/* cuDNN's fused attention workspace per sequence when train cannot be
+ * asked (`plan`): its deterministic backward keeps dP, NH x T64^2 bf16/fp16
+ * values with T64 = T rounded up to 64, plus NH x T fp32 row sums. The
+ * formula matches what cuDNN 9.14 reported on an H200 (docs/memory.md);
+ * train uses cuDNN's own figure. Bytes. */
+uint64_t st_plan_cudnn_attention_per_seq(int T, int n_head);
 
 #endif

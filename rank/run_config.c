@@ -39,6 +39,7 @@ void st_run_config_defaults(st_run_config *rc) {
   rc->val_seqs = 256;
   rc->log_every = 1;
   rc->headroom_pct = 5.0f;
+  rc->mem_warn_fraction = 0.9f;
   rc->nccl_timeout_s = 600;
   rc->nccl_cga = -1;
 }

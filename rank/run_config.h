@@ -40,7 +40,21 @@ typedef struct {
   /* Memory pre-flight (rank/memory_plan.h): the plan must fit gpu_mem (when
    * set; on CUDA also the device's free memory) less headroom_pct percent. */
   uint64_t gpu_mem;         /* --gpu-mem bytes; 0 = unset */
+  /* --enforce-gpu-mem: hold the GPU's memory above gpu_mem at setup, so
+   * nothing in the process (cuDNN, cuBLASLt, NCCL included) can use more:
+   * a smaller GPU emulated on a larger one */
+  int enforce_gpu_mem;
   float headroom_pct;       /* --headroom, default 5 */
+  /* --auto-fit (1) / --auto-fit-zero (2): choose micro-batch, accumulation,
+   * recompute (and with 2 the ZeRO stage) before allocating
+   * (rank/memory_fit.h); 0 = train as configured. */
+  int auto_fit;
+  int micro_batch_given, recompute_given, zero_given; /* flags given: they bound auto-fit */
+  /* Monitoring (rank/gpu_monitor.h): sample memory every gpu_stats_every
+   * steps (0 = --log-every) into metrics.jsonl; warn on stderr when use
+   * passes mem_warn_fraction of the total (0 = never). */
+  int gpu_stats_every;
+  float mem_warn_fraction;
   /* NCCL (GPU runs): watchdog and communicator config */
   double nccl_timeout_s;    /* init and each collective; 0 = no watchdog */
   long long nccl_buffsize;  /* NCCL_BUFFSIZE unless set in the environment; 0 = NCCL's */

@@ -3,6 +3,7 @@
  * check the batch arithmetic, make sure the run directory is writable and
  * shared, allocate the model and optimizer state, resume or initialise. */
 #define _XOPEN_SOURCE 700
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -16,7 +17,7 @@
 #include "kernels/ops_cuda.h"
 #endif
 #include "kernels/profile.h"
-#include "rank/memory_plan.h"
+#include "rank/memory_fit.h"
 #include "rank/trainer_state.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -132,13 +133,19 @@ static int setup_batch(trainer *tr) {
   st_run_config *rc = tr->rc;
   int world = tr->comm->world, B = rc->micro_batch, T = rc->model.block_size;
   st_error_code(ST_EXIT_USAGE);
-  if (rc->global_batch % (B * world) != 0) {
+  if (rc->auto_fit && rc->global_batch % world != 0) {
+    int lo = rc->global_batch / world * world, hi = lo + world;
+    return st_error_set("--global-batch %d does not divide by %d ranks: every rank takes the "
+                        "same number of sequences; use --global-batch %d or %d",
+                        rc->global_batch, world, lo > 0 ? lo : hi, hi);
+  }
+  if (!rc->auto_fit && rc->global_batch % (B * world) != 0) {
     int lo = rc->global_batch / (B * world) * (B * world), hi = lo + B * world;
     return st_error_set("--global-batch %d does not divide by --micro-batch %d x %d ranks = %d; "
                         "use --global-batch %d or %d, or change --micro-batch",
                         rc->global_batch, B, world, B * world, lo > 0 ? lo : hi, hi);
   }
-  tr->accum = rc->global_batch / (B * world);
+  tr->accum = rc->auto_fit ? 0 : rc->global_batch / (B * world); /* auto-fit: chosen later */
   tr->step_tokens = (int64_t)rc->global_batch * T;
   if (tr->ntrain < tr->step_tokens + 1) {
     st_error_code(ST_EXIT_DATA);
@@ -206,6 +213,85 @@ static void plan_input_of(const trainer *tr, st_plan_input *in) {
   in->headroom_pct = rc->headroom_pct;
 }
 
+/* The budget every rank plans against: the smallest over ranks, so that all
+ * ranks make the same choice (on GPUs each reads its own free memory). */
+static int agree_budget(trainer *tr, uint64_t *cap) {
+  st_comm *c = tr->comm;
+  double *all = calloc((size_t)c->world, sizeof *all);
+  if (!all) return st_error_set("out of host memory");
+  all[c->rank] = (double)*cap; /* exact: budgets are far below 2^53 bytes */
+  int rc = c->all_reduce_double_sum(c, all, (size_t)c->world);
+  for (int r = 0; !rc && r < c->world; r++)
+    if ((uint64_t)all[r] < *cap) *cap = (uint64_t)all[r];
+  free(all);
+  return rc;
+}
+
+/* --auto-fit / --auto-fit-zero (docs/memory.md, "train --auto-fit"): before
+ * anything is allocated, choose micro-batch, accumulation, recompute and,
+ * with --auto-fit-zero, the ZeRO stage, with the query plan --fit makes from
+ * the same flags; apply the choice to the run's settings and keep its
+ * explanation for the configuration block and metrics.jsonl. *in is updated
+ * to the choice. Collective (the budget is agreed on). */
+static int setup_auto_fit(trainer *tr, st_plan_input *in, uint64_t cap) {
+  st_run_config *rc = tr->rc;
+  char a[32], b[32], c[32];
+  if (!cap)
+    return st_error_setc(ST_EXIT_USAGE, "--auto-fit needs a memory budget: give --gpu-mem SIZE "
+                         "(the CPU backend has no device memory to read)");
+  /* plan --fit reads the device's total; free memory plus the context
+   * estimate can exceed it on an idle GPU, so the budget is the smaller. */
+  if (tr->have_dev_mem && tr->dev_total && cap > tr->dev_total) cap = tr->dev_total;
+  if (agree_budget(tr, &cap)) return -1;
+  in->gpu_mem = cap;
+  const st_plan_input given = *in;
+  st_plan_fit_query q;
+  st_fit_query_make(in, rc->global_batch, rc->micro_batch_given ? rc->micro_batch : 0,
+                    rc->recompute_given ? in->recompute : ST_RECOMPUTE_NONE, rc->zero_stage,
+                    rc->auto_fit == 2, &q);
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return -1;
+  const st_plan_choice *ch = f.found ? &f.choice : &f.least;
+  if (!f.found)
+    return st_error_setc(ST_EXIT_MEMORY, "--auto-fit: nothing fits %s usable per rank (%s, less "
+                         "%g%% headroom) for global batch %d on %d rank(s): even micro-batch %d, "
+                         "recompute %s, ZeRO %d needs %s. Use more ranks%s, a shorter --seq-len "
+                         "or a smaller model (shardtrain plan --fit shows the search; "
+                         "docs/memory.md)", st_format_bytes(ch->plan.usable, a, sizeof a),
+                         tr->plan_source, in->headroom_pct, rc->global_batch, tr->comm->world,
+                         ch->in.micro_batch, st_recompute_name(ch->in.recompute),
+                         ch->in.zero_stage, st_format_bytes(ch->plan.total, b, sizeof b),
+                         rc->auto_fit == 2 ? "" : ", --auto-fit-zero");
+  char why[4096], change[300];
+  st_plan_fit_explain(&q, &f, "               ", why, sizeof why);
+  st_plan_describe_change(&given, &ch->in, rc->global_batch, change, sizeof change);
+  snprintf(tr->auto_fit_text, sizeof tr->auto_fit_text,
+           "  auto-fit   micro-batch %d x grad-accum %d, recompute %s, ZeRO %d%s: plan %s of %s "
+           "usable (%s, less %g%% headroom), %s to spare\n"
+           "             %s%s\n%s\n", ch->in.micro_batch, ch->accum,
+           st_recompute_name(ch->in.recompute), ch->in.zero_stage,
+           rc->auto_fit == 2 ? " (stage chosen: --auto-fit-zero)" : " (stage as given)",
+           st_format_bytes(ch->plan.total, a, sizeof a),
+           st_format_bytes(ch->plan.usable, b, sizeof b), tr->plan_source, in->headroom_pct,
+           st_format_bytes((uint64_t)ch->plan.spare, c, sizeof c),
+           change[0] ? "changed from the flags: " : "the flags' own settings fit and cost least",
+           change, why);
+  cJSON *j = st_plan_fit_cjson(&q, &f);
+  if (j) {
+    cJSON_AddStringToObject(j, "changed", change);
+    tr->auto_fit_json = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+  }
+  if (!tr->auto_fit_json) return st_error_set("out of host memory");
+  rc->micro_batch = ch->in.micro_batch;
+  snprintf(rc->recompute, sizeof rc->recompute, "%s", st_recompute_name(ch->in.recompute));
+  rc->zero_stage = ch->in.zero_stage;
+  tr->accum = ch->accum;
+  *in = ch->in;
+  in->gpu_mem = 0; /* the caller sets its own rank's cap again */
+  return 0;
+}
+
 /* Pre-flight (docs/memory.md): before anything is allocated, this rank's
  * memory plan must fit --gpu-mem when given and, on CUDA, the device's free
  * memory, each less --headroom percent. Free memory is read after the CUDA
@@ -221,6 +307,9 @@ static int setup_memory_check(trainer *tr) {
   plan_input_of(tr, &in);
   uint64_t cap = rc->gpu_mem;
   char a[32], b[32], c[32];
+  if (rc->enforce_gpu_mem && (!cap || tr->device_index < 0))
+    return st_error_setc(ST_EXIT_USAGE, "--enforce-gpu-mem holds a GPU's memory above --gpu-mem: "
+                         "%s", !cap ? "give --gpu-mem SIZE too" : "it needs the CUDA backend");
   if (cap) snprintf(tr->plan_source, sizeof tr->plan_source, "--gpu-mem %s",
                     st_format_bytes(cap, a, sizeof a));
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -228,6 +317,12 @@ static int setup_memory_check(trainer *tr) {
     uint64_t fr, tot;
     char name[160];
     if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    if (rc->enforce_gpu_mem) {
+      uint64_t held;
+      if (st_cuda_hold_above(rc->gpu_mem, &held)) return -1;
+      tr->gpu_mem_held = held;
+      if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    }
     tr->have_dev_mem = 1;
     tr->dev_free_before = fr;
     tr->dev_total = tot;
@@ -241,6 +336,19 @@ static int setup_memory_check(trainer *tr) {
     }
   }
 #endif
+  const int asked_batch = rc->micro_batch;
+  if (tr->gpu_mem_held) {
+    size_t n = strlen(tr->plan_source);
+    snprintf(tr->plan_source + n, sizeof tr->plan_source - n, "; --enforce-gpu-mem holds %s of "
+             "the GPU", st_format_bytes(tr->gpu_mem_held, c, sizeof c));
+  }
+  if (rc->auto_fit && setup_auto_fit(tr, &in, cap)) return -1;
+  if (rc->micro_batch != asked_batch && tr->device_index >= 0) {
+    /* cuDNN's plans and workspace are per shape: choose again at the
+     * micro-batch auto-fit picked, so the arena holds that workspace */
+    if (setup_attention(tr)) return -1;
+    in.attn_workspace_per_seq = tr->attn_ws_per_seq;
+  }
   in.gpu_mem = cap;
   if (st_memory_plan_make(&in, &tr->plan)) return -1;
   if (tr->plan.fits != 0) {
@@ -254,6 +362,7 @@ static int setup_memory_check(trainer *tr) {
   q.base = in;
   q.global_batch = rc->global_batch;
   q.search_zero = 2; /* keep the stage if possible, else the next higher */
+  q.order = ST_FIT_NEAREST; /* the smallest change to what was asked for */
   st_plan_fit f;
   if (st_memory_plan_fit(&q, &f)) return -1;
   st_error_code(ST_EXIT_MEMORY);
@@ -616,6 +725,12 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
              st_format_bytes(tr->dev_free_before > tr->dev_free_after
                                  ? tr->dev_free_before - tr->dev_free_after : 0, d, sizeof d));
   }
+  if (tr->auto_fit_text[0]) printf("%s", tr->auto_fit_text);
+  printf("  monitor    every %d step(s) and at each epoch's end, into metrics.jsonl: %s; ",
+         tr->stats_every, tr->mon.source);
+  if (rc->mem_warn_fraction > 0)
+    printf("warns once above %g of the total (--mem-warn-fraction)\n", rc->mem_warn_fraction);
+  else printf("no warning (--mem-warn-fraction 0)\n");
   printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
   if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
   else printf(", no validation split");

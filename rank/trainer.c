@@ -10,6 +10,7 @@
 #define _XOPEN_SOURCE 700
 #include "rank/trainer.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -28,6 +29,7 @@
 #include "rank/dataloader.h"
 #include "rank/optimizer.h"
 #include "rank/trainer_state.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 /* All ranks learn whether any failed; the lowest failing rank prints its
@@ -402,7 +404,32 @@ static void fmt_time(double s, char *buf, size_t cap) {
   else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
-static void log_step(trainer *tr, double loss, double norm, float lr, int skipped, double dt) {
+/* Memory fields of a sampled step (docs/memory.md, "Monitoring"): rank 0's
+ * readings and the maximum over ranks; only what could be read. */
+static void log_memory(trainer *tr, int epoch_end) {
+  const st_mem_sample *m = &tr->sample;
+  const double kib = 1024.0;
+  FILE *f = tr->metrics;
+  if (epoch_end) fprintf(f, ",\"epoch_end\":true");
+  if (m->rss_bytes)
+    fprintf(f, ",\"rss_bytes\":%llu,\"rss_max_bytes\":%.0f", (unsigned long long)m->rss_bytes,
+            tr->sample_max[0] * kib);
+  if (m->have_cuda)
+    fprintf(f, ",\"cuda_mem_used_bytes\":%llu,\"cuda_mem_used_max_bytes\":%.0f,"
+            "\"cuda_mem_total_bytes\":%llu", (unsigned long long)m->cuda_used_bytes,
+            tr->sample_max[1] * kib, (unsigned long long)m->cuda_total_bytes);
+  if (m->have_nvml) {
+    fprintf(f, ",\"gpu_mem_used_bytes\":%llu,\"gpu_mem_used_max_bytes\":%.0f,"
+            "\"gpu_mem_total_bytes\":%llu", (unsigned long long)m->gpu_used_bytes,
+            tr->sample_max[2] * kib, (unsigned long long)m->gpu_total_bytes);
+    if (m->gpu_util_pct >= 0) fprintf(f, ",\"gpu_util_pct\":%d", m->gpu_util_pct);
+    if (m->gpu_temp_c >= 0)
+      fprintf(f, ",\"gpu_temp_c\":%d,\"gpu_temp_max_c\":%d", m->gpu_temp_c, tr->sample_max[3]);
+  }
+}
+
+static void log_step(trainer *tr, double loss, double norm, float lr, int skipped, double dt,
+                     int sampled, int epoch_end) {
   if (tr->comm->rank != 0) return;
   double el = MPI_Wtime() - tr->t_start;
   double tps = tr->step_tokens / dt;
@@ -442,6 +469,7 @@ static void log_step(trainer *tr, double loss, double norm, float lr, int skippe
     if (ls->enabled || skipped)
       fprintf(tr->metrics, ",\"loss_scale\":%g,\"skipped\":%d,\"skipped_steps\":%lld", ls->scale,
               skipped, (long long)ls->skipped_steps);
+    if (sampled) log_memory(tr, epoch_end);
     fprintf(tr->metrics, "}\n");
     fflush(tr->metrics);
   }
@@ -547,6 +575,50 @@ static void fault_alloc(trainer *tr) {
   tr->ops->free(tr->ops->alloc(4096, "unplanned"));
 }
 
+/* Fault injection for the flat-memory test: ST_FAULT_LEAK_KIB=N leaks N KiB
+ * of touched host memory every step, so tests/e2e/test_memory_flat.py can
+ * show its check catches growth. */
+static void fault_leak(void) {
+  const char *f = getenv("ST_FAULT_LEAK_KIB");
+  long long kib = f ? atoll(f) : 0;
+  if (kib <= 0) return;
+  static void *chain; /* a reachable list, so the compiler cannot drop the blocks */
+  char *p = malloc((size_t)kib << 10);
+  if (!p) return;
+  memset(p, 1, (size_t)kib << 10); /* never freed: that is the point */
+  memcpy(p, &chain, sizeof chain);
+  chain = p;
+}
+
+/* Read memory on every rank, take the maximum over ranks, and warn (each
+ * rank for itself, once per crossing) when use passes --mem-warn-fraction.
+ * Collective: every rank samples at the same steps. */
+static void monitor_sample(trainer *tr) {
+  st_mem_sample *m = &tr->sample;
+  st_gpu_monitor_sample(&tr->mon, m);
+  int *mx = tr->sample_max;
+  mx[0] = (int)(m->rss_bytes >> 10);
+  mx[1] = (int)(m->cuda_used_bytes >> 10);
+  mx[2] = (int)(m->gpu_used_bytes >> 10);
+  mx[3] = m->gpu_temp_c;
+  tr->comm->all_reduce_int_max(tr->comm, mx, 4);
+  const float limit = tr->rc->mem_warn_fraction;
+  uint64_t used, total;
+  const char *what;
+  if (limit <= 0 || !st_mem_sample_usage(m, &used, &total, &what)) return;
+  const int over = (double)used > limit * (double)total;
+  if (over && !tr->mem_over) {
+    char a[32], b[32], c[32];
+    fprintf(stderr, "shardtrain: warning (rank %d): %s in use is %s of %s (%.1f%%) after step "
+            "%lld, above --mem-warn-fraction %g; the plan was %s per rank (docs/memory.md, "
+            "\"Monitoring\")\n", tr->comm->rank, what, st_format_bytes(used, a, sizeof a),
+            st_format_bytes(total, b, sizeof b), 100.0 * (double)used / (double)total,
+            (long long)tr->step, limit, st_format_bytes(tr->plan.total, c, sizeof c));
+    fflush(stderr);
+  }
+  tr->mem_over = over;
+}
+
 static int train_loop(trainer *tr) {
   st_run_config *rc = tr->rc;
   int code = 0;
@@ -560,13 +632,21 @@ static int train_loop(trainer *tr) {
     char during[64];
     if (tr->profile && tr->step == prof_from) st_ops_profile_reset();
     fault_alloc(tr);
+    fault_leak();
     if ((code = train_step(tr, &loss, &norm, &lr, &skipped))) return code;
     snprintf(during, sizeof during, "step %lld", (long long)tr->step);
     alloc_note(tr, during);
     tr->last_loss = loss;
     tr->trained = 1;
     if (tr->profile && tr->step > prof_from) prof_wall += MPI_Wtime() - t0;
-    log_step(tr, loss, norm, lr, skipped, MPI_Wtime() - t0);
+    const double dt = MPI_Wtime() - t0; /* the sample below is not the step's time */
+    /* The last step of an epoch: the next one would wrap to the start. */
+    const int epoch_end =
+        st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain) != tr->data_pos;
+    const int sampled = tr->step == 1 || tr->step % tr->stats_every == 0 || epoch_end ||
+                        tr->step == stop;
+    if (sampled) monitor_sample(tr);
+    log_step(tr, loss, norm, lr, skipped, dt, sampled, epoch_end);
     if (rc->val_every > 0 && tr->step % rc->val_every == 0 && tr->step < rc->steps) {
       if ((code = run_validation(tr))) return code;
       snprintf(during, sizeof during, "the validation after step %lld", (long long)tr->step);
@@ -607,12 +687,27 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   int code, resumed = 0;
   char from[1200] = "";
   if ((code = st_trainer_setup(&tr, &resumed, from, sizeof from))) goto done;
+  st_gpu_monitor_open(&tr.mon, tr.device_index);
+  tr.stats_every = rc->gpu_stats_every > 0 ? rc->gpu_stats_every : rc->log_every;
   if (comm->rank == 0) {
     char path[1100];
     snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
     tr.metrics = fopen(path, resumed ? "a" : "w");
     if (tr.metrics && tr.plan_json) { /* this invocation's plan, before its steps */
-      fprintf(tr.metrics, "{\"memory_plan\":%s}\n", tr.plan_json);
+      fprintf(tr.metrics, "{\"memory_plan\":%s", tr.plan_json);
+      if (tr.auto_fit_json) fprintf(tr.metrics, ",\"auto_fit\":%s", tr.auto_fit_json);
+      cJSON *mon = cJSON_CreateObject();
+      cJSON_AddStringToObject(mon, "source", tr.mon.source);
+      cJSON_AddBoolToObject(mon, "nvml", tr.mon.have_nvml);
+      cJSON_AddNumberToObject(mon, "every", tr.stats_every);
+      char frac[32]; /* as typed: 0.9, not 0.899999976 */
+      snprintf(frac, sizeof frac, "%.6g", rc->mem_warn_fraction);
+      cJSON_AddNumberToObject(mon, "mem_warn_fraction", strtod(frac, NULL));
+      char *ms = cJSON_PrintUnformatted(mon);
+      if (ms) fprintf(tr.metrics, ",\"monitor\":%s", ms);
+      cJSON_free(ms);
+      cJSON_Delete(mon);
+      fprintf(tr.metrics, "}\n");
       fflush(tr.metrics);
     }
   }
@@ -668,5 +763,7 @@ done:
   free(tr.scratch);
   free(tr.config_json);
   free(tr.plan_json);
+  cJSON_free(tr.auto_fit_json);
+  st_gpu_monitor_close(&tr.mon);
   return code;
 }

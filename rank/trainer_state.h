@@ -10,6 +10,7 @@
 #include "io/tokens.h"
 #include "launcher/env.h"
 #include "rank/loss_scaler.h"
+#include "rank/gpu_monitor.h"
 #include "rank/memory_plan.h"
 #include "rank/model.h"
 #include "rank/partition.h"
@@ -45,7 +46,10 @@ typedef struct {
   char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
   st_arena arena;          /* every buffer of the plan's arena, carved at setup, then sealed */
   void *arena_block;       /* its one raw allocation (ops->alloc), NULL before setup makes it */
+  uint64_t gpu_mem_held;   /* --enforce-gpu-mem: bytes of the GPU held above the cap */
   char phase[96];          /* where the run is, for an out-of-memory report ("step 5") */
+  char auto_fit_text[6144]; /* --auto-fit: the configuration block's lines ("" without) */
+  char *auto_fit_json;     /* --auto-fit: the search's choice and reasons (metrics.jsonl) */
   int64_t allocs_setup;    /* the backend's allocation count when setup ended (ops->allocations) */
   char alloc_msg[400];     /* what allocated after setup ("" while nothing has) */
   int have_dev_mem;        /* CUDA: dev_free_before/after and dev_total were read */
@@ -65,6 +69,11 @@ typedef struct {
   char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
   int trained, validated;  /* did this invocation train / validate at all */
   FILE *metrics;
+  st_gpu_monitor mon;      /* device/process memory readings (gpu_monitor.h) */
+  int stats_every;         /* --gpu-stats-every, or --log-every when 0 */
+  int mem_over;            /* use is above --mem-warn-fraction (warned once, until it drops) */
+  st_mem_sample sample;    /* this rank's latest reading */
+  int sample_max[4];       /* over ranks, KiB: rss, cudaMemGetInfo used, NVML used; temp C */
   double t_start, val_loss;
   double last_loss;
   /* --step-timing: this step's seconds by phase (compute is the rest) */

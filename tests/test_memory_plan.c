@@ -16,10 +16,12 @@
  *    count, bytes per parameter at ZeRO 0/1/2, activations per layer for
  *    recompute none/selective/full at B=32, T=1024, scratch, NCCL.
  * 3. --fit on 24 GiB GPUs at T=2048, global batch 32: GPT-2 774M and 1558M
- *    in bf16 on 1 and 8 ranks; the choice fits and every next-better
- *    choice does not.
+ *    in bf16 on 1 and 8 ranks; the choice fits and every candidate the
+ *    order ranks above it (lower estimated cost first) does not; the
+ *    pre-flight's nearest-change order keeps the given stage.
  * 4. Sizes on the command line, change descriptions.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +31,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "rank/memory_fit.h"
 #include "rank/memory_plan.h"
 #include "rank/trainer_state.h"
 #include "util/error.h"
@@ -508,6 +511,19 @@ static void check_fit_contract(const st_plan_fit *f) {
   }
 }
 
+/* The order st_memory_plan_fit ranks by, written again from memory_fit.h:
+ * 1 when (B, r, z) ranks above the choice. */
+static int ranks_above(const st_plan_fit_query *q, const st_plan_choice *ch, int B, int r, int z) {
+  const int T = q->base.model.block_size;
+  if (q->order == ST_FIT_BY_COST) {
+    const double c = st_fit_cost(q->base.backend, (int64_t)B * T, (st_recompute)r);
+    if (c != ch->cost) return c < ch->cost;
+  }
+  if (B != ch->in.micro_batch) return B > ch->in.micro_batch;
+  if (r != (int)ch->in.recompute) return r < (int)ch->in.recompute;
+  return z < ch->in.zero_stage; /* search_zero 0 or 1 here: stages ascend */
+}
+
 /* Exhaustive check of the preference order on one query: no candidate that
  * the order ranks above the choice fits. */
 static void check_fit_is_first(const st_plan_fit_query *q, const st_plan_fit *f) {
@@ -517,10 +533,7 @@ static void check_fit_is_first(const st_plan_fit_query *q, const st_plan_fit *f)
     for (int r = q->base.recompute; r <= 2; r++)
       for (int z = q->search_zero ? 0 : q->base.zero_stage;
            z <= (q->search_zero ? 2 : q->base.zero_stage); z++) {
-        const int better = B > f->choice.in.micro_batch ||
-                           (B == f->choice.in.micro_batch &&
-                            (r < (int)f->choice.in.recompute ||
-                             (r == (int)f->choice.in.recompute && z < f->choice.in.zero_stage)));
+        const int better = f->found && ranks_above(q, &f->choice, B, r, z);
         st_plan_input in = q->base;
         in.micro_batch = B;
         in.recompute = (st_recompute)r;
@@ -534,6 +547,23 @@ static void check_fit_is_first(const st_plan_fit_query *q, const st_plan_fit *f)
   }
 }
 
+/* The cost rule's numbers (docs/memory.md, "Choosing by cost"). */
+static void test_fit_cost(void **state) {
+  (void)state;
+  const double eps = 1e-12;
+  assert_true(fabs(st_fit_cost(ST_BACKEND_CUDA, 8192, ST_RECOMPUTE_NONE) - 1.05) < 0.001);
+  assert_true(fabs(st_fit_cost(ST_BACKEND_CUDA, 1024, ST_RECOMPUTE_NONE) - 1.40) < 0.001);
+  assert_true(fabs(st_fit_cost(ST_BACKEND_CPU, 256, ST_RECOMPUTE_SELECTIVE) - 1.03) < eps);
+  assert_true(fabs(st_fit_cost(ST_BACKEND_CPU, 1, ST_RECOMPUTE_FULL) - 1.33) < eps);
+  /* On a GPU at T = 1024, halving 8 sequences to 4 costs less than full
+   * recompute, more than selective; full only beats one sequence barely. */
+  const double n4 = st_fit_cost(ST_BACKEND_CUDA, 4096, ST_RECOMPUTE_NONE);
+  assert_true(n4 < st_fit_cost(ST_BACKEND_CUDA, 8192, ST_RECOMPUTE_FULL));
+  assert_true(n4 > st_fit_cost(ST_BACKEND_CUDA, 8192, ST_RECOMPUTE_SELECTIVE));
+  assert_true(st_fit_cost(ST_BACKEND_CUDA, 1024, ST_RECOMPUTE_NONE) >
+              st_fit_cost(ST_BACKEND_CUDA, 32768, ST_RECOMPUTE_FULL));
+}
+
 static void test_fit_774m(void **state) {
   (void)state;
   st_plan_fit f;
@@ -542,24 +572,38 @@ static void test_fit_774m(void **state) {
    * at T=2048 keeps 36 layers x 18 [T,C] bf16 tensors (2048 x 1280 x 2 x 18
    * = 94 MB per layer) plus logits (2048 x 50304 x 2 = 206 MB): 3.6 GB, so
    * 2 sequences fit and 4 do not. Full recompute keeps 1 [T,C] per layer
-   * (5.2 MB): 16 sequences fit (21.7 GiB), 32 do not. The largest
-   * micro-batch wins: 16 with full recompute, 2 accumulation steps; the
-   * alternatives report micro-batch 2 without recompute. */
+   * (5.2 MB): 16 sequences fit (21.7 GiB), 32 do not. By cost, 2 sequences
+   * (4096 rows: 1.10) without recompute beat 16 with full recompute (1.35),
+   * which was the choice while the largest micro-batch came first. */
   st_plan_fit_query q = fit_query("gpt2-774m", 1, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
-  assert_int_equal(f.choice.in.micro_batch, 16);
-  assert_int_equal(f.choice.accum, 2);
-  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_FULL);
+  assert_int_equal(f.choice.in.micro_batch, 2);
+  assert_int_equal(f.choice.accum, 16);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_NONE);
   assert_int_equal(f.choice.in.zero_stage, 0); /* on one rank ZeRO 1/2 only add a shard */
-  assert_true(f.has_larger_batch && f.has_cheaper_recompute && !f.has_lower_zero);
-  assert_int_equal(f.larger_batch.in.micro_batch, 32);
-  assert_true(f.has_alt[ST_RECOMPUTE_NONE] && f.has_alt[ST_RECOMPUTE_SELECTIVE]);
-  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
-  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].accum, 16);
-  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].plan.fits, 1);
+  assert_true(f.has_larger_batch && !f.has_cheaper_recompute && !f.has_lower_zero);
+  assert_int_equal(f.larger_batch.in.micro_batch, 4);
+  assert_int_equal(f.larger_batch.in.recompute, ST_RECOMPUTE_NONE);
+  assert_true(!f.has_alt[ST_RECOMPUTE_NONE]);
+  assert_true(f.has_alt[ST_RECOMPUTE_SELECTIVE] && f.has_alt[ST_RECOMPUTE_FULL]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.micro_batch, 16);
+  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].accum, 2);
+  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].plan.fits, 1);
+  assert_true(f.alt[ST_RECOMPUTE_FULL].cost > f.choice.cost);
   assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 2);
+
+  /* The pre-flight's nearest-change order still ranks the micro-batch
+   * first: 16 sequences with full recompute. */
+  q.order = ST_FIT_NEAREST;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  check_fit_is_first(&q, &f);
+  assert_int_equal(f.choice.in.micro_batch, 16);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_FULL);
+  assert_true(f.has_alt[ST_RECOMPUTE_NONE]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
 
   /* 8 ranks: 4 sequences per rank at most. ZeRO 1 divides the 12 bytes of
    * master, m, v and the 4 of the gradient shard by 8 (8 bytes per parameter
@@ -576,15 +620,14 @@ static void test_fit_774m(void **state) {
   assert_true(!f.has_larger_batch && !f.has_cheaper_recompute && f.has_lower_zero);
   assert_int_equal(f.lower_zero.in.zero_stage, 0);
 
-  /* --zero 0 given: the stage is kept and recompute gives way instead. */
+  /* --zero 0 given: the stage is kept and the batch or recompute gives way. */
   q = fit_query("gpt2-774m", 8, 0);
   q.base.zero_stage = 0;
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
   assert_int_equal(f.choice.in.zero_stage, 0);
-  assert_int_equal(f.choice.in.micro_batch, 4);
-  assert_true(f.choice.in.recompute != ST_RECOMPUTE_NONE);
+  assert_true(f.choice.in.micro_batch < 4 || f.choice.in.recompute != ST_RECOMPUTE_NONE);
 }
 
 static void test_fit_1558m(void **state) {
@@ -609,22 +652,21 @@ static void test_fit_1558m(void **state) {
    * 2 + 4 + 16/8 = 8 (11.6 GiB), ZeRO 2 2 + 16/8 plus buckets (6.9 GiB).
    * Activations of 4 sequences: 22.2 GiB without recompute, 15.3 GiB
    * selective, 2.65 GiB full (48 layers x 1 [T,C] + one shared block), and
-   * 0.8 GiB of workspace, scratch, NCCL and context. So at micro-batch 4
-   * selective needs 23.0 GiB even at ZeRO 2 (over by 0.2 GiB); full fits
-   * at ZeRO 1 (15.1 GiB). */
+   * 0.8 GiB of workspace, scratch, NCCL and context. At micro-batch 4 only
+   * full recompute fits (cost 1.40); 2 sequences without recompute fit at
+   * ZeRO 2 (6.9 + 11.1 + 0.8 GiB; cost 1.10), which the cost prefers. */
   q = fit_query("gpt2-1558m", 8, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
-  assert_int_equal(f.choice.in.micro_batch, 4);
-  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_FULL);
-  assert_int_equal(f.choice.in.zero_stage, 1);
-  assert_true(f.has_cheaper_recompute && !f.has_larger_batch && f.has_lower_zero);
-  assert_int_equal(f.cheaper_recompute.in.recompute, ST_RECOMPUTE_SELECTIVE);
-  assert_int_equal(f.cheaper_recompute.in.zero_stage, 2); /* its least: ZeRO 2 */
-  /* selective fits at 2 sequences (ZeRO 1: 11.6 + 7.7 + 0.8 GiB) */
-  assert_true(f.has_alt[ST_RECOMPUTE_SELECTIVE]);
-  assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 2);
+  assert_int_equal(f.choice.in.micro_batch, 2);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_NONE);
+  assert_int_equal(f.choice.in.zero_stage, 2);
+  assert_true(f.has_larger_batch && !f.has_cheaper_recompute && f.has_lower_zero);
+  assert_int_equal(f.lower_zero.in.zero_stage, 1);
+  assert_true(f.has_alt[ST_RECOMPUTE_FULL]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.micro_batch, 4);
+  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.zero_stage, 1);
 }
 
 /* search_zero 2 (train's pre-flight): the given stage first, then higher,
@@ -648,6 +690,7 @@ static void test_fit_keeps_given_stage(void **state) {
   q.base.gpu_mem = (p2.total + p1.total) / 2;
   q.global_batch = 64;
   q.search_zero = 2;
+  q.order = ST_FIT_NEAREST; /* as the pre-flight asks */
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   assert_int_equal(f.choice.in.micro_batch, 32);
@@ -755,6 +798,7 @@ int main(void) {
       cmocka_unit_test(test_gpt2_124m_activations),
       cmocka_unit_test(test_scratch_growth),
       cmocka_unit_test(test_headroom),
+      cmocka_unit_test(test_fit_cost),
       cmocka_unit_test(test_fit_774m),
       cmocka_unit_test(test_fit_1558m),
       cmocka_unit_test(test_fit_keeps_given_stage),

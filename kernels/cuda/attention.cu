@@ -492,7 +492,7 @@ extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int
            det ? "deterministic" : "NONDETERMINISTIC", ws / 1048576.0,
            want == ST_ATTENTION_AUTO ? "auto" : "cudnn");
   g_use_cudnn = 1;
-  g_cudnn_ws_want = ws > g_cudnn_ws_want ? ws : g_cudnn_ws_want;
+  g_cudnn_ws_want = ws; /* the latest selection's shape is the one that runs */
   return 0;
 }
 

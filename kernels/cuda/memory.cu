@@ -6,6 +6,11 @@
 #include <stdio.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops_cuda.h"
+
+extern "C" {
+#include "util/error.h"
+}
 
 static int64_t g_allocs;
 static char g_last[128] = "none";
@@ -131,4 +136,33 @@ int cuda_reserve(size_t workspace_bytes, size_t scratch_bytes) {
   if (cuda_matmul_reserve(workspace_bytes)) return -1;
   if (cuda_attention_reserve()) return -1;
   return scratch_reserve(scratch_bytes);
+}
+
+/* Not an allocation of the backend (nothing is carved from it and it is
+ * never freed before exit), so it is not counted by cuda_note_alloc. */
+static void *g_hold;
+
+extern "C" int st_cuda_hold_above(uint64_t cap, uint64_t *held) {
+  *held = 0;
+  size_t f = 0, t = 0;
+  if (g_hold) return st_error_set("internal: the GPU memory above the cap is already held");
+  if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return st_error_set("cannot read the GPU's memory to enforce --gpu-mem");
+  }
+  if (cap >= t) return 0;
+  const uint64_t want = t - cap;
+  if (f < want)
+    return st_error_setc(ST_EXIT_MEMORY, "--enforce-gpu-mem: %.2f GiB of the GPU is already in "
+                         "use (by this process's context and NCCL, or by other processes), more "
+                         "than --gpu-mem %.2f GiB allows; raise --gpu-mem or free the GPU",
+                         (double)(t - f) / (1 << 30), (double)cap / (1 << 30));
+  if (cudaMalloc(&g_hold, want) != cudaSuccess) {
+    (void)cudaGetLastError();
+    g_hold = NULL;
+    return st_error_setc(ST_EXIT_MEMORY, "--enforce-gpu-mem: could not hold %.2f GiB of the GPU",
+                         (double)want / (1 << 30));
+  }
+  *held = want;
+  return 0;
 }

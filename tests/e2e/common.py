@@ -54,7 +54,7 @@ def run(cmd, env=None, expect_rc=0):
     return r
 
 
-def train(a, np, args, expect_rc=0):
+def train(a, np, args, expect_rc=0, env=None):
     """These tests exercise the CPU backend and MPI collectives; they pin
     --device cpu so a GPU on the machine does not change what they test."""
     args = [str(x) for x in args]
@@ -62,7 +62,7 @@ def train(a, np, args, expect_rc=0):
         args += ["--device", "cpu"]
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
            "-np", str(np), a.bin, "train"] + args
-    return run(cmd, expect_rc=expect_rc)
+    return run(cmd, env=env, expect_rc=expect_rc)
 
 
 def losses(run_dir):

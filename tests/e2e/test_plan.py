@@ -14,7 +14,7 @@ def al(x):
     return (x + 255) // 256 * 256
 
 
-def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
+def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
     """Bytes per GPU as docs/memory.md derives them; every buffer takes
     whole 256-byte units of the arena."""
     Vp = (V + 127) // 128 * 128
@@ -53,8 +53,12 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True):
             if req > s:
                 s = max(2 * s, req, 1 << 20)
         nccl = 0 if N < 2 else 16 * min(N - 1, 2) * ((4 << 20) + 524288 + 4915200)
-        arena += (32 << 20) + al(s)
-        other += (32 << 20) + al(s) + nccl + (1117 << 20)  # context: calibrated on an H200
+        # cuDNN's deterministic attention backward: dP (NH x T64^2, 2 bytes)
+        # and NH x T fp32 row sums per sequence (docs/memory.md)
+        T64 = (T + 63) // 64 * 64
+        ws = al(B * (NH * T64 * T64 * 2 + NH * T * 4)) if cudnn and es == 2 else 0
+        arena += (32 << 20) + al(s) + ws
+        other += (32 << 20) + al(s) + ws + nccl + (1117 << 20)  # context: calibrated on an H200
     return dict(params=P, acts=acts, arena=arena, total=states + acts + other)
 
 
@@ -85,6 +89,14 @@ for N in (1, 2):
             check(d["gpu"]["fits"] is None or isinstance(d["gpu"]["fits"], bool),
                   f"124M N={N} ZeRO {z} {rec}: gpu.fits is a bool or null")
 
+d = plan_json(base + ["--global-batch", 32, "--attention", "flash"])
+e = expected(12, 12, 768, 1024, 50257, 32, 1, 1, "none", cudnn=False)
+check(d["bytes"]["total"] == e["total"] and d["bytes"]["cudnn_attention_workspace"] == 0,
+      "--attention flash: no cuDNN workspace in the plan")
+d = plan_json(base + ["--global-batch", 32])
+check(d["bytes"]["cudnn_attention_workspace"] == 806879232,
+      "--attention auto, bf16, B=32, T=1024: cuDNN's 769.5 MiB workspace, as cuDNN 9.14 reported it on an H200")
+
 # The CPU backend: fp32, the T x T softmax per head, no CUDA internals.
 d = plan_json(["--model", "tiny", "--seq-len", 32, "--vocab-size", 256, "--device", "cpu",
                "--micro-batch", 2, "--global-batch", 4, "--zero", 2, "--ranks", 2,
@@ -108,14 +120,15 @@ check("less 0% headroom" in r.stdout, "--headroom 0 shown")
 # 3. --fit: the choices the unit test derives, in the text and in JSON.
 fit = ["--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB", "--fit"]
 r = plan(["--model", "gpt2-774m"] + fit, rc=0)
-check("choice  micro-batch 16 x grad-accum 2, recompute full, ZeRO 0" in r.stdout,
-      "774M, 1 rank, 24 GiB: micro-batch 16, full recompute, ZeRO 0")
-check("micro-batch 32 does not fit" in r.stdout and "recompute selective does not fit" in r.stdout,
-      "774M: says why not micro-batch 32 and why not selective")
-check("recompute none fits at micro-batch 2 x grad-accum 16" in r.stdout,
-      "774M: shows the no-recompute alternative")
-check("train with: --micro-batch 16 --global-batch 32 --recompute full --zero 0" in r.stdout,
-      "774M: prints the train flags")
+check("choice  micro-batch 2 x grad-accum 16, recompute none, ZeRO 0 (cost 1.10)" in r.stdout,
+      "774M, 1 rank, 24 GiB: micro-batch 2 without recompute (cost 1.10), not 16 with full")
+check("micro-batch 4 with recompute none would cost 1.05 but does not fit" in r.stdout,
+      "774M: says why not micro-batch 4")
+check("recompute full: the best that fits is micro-batch 8 x grad-accum 4, ZeRO 0" in r.stdout
+      and "cost 1.36, more than 1.10" in r.stdout,
+      "774M: shows that full recompute fits at 8 (cuDNN's O(T^2) workspace grows with it) but costs more")
+check("train with: --micro-batch 2 --global-batch 32 --recompute none --zero 0" in r.stdout
+      and "--auto-fit-zero" in r.stdout, "774M: prints the train flags")
 d = plan_json(["--model", "gpt2-774m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
 check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "none", 1) and d["config"]["zero"] == 1,
@@ -128,8 +141,8 @@ check(d["fit"]["found"] is False and d["fit"]["least"]["micro_batch"] == 1,
       "1558M, 1 rank: JSON names the least-memory candidate")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
-check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "full", 1),
-      "1558M, 8 ranks: micro-batch 4, full recompute, ZeRO 1")
+check((c["micro_batch"], c["recompute"], c["zero"]) == (2, "none", 2),
+      "1558M, 8 ranks: micro-batch 2, no recompute, ZeRO 2 (cost 1.10 < full at 4, 1.40)")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8, "--zero", 2] + fit)
 check(d["fit"]["choice"]["zero"] == 2 and d["fit"]["zero_searched"] is False,
       "--zero given: kept, not searched")
