@@ -35,6 +35,17 @@ typedef struct {
 typedef enum { NVML_TEMPERATURE_GPU = 0 } nvmlTemperatureSensors_t;
 #endif
 
+/* nvmlDeviceGetMemoryInfo_v2's struct (nvml.h's nvmlMemory_v2_t), declared
+ * here under our name: v1's `used` counts the driver's reserved memory too
+ * (about 600 MiB on an H200), v2's does not, matching nvidia-smi and
+ * cudaMemGetInfo. */
+typedef struct {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
+} st_nvml_memory_v2;
+#define ST_NVML_MEMORY_V2_VERSION ((unsigned int)(sizeof(st_nvml_memory_v2) | (2u << 24)))
+typedef nvmlReturn_t (*nvml_memory_v2_fn)(nvmlDevice_t, st_nvml_memory_v2 *);
+
 typedef nvmlReturn_t (*nvml_init_fn)(void);
 typedef nvmlReturn_t (*nvml_shutdown_fn)(void);
 typedef const char *(*nvml_error_string_fn)(nvmlReturn_t);
@@ -43,7 +54,7 @@ typedef nvmlReturn_t (*nvml_memory_fn)(nvmlDevice_t, nvmlMemory_t *);
 typedef nvmlReturn_t (*nvml_util_fn)(nvmlDevice_t, nvmlUtilization_t *);
 typedef nvmlReturn_t (*nvml_temp_fn)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *);
 
-enum { F_SHUTDOWN, F_ERROR_STRING, F_MEMORY, F_UTIL, F_TEMP, F_COUNT };
+enum { F_SHUTDOWN, F_ERROR_STRING, F_MEMORY, F_UTIL, F_TEMP, F_COUNT, F_MEMORY_V2 = F_COUNT };
 
 uint64_t st_process_rss_bytes(void) {
   FILE *f = fopen("/proc/self/statm", "r");
@@ -78,6 +89,7 @@ static int open_nvml(st_gpu_monitor *m, char *why, size_t cap) {
                                              "nvmlDeviceGetTemperature"};
   int missing = !init || !by_pci;
   for (int i = 0; i < F_COUNT; i++) missing |= (m->fn[i] = dlsym(m->lib, names[i])) == NULL;
+  m->fn[F_MEMORY_V2] = dlsym(m->lib, "nvmlDeviceGetMemoryInfo_v2"); /* optional: r510+ */
   if (missing) {
     snprintf(why, cap, "libnvidia-ml.so.1 lacks the NVML v2 entry points");
     return -1;
@@ -146,8 +158,14 @@ void st_gpu_monitor_sample(st_gpu_monitor *m, st_mem_sample *s) {
 #endif
   if (!m->have_nvml) return;
   nvmlDevice_t dev = (nvmlDevice_t)m->dev;
+  st_nvml_memory_v2 m2 = {.version = ST_NVML_MEMORY_V2_VERSION};
   nvmlMemory_t mem;
-  if (((nvml_memory_fn)m->fn[F_MEMORY])(dev, &mem) == NVML_SUCCESS) {
+  if (m->fn[F_MEMORY_V2] &&
+      ((nvml_memory_v2_fn)m->fn[F_MEMORY_V2])(dev, &m2) == NVML_SUCCESS) {
+    s->have_nvml = 1;
+    s->gpu_used_bytes = m2.used;
+    s->gpu_total_bytes = m2.total;
+  } else if (((nvml_memory_fn)m->fn[F_MEMORY])(dev, &mem) == NVML_SUCCESS) {
     s->have_nvml = 1;
     s->gpu_used_bytes = mem.used;
     s->gpu_total_bytes = mem.total;

@@ -133,17 +133,22 @@ static int setup_batch(trainer *tr) {
   st_run_config *rc = tr->rc;
   int world = tr->comm->world, B = rc->micro_batch, T = rc->model.block_size;
   st_error_code(ST_EXIT_USAGE);
+  char use[64];
   if (rc->auto_fit && rc->global_batch % world != 0) {
     int lo = rc->global_batch / world * world, hi = lo + world;
+    if (lo > 0) snprintf(use, sizeof use, "%d or %d", lo, hi);
+    else snprintf(use, sizeof use, "%d", hi);
     return st_error_set("--global-batch %d does not divide by %d ranks: every rank takes the "
-                        "same number of sequences; use --global-batch %d or %d",
-                        rc->global_batch, world, lo > 0 ? lo : hi, hi);
+                        "same number of sequences; use --global-batch %s",
+                        rc->global_batch, world, use);
   }
   if (!rc->auto_fit && rc->global_batch % (B * world) != 0) {
     int lo = rc->global_batch / (B * world) * (B * world), hi = lo + B * world;
+    if (lo > 0) snprintf(use, sizeof use, "%d or %d", lo, hi);
+    else snprintf(use, sizeof use, "%d", hi);
     return st_error_set("--global-batch %d does not divide by --micro-batch %d x %d ranks = %d; "
-                        "use --global-batch %d or %d, or change --micro-batch",
-                        rc->global_batch, B, world, B * world, lo > 0 ? lo : hi, hi);
+                        "use --global-batch %s, or change --micro-batch",
+                        rc->global_batch, B, world, B * world, use);
   }
   tr->accum = rc->auto_fit ? 0 : rc->global_batch / (B * world); /* auto-fit: chosen later */
   tr->step_tokens = (int64_t)rc->global_batch * T;
