@@ -44,9 +44,13 @@ typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
 #define ST_PLAN_CUDA_CONTEXT ((uint64_t)1117 << 20)
 /* NCCL's SIMPLE-protocol buffer per connection when NCCL_BUFFSIZE is unset. */
 #define ST_PLAN_NCCL_BUFFSIZE ((uint64_t)4 << 20)
-/* Channels NCCL opens, for the estimate, when --nccl-max-ctas does not cap
- * them: NCCL picks 16-32 on NVLink H100/H200 nodes. An ESTIMATE. */
-#define ST_PLAN_NCCL_CHANNELS 16
+/* Channel-equivalents for the NCCL estimate when --nccl-max-ctas does not
+ * cap them. Calibrated on 2 H200s over NVLink (NCCL 2.28, 2026-11-30): three
+ * 2-rank runs (124M to 1.5B, ZeRO 1 and 2) used 138-139 MiB more than the
+ * 16-channel figure, so 32 (NCCL opens 16-32 channels there, plus its own
+ * work buffers). Beyond 2 ranks it is unmeasured: the estimate scales with
+ * the connections, which errs high if the excess is a fixed cost. */
+#define ST_PLAN_NCCL_CHANNELS 32
 
 typedef struct {
   st_model_config model;  /* validated (padded_vocab_size set); block_size is T */

@@ -412,9 +412,9 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.context, 1117LL << 20); /* calibrated on an H200 */
   in = gpt2_124m(2, 1, ST_RECOMPUTE_FULL);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
-  /* 16 channels x 1 peer x (4 MiB + 512 KiB + 4,915,200) */
-  assert_int_equal(p.nccl, 16LL * (4194304 + 524288 + 4915200));
-  assert_int_equal(st_plan_nccl_bytes(8, 0, 0), 16LL * 2 * (4194304 + 524288 + 4915200));
+  /* 32 channel-equivalents x 1 peer x (4 MiB + 512 KiB + 4,915,200) */
+  assert_int_equal(p.nccl, 32LL * (4194304 + 524288 + 4915200));
+  assert_int_equal(st_plan_nccl_bytes(8, 0, 0), 32LL * 2 * (4194304 + 524288 + 4915200));
   assert_int_equal(st_plan_nccl_bytes(8, 1 << 20, 4), 4LL * 2 * (1048576 + 524288 + 4915200));
 }
 
