@@ -88,6 +88,10 @@ expect_fail("unknown flag", base + steps + ["--learning-rate", 1], 2, ["--learni
 expect_fail("misspelt flag", base + steps + ["--micro-batchs", 4], 2,
             ["--micro-batchs", "did you mean --micro-batch?"])
 expect_fail("bad flag value", base + ["--steps", "ten"], 2, ["--steps", "ten"])
+expect_fail("--enforce-gpu-mem without --gpu-mem", base + steps + ["--enforce-gpu-mem"], 2,
+            ["--enforce-gpu-mem", "give --gpu-mem SIZE too"])
+expect_fail("--enforce-gpu-mem on the CPU", base + steps + ["--enforce-gpu-mem", "--gpu-mem", "8GiB"],
+            2, ["--enforce-gpu-mem", "needs the CUDA backend"])
 # 11. --resume none over existing checkpoints refuses instead of overwriting
 expect_fail("--resume none over a run", base + steps + ["--resume", "none"], 2,
             ["--resume auto", "new --out"])
