@@ -144,7 +144,7 @@ static void default_launcher(bt_opts *o) {
   if (env && *env) {
     snprintf(o->launcher, sizeof o->launcher, "%s", env);
     o->launcher_from = "ST_MPIRUN";
-  } else if (getenv("SLURM_JOB_ID")) {
+  } else if (getenv("SLURM_JOB_ID") && *getenv("SLURM_JOB_ID")) {
     snprintf(o->launcher, sizeof o->launcher, "srun --mpi=pmix");
     o->launcher_from = "inside a Slurm allocation";
   } else {
