@@ -268,6 +268,11 @@ static int parse(int argc, char **argv, bt_opts *o) {
   }
   /* Strong scaling splits micro-batch x the largest count over each count. */
   const int nmax = o->ranks[o->nranks - 1];
+  if ((long long)o->micro_batch * nmax > (1LL << 30)) {
+    st_error_set("micro-batch %d x %d ranks is more than train's largest --global-batch (2^30)",
+                 o->micro_batch, nmax);
+    return usage_error();
+  }
   for (int m = 0; m < o->nmodes; m++) {
     if (strcmp(o->modes[m], "strong") != 0) continue;
     long long gb = (long long)o->micro_batch * nmax;

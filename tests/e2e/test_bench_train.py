@@ -172,6 +172,8 @@ for args, want in [
         (["--ranks", "1,2", "--"] + TRAIN + ["--out", "x"], "train flag --out is set by bench"),
         (["--ranks", "1,2", "--"] + TRAIN + ["--global-batch", "8"], "--global-batch is set"),
         (["--ranks", "3,4", "--"] + TRAIN, "does not divide over 3 ranks"),
+        (["--ranks", "1,2048", "--modes", "weak", "--"] + TRAIN + ["--micro-batch", "1048576"],
+         "more than train's largest --global-batch"),
         (["--"] + TRAIN, "needs --ranks"),
         (["--ranks", "1,2"], "needs train's flags after --"),
         (["--ranks", "1,2", "--launcher"], "--launcher needs a value")]:
