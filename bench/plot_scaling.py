@@ -1,5 +1,5 @@
 """Tokens/s and scaling efficiency against the rank count, from the
-scaling.json that bench/train_scaling.sh writes (Debian's matplotlib).
+scaling.json that `shardtrain bench train` writes (Debian's matplotlib).
 
     /usr/bin/python3 bench/plot_scaling.py OUT_DIR/scaling.json OUT.png [--title T]
 """
@@ -22,8 +22,9 @@ for mode, rows in res.items():
     n = [r["ranks"] for r in rows]
     ax1.plot(n, [r["tokens_per_s"] for r in rows], marker="o", label=f"{mode} scaling")
     ax2.plot(n, [100 * r["efficiency"] for r in rows], marker="o", label=f"{mode} scaling")
-base = res["weak"][0]
-n = [r["ranks"] for r in res["weak"]]
+first = res.get("weak") or next(iter(res.values()))  # the linear line from one mode's base
+base = first[0]
+n = [r["ranks"] for r in first]
 ax1.plot(n, [base["tokens_per_s"] * k / base["ranks"] for k in n], ls="--", color="gray",
          label="linear")
 ax1.set(xlabel="ranks", ylabel="tokens/s", xscale="log", yscale="log")

@@ -426,6 +426,8 @@ int st_cmd_bench(int argc, char **argv) {
       usage();
       printf("\n");
       model_usage();
+      printf("\n");
+      st_bench_train_usage();
     }
     return argc < 2 ? ST_EXIT_USAGE : 0;
   }
@@ -447,8 +449,8 @@ int st_cmd_bench(int argc, char **argv) {
   int perr;
   if (strcmp(argv[1], "collectives") != 0) {
     st_error_set("unknown benchmark '%s'; available: collectives (busbw), model (alpha-beta "
-                 "fit and scaling projection); training throughput: bench/train_scaling.sh and "
-                 "bench/gpt2_vs_torch.sh", argv[1]);
+                 "fit and scaling projection), train (throughput and scaling; run without "
+                 "mpirun)", argv[1]);
     perr = usage_error();
   } else {
     perr = parse(argc, argv, &o);

@@ -167,23 +167,47 @@ static int edits(const char *a, const char *b) {
   return row[n] > 9 ? 9 : row[n];
 }
 
-/* " (did you mean --x?)" for the closest flag, else "": within 2 edits and
- * a quarter of the flag's length, so "--rank" does not turn into "--data".
- * plan: also plan's own flags. */
-static const char *did_you_mean(const char *f, int plan, char *buf, size_t cap) {
-  int best = (int)strlen(f) / 4 < 2 ? (int)strlen(f) / 4 + 1 : 3;
+/* The closest of cands (NULL-terminated) to f within *best edits, or NULL;
+ * lowers *best to the pick's distance. */
+static const char *closest(const char *f, const char *const *cands, int *best) {
   const char *pick = NULL;
-  for (int i = 0; k_flags[i]; i++) {
-    int d = edits(f, k_flags[i]);
-    if (d < best) best = d, pick = k_flags[i];
+  for (int i = 0; cands[i]; i++) {
+    int d = edits(f, cands[i]);
+    if (d < *best) *best = d, pick = cands[i];
   }
-  for (int i = 0; plan && k_plan_flags[i]; i++) {
-    int d = edits(f, k_plan_flags[i]);
-    if (d < best) best = d, pick = k_plan_flags[i];
-  }
+  return pick;
+}
+
+/* Edits allowed for a suggestion: 2, and a quarter of the flag's length, so
+ * "--rank" does not turn into "--data". */
+static int max_edits(const char *f) {
+  return (int)strlen(f) / 4 < 2 ? (int)strlen(f) / 4 + 1 : 3;
+}
+
+/* " (did you mean --x?)" for the closest flag, else "". plan: also plan's
+ * own flags. */
+static const char *did_you_mean(const char *f, int plan, char *buf, size_t cap) {
+  int best = max_edits(f);
+  const char *pick = closest(f, k_flags, &best);
+  const char *p2 = plan ? closest(f, k_plan_flags, &best) : NULL;
+  if (p2) pick = p2;
   if (pick) snprintf(buf, cap, " (did you mean %s?)", pick);
   else buf[0] = 0;
   return buf;
+}
+
+const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *buf, size_t cap) {
+  int best = max_edits(f);
+  const char *pick = closest(f, cands, &best);
+  if (pick) snprintf(buf, cap, " (did you mean %s?)", pick);
+  else buf[0] = 0;
+  return buf;
+}
+
+int st_cli_is_train_flag(const char *f) {
+  for (int i = 0; k_flags[i]; i++)
+    if (strcmp(f, k_flags[i]) == 0 && strcmp(f, "--help") != 0) return 1;
+  return 0;
 }
 
 int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {

@@ -15,6 +15,13 @@ typedef struct {
  * -1 with st_error naming the flag and st_error_code(ST_EXIT_USAGE). */
 int st_cli_parse_train(int argc, char **argv, st_run_config *rc);
 
+/* " (did you mean --x?)" naming the flag of cands (NULL-terminated) closest
+ * to f (within 2 edits and a quarter of its length), else "". Returns buf. */
+const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *buf, size_t cap);
+
+/* 1 when f is one of train's flags (--help aside). */
+int st_cli_is_train_flag(const char *f);
+
 /* Usage text for `shardtrain train --help`. */
 void st_cli_print_train_usage(void);
 

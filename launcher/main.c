@@ -4,6 +4,7 @@
  *   shardtrain train  --data FILE [flags]            (under mpirun/srun)
  *   shardtrain ckpt   info|verify STEP_DIR|RUN_DIR
  *   shardtrain bench  collectives [flags]              (under mpirun/srun)
+ *   shardtrain bench  train --ranks LIST -- TRAIN_FLAGS (one process; starts the runs)
  *   shardtrain plan   [flags] [--fit] [--json]         (one process, no MPI)
  */
 #include <mpi.h>
@@ -31,6 +32,8 @@ static void usage(void) {
          "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n"
          "  shardtrain bench collectives|model [flags]   (busbw; scaling model; see shardtrain "
          "bench --help)\n"
+         "  shardtrain bench train --ranks 1,2,4 [flags] -- TRAIN_FLAGS   (tokens/s, MFU, scaling;\n"
+         "                   not under mpirun: it starts the runs)\n"
          "  shardtrain plan  [train's model/batch/system flags] [--ranks N] [--gpu-mem SIZE]\n"
          "                   [--fit] [--json]   (per-GPU memory; see shardtrain plan --help)\n",
          SHARDTRAIN_VERSION);
@@ -177,6 +180,10 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return code;
   }
+  /* bench train is the launcher of its runs: no MPI_Init here, so no MPI
+   * state (or a singleton's environment) leaks into the mpirun it starts. */
+  if (strcmp(cmd, "bench") == 0 && argc >= 3 && strcmp(argv[2], "train") == 0)
+    return st_cmd_bench_train(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0) {
     MPI_Init(&argc, &argv);
     int code = st_cmd_bench(argc - 1, argv + 1);
