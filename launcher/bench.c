@@ -11,10 +11,11 @@
 #include <string.h>
 
 #include "collectives/busbw.h"
-#include "collectives/scaling_model.h"
 #include "collectives/collectives.h"
+#include "collectives/scaling_model.h"
 #include "kernels/ops.h"
 #include "launcher/env.h"
+#include "rank/device_select.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -127,36 +128,25 @@ static int iters_for(const bench_opts *o, uint64_t bytes) {
   return bytes <= (1u << 20) ? 100 : bytes <= (64u << 20) ? 20 : 5;
 }
 
-/* Backend and communicator, as train picks them. */
+/* Backend and communicator, as train picks them (rank/device_select.h). */
 static int setup(bench_opts *o, const st_env *env, st_comm *mpi, st_comm *nccl, st_comm **dcomm,
                  const st_ops **ops, char *where, size_t cap) {
-  int ngpu = 0;
-#ifdef SHARDTRAIN_HAVE_CUDA
-  ngpu = st_cuda_device_count();
-#endif
-  int cuda = strcmp(o->device, "cuda") == 0 || (strcmp(o->device, "auto") == 0 && ngpu > 0);
-  if (cuda && ngpu == 0) {
-    st_error_code(ST_EXIT_USAGE);
-    return st_error_set("--device cuda, but no CUDA device is visible (or this build has no "
-                        "CUDA); use --device cpu");
-  }
+  st_device dev;
+  if (st_device_select(o->device, env, &dev)) return -1;
   *ops = st_ops_cpu();
   *dcomm = mpi;
   snprintf(where, cap, "mpi on cpu");
-  if (!o->max_bytes) o->max_bytes = cuda ? (4ull << 30) : (64ull << 20);
+  if (!o->max_bytes) o->max_bytes = dev.index >= 0 ? (4ull << 30) : (64ull << 20);
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (cuda) {
-    char name[96];
-    int dev = st_cuda_bind_device(env->local_rank, name, sizeof name);
-    if (dev < 0) return -1;
+  if (dev.index >= 0) {
     st_nccl_options no = {.timeout_s = o->nccl_timeout_s, .cga_cluster_size = -1};
     if (st_comm_nccl_init(nccl, &no)) return -1;
     *dcomm = nccl;
     *ops = st_ops_cuda(ST_FP32);
-    snprintf(where, cap, "nccl on cuda:%d (%s); %s", dev, name, st_comm_nccl_describe(nccl));
+    snprintf(where, cap, "nccl on %s; %s", dev.name, st_comm_nccl_describe(nccl));
   }
 #else
-  (void)env, (void)nccl;
+  (void)nccl;
 #endif
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "kernels/ops_cuda.h"
 #endif
 #include "kernels/profile.h"
+#include "rank/device_select.h"
 #include "rank/memory_fit.h"
 #include "rank/trainer_state.h"
 #include "util/bytes.h"
@@ -33,44 +34,21 @@ static int is_bin(const char *path) {
 static int setup_backend(trainer *tr) {
   st_run_config *rc = tr->rc;
   const st_env *e = tr->env;
-  (void)e; /* used only by the CUDA checks */
-  int ngpu = 0;
-#ifdef SHARDTRAIN_HAVE_CUDA
-  ngpu = st_cuda_device_count();
-#endif
-  st_error_code(ST_EXIT_USAGE);
-  if (strcmp(rc->device, "cuda") == 0 && ngpu == 0) {
-#ifdef SHARDTRAIN_HAVE_CUDA
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    return st_error_set("--device cuda, but no CUDA device is visible on %s "
-                        "(CUDA_VISIBLE_DEVICES=%s); use --device cpu, or run where a GPU is",
-                        e->hostname, vis ? vis : "unset");
-#else
-    return st_error_set("--device cuda: this build has no CUDA backend (it was configured "
-                        "without a CUDA toolkit); use --device cpu, or rebuild where nvcc is");
-#endif
-  }
-  int cuda = strcmp(rc->device, "cuda") == 0 || (strcmp(rc->device, "auto") == 0 && ngpu > 0);
-  tr->device_index = -1;
-  snprintf(tr->device_name, sizeof tr->device_name, "cpu");
+  st_device dev;
+  if (st_device_select(rc->device, e, &dev)) return -1;
+  const int cuda = dev.index >= 0;
+  tr->device_index = dev.index;
+  snprintf(tr->device_name, sizeof tr->device_name, "%s", dev.name);
   tr->ops = st_ops_cpu();
-  if (cuda) {
 #ifdef SHARDTRAIN_HAVE_CUDA
-    if (e->local_world > ngpu)
-      return st_error_set("%d ranks run on node %s but it has %d visible GPU(s): launch at most "
-                          "%d ranks per node (srun --ntasks-per-node=%d / mpirun -npernode %d), "
-                          "or use --device cpu", e->local_world, e->hostname, ngpu, ngpu, ngpu,
-                          ngpu);
-    char name[96];
-    tr->device_index = st_cuda_bind_device(e->local_rank, name, sizeof name);
-    if (tr->device_index < 0) return -1;
-    snprintf(tr->device_name, sizeof tr->device_name, "cuda:%d (%s)", tr->device_index, name);
+  if (cuda) {
     if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "bf16");
     tr->ops = st_ops_cuda(strcmp(rc->precision, "bf16") == 0   ? ST_BF16
                           : strcmp(rc->precision, "fp16") == 0 ? ST_FP16
                                                                  : ST_FP32);
-#endif
   }
+#endif
+  st_error_code(ST_EXIT_USAGE);
   snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
   if (getenv("ST_PROFILE_OPS")) { /* diagnostics: docs/benchmarks.md */
     tr->ops = st_ops_profiled(tr->ops);
