@@ -14,6 +14,7 @@
 #include "collectives/collectives.h"
 #include "collectives/scaling_model.h"
 #include "kernels/ops.h"
+#include "launcher/cli.h"
 #include "launcher/env.h"
 #include "rank/device_select.h"
 #include "util/bytes.h"
@@ -114,7 +115,12 @@ static int parse(int argc, char **argv, bench_opts *o) {
     } else if (strcmp(f, "--nccl-timeout") == 0) {
       o->nccl_timeout_s = atof(v);
     } else {
-      st_error_set("unknown flag '%s' for bench collectives (see shardtrain bench --help)", f);
+      static const char *const known[] = {"--device", "--min-bytes", "--max-bytes", "--ops",
+                                          "--iters", "--warmup", "--timing", "--nccl-timeout",
+                                          "--json", NULL};
+      char hint[64];
+      st_error_set("unknown flag '%s'%s for bench collectives (see shardtrain bench --help)", f,
+                   st_cli_did_you_mean(f, known, hint, sizeof hint));
       return usage_error();
     }
   }
@@ -164,9 +170,9 @@ static int run(bench_opts *o, st_comm *c, const st_ops *ops, const char *where) 
                         st_format_bytes(half, b, sizeof b), ops->name);
   }
   if (c->rank == 0 && !o->json) {
-    printf("shardtrain bench collectives: %d ranks, %s\nfp32 data; algbw = S/time with S the "
+    printf("shardtrain bench collectives: %d rank%s, %s\nfp32 data; algbw = S/time with S the "
            "total array size; busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (reduce-scatter,"
-           " all-gather), x 1 (broadcast); %s timing\n", c->world, where,
+           " all-gather), x 1 (broadcast); %s timing\n", c->world, c->world == 1 ? "" : "s", where,
            o->blocking ? "blocking (the host waits for each call)"
                        : "pipelined (timed calls enqueued back to back, one wait)");
     printf("%-15s %12s %12s %7s %12s %11s %11s  %s\n", "op", "bytes", "count", "iters", "time_us",
@@ -230,6 +236,7 @@ typedef struct {
   const char *results;
   st_step_model sm;
   int gpn, nodes[32], nnodes, json;
+  int compute_given; /* --compute-ms given: the CPU-points note is not needed */
   st_algo algo;
   double intra_bw, intra_lat, inter_bw, inter_lat, overhead; /* < 0: fitted */
 } model_opts;
@@ -278,7 +285,7 @@ static int model_parse(int argc, char **argv, model_opts *o) {
       st_error_set("%s %s: give a non-negative number (see shardtrain bench model --help)", f, v);
       return usage_error();
     } else if (strcmp(f, "--params") == 0) o->sm.params = x;
-    else if (strcmp(f, "--compute-ms") == 0) o->sm.compute_s = x * 1e-3;
+    else if (strcmp(f, "--compute-ms") == 0) o->sm.compute_s = x * 1e-3, o->compute_given = 1;
     else if (strcmp(f, "--overlap") == 0 && x <= 1) o->sm.overlap = x;
     else if (strcmp(f, "--zero") == 0 && x <= 2) o->sm.zero_stage = (int)x;
     else if (strcmp(f, "--gpus-per-node") == 0 && x >= 1) o->gpn = (int)x;
@@ -357,7 +364,7 @@ static int cmd_model(int argc, char **argv) {
     fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
     return ST_EXIT_USAGE;
   }
-  if (o.results && !o.json && model_backend_is_mpi(o.results))
+  if (o.results && !o.json && model_backend_is_mpi(o.results) && !o.compute_given)
     printf("note: these points come from MPI on CPU ranks; the default compute time (%.1f ms) "
            "and cluster are GPU figures: pass --compute-ms and --params for a CPU projection\n",
            o.sm.compute_s * 1e3);

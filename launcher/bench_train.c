@@ -299,6 +299,17 @@ static void batch_of(const bt_opts *o, const char *mode, int n, int *mb, int *gb
 }
 
 /* The last few lines of a log, indented, into buf. */
+/* 1 when the log at path holds needle (in its first 64 KiB). */
+static int log_contains(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  static char buf[65536];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  return strstr(buf, needle) != NULL;
+}
+
 static void log_tail(const char *path, char *buf, size_t cap) {
   buf[0] = 0;
   FILE *f = fopen(path, "r");
@@ -410,10 +421,15 @@ static int run_one(const bt_opts *o, const char *exe, const char *mode, int n, i
   else snprintf(why, sizeof why, "signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   log_error_line(log, first, sizeof first);
   log_tail(log, tail_text, sizeof tail_text);
+  /* Open MPI refuses root without a flag: say which setting takes it */
+  const char *hint = log_contains(log, "allow-run-as-root")
+                         ? "\n  hint: running as root, Open MPI needs --allow-run-as-root: give "
+                           "--launcher \"mpirun --allow-run-as-root\" or set ST_MPIRUN"
+                         : "";
   return st_error_set("the %s run on %d rank%s failed (%s); its output is in %s%s%s\n  "
-                      "which ends:%s", mode, n, n == 1 ? "" : "s", why, log,
+                      "which ends:%s%s", mode, n, n == 1 ? "" : "s", why, log,
                       first[0] ? "\n  first error:" : "", first,
-                      tail_text[0] ? tail_text : "\n    (nothing)");
+                      tail_text[0] ? tail_text : "\n    (nothing)", hint);
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -196,6 +196,23 @@ static const char *did_you_mean(const char *f, int plan, char *buf, size_t cap) 
   return buf;
 }
 
+static int is_one_of(const char *f, const char *const *cands) {
+  for (int i = 0; cands[i]; i++)
+    if (strcmp(f, cands[i]) == 0) return 1;
+  return 0;
+}
+
+/* A flag last on the line without its value: "needs a value" only when it
+ * is a flag of this command; a typo ("--fitt") is an unknown flag. -1. */
+static int missing_value(const char *f, int plan) {
+  st_error_code(ST_EXIT_USAGE);
+  const int known = is_one_of(f, k_flags) || (plan && is_one_of(f, k_plan_flags));
+  if (known) return st_error_set("flag %s needs a value", f);
+  char hint[64];
+  return st_error_set("unknown flag '%s'%s; see shardtrain %s --help", f,
+                      did_you_mean(f, plan, hint, sizeof hint), plan ? "plan" : "train");
+}
+
 const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *buf, size_t cap) {
   int best = max_edits(f);
   const char *pick = closest(f, cands, &best);
@@ -228,10 +245,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
       st_error_code(ST_EXIT_USAGE);
       return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain train --help)", f);
     }
-    if (i + 1 >= argc) {
-      st_error_code(ST_EXIT_USAGE);
-      return st_error_set("flag %s needs a value", f);
-    }
+    if (i + 1 >= argc) return missing_value(f, 0);
     const char *v = argv[++i];
 #define INT_FLAG(name, lo, hi, dst)                          \
   if (strcmp(f, name) == 0) {                                \
@@ -386,7 +400,7 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
     if (strncmp(f, "--", 2) != 0)
       return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain plan "
                           "--help)", f);
-    if (i + 1 >= argc) return st_error_set("flag %s needs a value", f);
+    if (i + 1 >= argc) return missing_value(f, 1);
     const char *v = argv[++i];
     int common = common_flag(f, v, &o->rc, &o->seen);
     if (common < 0) return -1;
@@ -397,6 +411,11 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
       continue;
     }
     st_error_code(ST_EXIT_USAGE);
+    if (is_one_of(f, k_flags))
+      return st_error_set("%s is a train flag that plan does not take: plan reads no data and "
+                          "writes nothing; it takes train's model, batch and system flags plus "
+                          "--ranks, --gpu-mem, --headroom, --fit, --json (shardtrain plan --help)",
+                          f);
     char hint[64];
     return st_error_set("unknown flag '%s'%s for plan (plan takes train's model, batch and "
                         "system flags plus --ranks, --gpu-mem, --headroom, --fit, --json; see "

@@ -115,9 +115,9 @@ static int cmd_ckpt(int argc, char **argv) {
   st_ckpt_meta meta;
   if (st_ckpt_read_meta(dir, &meta)) return fail(ST_EXIT_CHECKPOINT);
   printf("checkpoint %s\n  step %lld, tokens seen %lld, data position %lld\n"
-         "  written by %d ranks at ZeRO stage %d\n  config %s\n",
+         "  written by %d rank%s at ZeRO stage %d\n  config %s\n",
          dir, (long long)meta.step, (long long)meta.tokens_seen, (long long)meta.data_position,
-         meta.world_size, meta.zero_stage, meta.config_json);
+         meta.world_size, meta.world_size == 1 ? "" : "s", meta.zero_stage, meta.config_json);
   if (strcmp(argv[1], "verify") == 0) {
     st_model_config cfg;
     st_param_table tab;

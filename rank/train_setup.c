@@ -369,7 +369,8 @@ static int setup_memory_check(trainer *tr) {
              st_recompute_name(in.recompute), d, st_format_bytes(ac->plan.total, b, sizeof b));
   }
   return st_error_set("%s. The smallest change that fits: %s (plan %s)%s. shardtrain plan shows "
-                      "the table and --fit the choices; docs/memory.md", what, change,
+                      "the table and --fit the choices; train --auto-fit instead applies the "
+                      "cheapest by estimated step time (docs/memory.md)", what, change,
                       st_format_bytes(f.choice.plan.total, c, sizeof c), alt);
 }
 
@@ -602,6 +603,7 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
     }
   } else if (st_ckpt_resolve(rc->out, rc->resume, from, cap, &found)) {
     st_error_code(ST_EXIT_CHECKPOINT);
+    if (strncmp(st_error_msg(), "--resume", 8) == 0) return -1; /* it names the flag already */
     return st_error_prefix("--resume %s", rc->resume);
   }
   if (!found) {
@@ -666,8 +668,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
          m->padded_vocab_size);
   printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
          tr->model.tab.total / 1e6);
-  printf("  batch      micro-batch %d x grad-accum %d x %d ranks = global batch %d sequences "
-         "x %d = %lld tokens\n", rc->micro_batch, tr->accum, tr->comm->world, rc->global_batch,
+  printf("  batch      micro-batch %d x grad-accum %d x %d rank%s = global batch %d sequences "
+         "x %d = %lld tokens\n", rc->micro_batch, tr->accum, tr->comm->world,
+         tr->comm->world == 1 ? "" : "s", rc->global_batch,
          m->block_size, (long long)tr->step_tokens);
   printf("  ranks      %d on %d node(s), launched by %s; backend %s on %s", tr->comm->world,
          e->node_count, e->launcher, tr->model.ops->name, tr->device_name);

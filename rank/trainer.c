@@ -482,6 +482,7 @@ static int run_validation(trainer *tr) {
   if (code) return code;
   tr->val_loss = vl;
   tr->validated = 1;
+  tr->val_step = tr->step;
   if (tr->comm->rank == 0) {
     printf("val    step %lld | val loss %.4f\n", (long long)tr->step, vl);
     fflush(stdout);
@@ -718,13 +719,14 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   code = train_loop(&tr);
   if (!code && comm->rank == 0) {
     double wall = MPI_Wtime() - tr.t_start;
-    char tl[32] = "n/a", vl[32] = "n/a", tlj[32] = "null", vlj[32] = "null";
+    char tl[32] = "n/a", vl[64] = "n/a", tlj[32] = "null", vlj[32] = "null";
     if (tr.trained) {
       snprintf(tl, sizeof tl, "%.4f", tr.last_loss);
       snprintf(tlj, sizeof tlj, "%.9g", tr.last_loss);
     }
     if (tr.validated) {
-      snprintf(vl, sizeof vl, "%.4f", tr.val_loss);
+      if (tr.val_step == tr.step) snprintf(vl, sizeof vl, "%.4f", tr.val_loss);
+      else snprintf(vl, sizeof vl, "%.4f (at step %lld)", tr.val_loss, (long long)tr.val_step);
       snprintf(vlj, sizeof vlj, "%.9g", tr.val_loss);
     }
     printf("done: step %lld, train loss %s, val loss %s, %.1f s\n", (long long)tr.step, tl, vl,

@@ -68,6 +68,7 @@ typedef struct {
   char *config_json;
   char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
   int trained, validated;  /* did this invocation train / validate at all */
+  long long val_step;      /* the step of the latest validation (val_loss) */
   FILE *metrics;
   st_gpu_monitor mon;      /* device/process memory readings (gpu_monitor.h) */
   int stats_every;         /* --gpu-stats-every, or --log-every when 0 */

@@ -88,6 +88,9 @@ expect_fail("unknown flag", base + steps + ["--learning-rate", 1], 2, ["--learni
 expect_fail("misspelt flag", base + steps + ["--micro-batchs", 4], 2,
             ["--micro-batchs", "did you mean --micro-batch?"])
 expect_fail("bad flag value", base + ["--steps", "ten"], 2, ["--steps", "ten"])
+r = run([a.bin, "train"] + [str(x) for x in base] + ["--out", W("last"), "--auto-fitt"], expect_rc=2)
+check("unknown flag '--auto-fitt' (did you mean --auto-fit?)" in r.stderr,
+      "a misspelt flag last on the line is unknown, not 'needs a value'")
 expect_fail("--enforce-gpu-mem without --gpu-mem", base + steps + ["--enforce-gpu-mem"], 2,
             ["--enforce-gpu-mem", "give --gpu-mem SIZE too"])
 expect_fail("--enforce-gpu-mem on the CPU", base + steps + ["--enforce-gpu-mem", "--gpu-mem", "8GiB"],
