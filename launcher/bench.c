@@ -54,6 +54,10 @@ static int usage_error(void) {
   return -1;
 }
 
+static const char *const k_coll_flags[] = {"--device", "--min-bytes", "--max-bytes", "--ops",
+                                           "--iters",  "--warmup",    "--timing",    "--nccl-timeout",
+                                           "--json",   NULL};
+
 static int parse(int argc, char **argv, bench_opts *o) {
   memset(o, 0, sizeof *o);
   snprintf(o->device, sizeof o->device, "auto");
@@ -67,7 +71,12 @@ static int parse(int argc, char **argv, bench_opts *o) {
       continue;
     }
     if (i + 1 >= argc) {
-      st_error_set("flag %s needs a value (see shardtrain bench --help)", f);
+      char hint[64];
+      int known = 0;
+      for (int k = 0; k_coll_flags[k]; k++) known |= strcmp(f, k_coll_flags[k]) == 0;
+      if (known) st_error_set("flag %s needs a value (see shardtrain bench --help)", f);
+      else st_error_set("unknown flag '%s'%s for bench collectives (see shardtrain bench --help)",
+                        f, st_cli_did_you_mean(f, k_coll_flags, hint, sizeof hint));
       return usage_error();
     }
     const char *v = argv[++i];
@@ -115,12 +124,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
     } else if (strcmp(f, "--nccl-timeout") == 0) {
       o->nccl_timeout_s = atof(v);
     } else {
-      static const char *const known[] = {"--device", "--min-bytes", "--max-bytes", "--ops",
-                                          "--iters", "--warmup", "--timing", "--nccl-timeout",
-                                          "--json", NULL};
       char hint[64];
       st_error_set("unknown flag '%s'%s for bench collectives (see shardtrain bench --help)", f,
-                   st_cli_did_you_mean(f, known, hint, sizeof hint));
+                   st_cli_did_you_mean(f, k_coll_flags, hint, sizeof hint));
       return usage_error();
     }
   }
@@ -312,7 +318,9 @@ static int model_parse(int argc, char **argv, model_opts *o) {
 static int model_fit(const char *path, st_coll_op op, st_ab *ab, double *r2, int *ranks,
                      int *points) {
   FILE *f = fopen(path, "r");
-  if (!f) return st_error_set("--results %s: %s", path, strerror(errno));
+  if (!f)
+    return st_error_set("--results %s: %s (make it with: mpirun -np N shardtrain bench "
+                        "collectives --json > %s)", path, strerror(errno), path);
   double S[256], T[256];
   int m = 0, n = 0;
   char line[1024];
