@@ -70,15 +70,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
       o->json = 1;
       continue;
     }
-    if (i + 1 >= argc) {
-      char hint[64];
-      int known = 0;
-      for (int k = 0; k_coll_flags[k]; k++) known |= strcmp(f, k_coll_flags[k]) == 0;
-      if (known) st_error_set("flag %s needs a value (see shardtrain bench --help)", f);
-      else st_error_set("unknown flag '%s'%s for bench collectives (see shardtrain bench --help)",
-                        f, st_cli_did_you_mean(f, k_coll_flags, hint, sizeof hint));
-      return usage_error();
-    }
+    if (i + 1 >= argc) return st_cli_missing_value(f, k_coll_flags, "bench collectives");
     const char *v = argv[++i];
     if (strcmp(f, "--device") == 0) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
@@ -247,6 +239,11 @@ typedef struct {
   double intra_bw, intra_lat, inter_bw, inter_lat, overhead; /* < 0: fitted */
 } model_opts;
 
+static const char *const k_model_flags[] = {
+    "--results",   "--params",    "--compute-ms", "--zero",      "--overlap",  "--gpus-per-node",
+    "--nodes",     "--algo",      "--intra-bw",   "--intra-lat", "--overhead", "--inter-bw",
+    "--inter-lat", "--json",      NULL};
+
 static int model_parse(int argc, char **argv, model_opts *o) {
   memset(o, 0, sizeof *o);
   o->sm = (st_step_model){.zero_stage = 1, .params = 124475904, .compute_s = 67.7e-3,
@@ -264,10 +261,7 @@ static int model_parse(int argc, char **argv, model_opts *o) {
       o->json = 1;
       continue;
     }
-    if (i + 1 >= argc) {
-      st_error_set("flag %s needs a value (see shardtrain bench model --help)", f);
-      return usage_error();
-    }
+    if (i + 1 >= argc) return st_cli_missing_value(f, k_model_flags, "bench model");
     const char *v = argv[++i];
     char *end;
     double x = strtod(v, &end);

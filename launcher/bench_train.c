@@ -170,10 +170,7 @@ static int parse(int argc, char **argv, bt_opts *o) {
     }
     if (!strcmp(f, "--ranks") || !strcmp(f, "--modes") || !strcmp(f, "--peak-tflops") ||
         !strcmp(f, "--out") || !strcmp(f, "--launcher")) {
-      if (i + 1 >= argc) {
-        st_error_set("flag %s needs a value (see shardtrain bench train --help)", f);
-        return usage_error();
-      }
+      if (i + 1 >= argc) return st_cli_missing_value(f, k_bench_flags, "bench train");
       const char *v = argv[++i];
       if (strcmp(f, "--ranks") == 0) {
         if (parse_ranks(v, o)) return -1;

@@ -202,15 +202,23 @@ static int is_one_of(const char *f, const char *const *cands) {
   return 0;
 }
 
-/* A flag last on the line without its value: "needs a value" only when it
- * is a flag of this command; a typo ("--fitt") is an unknown flag. -1. */
-static int missing_value(const char *f, int plan) {
+static int flag_without_value(const char *f, int known, const char *hint, const char *cmd) {
   st_error_code(ST_EXIT_USAGE);
-  const int known = is_one_of(f, k_flags) || (plan && is_one_of(f, k_plan_flags));
-  if (known) return st_error_set("flag %s needs a value", f);
+  if (known) return st_error_set("flag %s needs a value (see shardtrain %s --help)", f, cmd);
+  return st_error_set("unknown flag '%s'%s for %s (see shardtrain %s --help)", f, hint, cmd, cmd);
+}
+
+int st_cli_missing_value(const char *f, const char *const *known, const char *cmd) {
   char hint[64];
-  return st_error_set("unknown flag '%s'%s; see shardtrain %s --help", f,
-                      did_you_mean(f, plan, hint, sizeof hint), plan ? "plan" : "train");
+  return flag_without_value(f, is_one_of(f, known), st_cli_did_you_mean(f, known, hint, sizeof hint),
+                            cmd);
+}
+
+/* train's and plan's: plan also knows its own flags. */
+static int missing_value(const char *f, int plan) {
+  char hint[64];
+  return flag_without_value(f, is_one_of(f, k_flags) || (plan && is_one_of(f, k_plan_flags)),
+                            did_you_mean(f, plan, hint, sizeof hint), plan ? "plan" : "train");
 }
 
 const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *buf, size_t cap) {

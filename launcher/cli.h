@@ -18,6 +18,11 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc);
 /* " (did you mean --x?)" naming the flag of cands (NULL-terminated) closest
  * to f (within 2 edits and a quarter of its length), else "". Returns buf. */
 const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *buf, size_t cap);
+/* A flag last on the command line without its value: "flag F needs a value"
+ * when F is one of known (NULL-terminated), else "unknown flag" with the
+ * closest of known; cmd names the command ("bench collectives"). Sets
+ * st_error with the usage exit class; returns -1. */
+int st_cli_missing_value(const char *f, const char *const *known, const char *cmd);
 
 /* 1 when f is one of train's flags (--help aside). */
 int st_cli_is_train_flag(const char *f);

@@ -148,21 +148,33 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   return 0;
 }
 
+/* Every byte category of a plan, by the name `plan --json` and the arena's
+ * tags use, in the JSON's order: one list for both. */
+typedef struct {
+  const char *name;
+  uint64_t bytes;
+} named_bytes;
+enum { N_CATEGORIES = 19 };
+
+static void categories(const st_memory_plan *p, named_bytes k[N_CATEGORIES]) {
+  const named_bytes all[N_CATEGORIES] = {
+      {"weights", p->weights},         {"grads", p->grads},
+      {"grads_full", p->grads_full},   {"grads_head", p->grads_head},
+      {"grads_buckets", p->grads_buckets}, {"grads_recv", p->grads_recv},
+      {"grad_shard", p->grad_shard},   {"master", p->master},
+      {"adam_m", p->adam_m},           {"adam_v", p->adam_v},
+      {"activations", p->acts.total},  {"tokens", p->tokens},
+      {"cublaslt_workspace", p->cublaslt}, {"cudnn_attention_workspace", p->attn_workspace},
+      {"cuda_scratch", p->scratch},    {"nccl_estimate", p->nccl},
+      {"cuda_context_estimate", p->context}, {"arena", p->arena},
+      {"total", p->total}};
+  memcpy(k, all, sizeof all);
+}
+
 uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int *known) {
-  const struct {
-    const char *name;
-    uint64_t bytes;
-  } k[] = {{"weights", p->weights},       {"grads", p->grads},
-           {"grads_full", p->grads_full}, {"grads_head", p->grads_head},
-           {"grads_buckets", p->grads_buckets}, {"grads_recv", p->grads_recv},
-           {"grad_shard", p->grad_shard}, {"master", p->master},
-           {"adam_m", p->adam_m},         {"adam_v", p->adam_v},
-           {"activations", p->acts.total}, {"tokens", p->tokens},
-           {"cublaslt_workspace", p->cublaslt}, {"cuda_scratch", p->scratch},
-           {"cudnn_attention_workspace", p->attn_workspace},
-           {"arena", p->arena},           {"nccl_estimate", p->nccl},
-           {"cuda_context_estimate", p->context}, {"total", p->total}};
-  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+  named_bytes k[N_CATEGORIES];
+  categories(p, k);
+  for (int i = 0; i < N_CATEGORIES; i++)
     if (name && strcmp(name, k[i].name) == 0) {
       if (known) *known = 1;
       return k[i].bytes;
@@ -238,27 +250,9 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   cJSON_AddStringToObject(c, "recompute", st_recompute_name(in->recompute));
   cJSON_AddStringToObject(c, "device", in->backend == ST_BACKEND_CUDA ? "cuda" : "cpu");
   cJSON *b = cJSON_AddObjectToObject(j, "bytes");
-#define B(name, v) cJSON_AddNumberToObject(b, name, (double)(v))
-  B("weights", p->weights);
-  B("grads", p->grads);
-  B("grads_full", p->grads_full);
-  B("grads_head", p->grads_head);
-  B("grads_buckets", p->grads_buckets);
-  B("grads_recv", p->grads_recv);
-  B("grad_shard", p->grad_shard);
-  B("master", p->master);
-  B("adam_m", p->adam_m);
-  B("adam_v", p->adam_v);
-  B("activations", p->acts.total);
-  B("tokens", p->tokens);
-  B("cublaslt_workspace", p->cublaslt);
-  B("cudnn_attention_workspace", p->attn_workspace);
-  B("cuda_scratch", p->scratch);
-  B("nccl_estimate", p->nccl);
-  B("cuda_context_estimate", p->context);
-  B("arena", p->arena);
-  B("total", p->total);
-#undef B
+  named_bytes k[N_CATEGORIES];
+  categories(p, k);
+  for (int i = 0; i < N_CATEGORIES; i++) cJSON_AddNumberToObject(b, k[i].name, (double)k[i].bytes);
   cJSON *a = cJSON_AddObjectToObject(j, "activations");
   cJSON_AddNumberToObject(a, "blocks", (double)p->acts.blocks);
   cJSON_AddNumberToObject(a, "recompute_block", (double)p->acts.recompute);

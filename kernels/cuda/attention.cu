@@ -436,18 +436,8 @@ int cuda_attention_reserve(void) {
   if (g_cudnn_ws && !cuda_arena_owns(g_cudnn_ws)) ST_CUDA_CHECK(cudaFree(g_cudnn_ws));
   g_cudnn_ws = NULL;
   g_cudnn_ws_bytes = 0;
-  if (cuda_arena_active()) { /* train: part of the arena, like every planned buffer */
-    g_cudnn_ws = cuda_arena_take(g_cudnn_ws_want, "cudnn_attention_workspace");
-    if (!g_cudnn_ws) return -1;
-    g_cudnn_ws_bytes = g_cudnn_ws_want;
-    return 0;
-  }
-  cuda_note_alloc("cuDNN attention workspace", g_cudnn_ws_want);
-  if (cudaMalloc(&g_cudnn_ws, g_cudnn_ws_want) != cudaSuccess) {
-    (void)cudaGetLastError();
-    g_cudnn_ws = NULL;
-    return -1;
-  }
+  g_cudnn_ws = cuda_buffer(g_cudnn_ws_want, "cudnn_attention_workspace");
+  if (!g_cudnn_ws) return -1;
   g_cudnn_ws_bytes = g_cudnn_ws_want;
   return 0;
 }

@@ -155,11 +155,11 @@ template <> constexpr cudaDataType_t st_cuda_type<__half>() { return CUDA_R_16F;
 
 /* ---- memory (memory.cu) */
 void *cuda_alloc(size_t bytes, const char *category);
+/* bytes of device memory for the backend's own buffers (workspaces,
+ * scratch): carved from the arena while one is open, else one counted
+ * cudaMalloc, not zeroed. NULL when the memory is not there (never fatal). */
+void *cuda_buffer(size_t bytes, const char *category);
 void cuda_use_arena(st_arena *arena);
-/* 1 while an arena is in use and not sealed; cuda_arena_take carves from
- * it (NULL when full or when there is none). */
-int cuda_arena_active(void);
-void *cuda_arena_take(size_t bytes, const char *category);
 /* 1 when p lies in the arena in use (the owner frees it, not us). */
 int cuda_arena_owns(const void *p);
 void cuda_free(void *p);

@@ -62,22 +62,10 @@ int cuda_matmul_reserve(size_t bytes) {
     g_lt = NULL;
     return -1;
   }
-  if (cuda_arena_active()) { /* train: part of the arena, like every planned buffer */
-    g_workspace = cuda_arena_take(bytes, "cublaslt_workspace");
-    if (!g_workspace) {
-      cublasLtDestroy(g_lt);
-      g_lt = NULL;
-      return -1;
-    }
-    g_workspace_bytes = bytes;
-    return 0;
-  }
-  cuda_note_alloc("cuBLASLt workspace", bytes);
-  if (cudaMalloc(&g_workspace, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();
+  g_workspace = cuda_buffer(bytes, "cublaslt_workspace"); /* train: from the arena */
+  if (!g_workspace) {
     cublasLtDestroy(g_lt);
     g_lt = NULL;
-    g_workspace = NULL;
     return -1;
   }
   g_workspace_bytes = bytes;

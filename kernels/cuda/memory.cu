@@ -44,26 +44,28 @@ void cuda_use_arena(st_arena *arena) {
   g_arena = arena;
 }
 
-void *cuda_arena_take(size_t bytes, const char *category) {
-  if (!g_arena || g_arena->sealed) return NULL;
-  return st_arena_take(g_arena, bytes, category);
-}
-
-int cuda_arena_active(void) { return g_arena && !g_arena->sealed; }
+/* 1 while an arena is in use and not sealed: buffers are carved from it. */
+static int cuda_arena_active(void) { return g_arena && !g_arena->sealed; }
 
 int cuda_arena_owns(const void *p) { return g_arena && st_arena_owns(g_arena, p); }
+
+void *cuda_buffer(size_t bytes, const char *category) {
+  if (cuda_arena_active()) return st_arena_take(g_arena, bytes, category);
+  void *p = NULL;
+  cuda_note_alloc(category, bytes);
+  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    (void)cudaGetLastError(); /* clear it: an out-of-memory is reported by the caller */
+    return NULL;
+  }
+  return p;
+}
 
 void *cuda_alloc(size_t bytes, const char *category) {
   /* The arena's block was zeroed when it was made and is never reused. */
   if (cuda_arena_active()) return st_arena_take(g_arena, bytes, category);
-  void *p = NULL;
-  cuda_note_alloc("alloc", bytes);
-  if (bytes == 0) bytes = 1;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
-    (void)cudaGetLastError(); /* clear it: an out-of-memory is reported by the caller */
-    return NULL;
-  }
-  if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+  void *p = cuda_buffer(bytes, category);
+  if (!p) return NULL;
+  if (cudaMemset(p, 0, bytes ? bytes : 1) != cudaSuccess) {
     (void)cudaGetLastError();
     cudaFree(p);
     return NULL;
@@ -116,18 +118,8 @@ void *cuda_scratch(size_t bytes) {
 static int scratch_reserve(size_t bytes) {
   if (bytes <= g_scratch_bytes) return 0;
   scratch_release();
-  if (cuda_arena_active()) {
-    g_scratch = st_arena_take(g_arena, bytes, "cuda_scratch");
-    if (!g_scratch) return -1;
-    g_scratch_bytes = bytes;
-    return 0;
-  }
-  cuda_note_alloc("cuda_scratch reserve", bytes);
-  if (cudaMalloc(&g_scratch, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    g_scratch = NULL;
-    return -1;
-  }
+  g_scratch = cuda_buffer(bytes, "cuda_scratch");
+  if (!g_scratch) return -1;
   g_scratch_bytes = bytes;
   return 0;
 }
