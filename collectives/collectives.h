@@ -27,6 +27,10 @@ struct st_comm {
    * calls as nccl-tests does; the trainer never does. MPI calls complete on
    * return either way. */
   int defer_wait;
+  /* Set by the caller while compute runs alongside the collectives it
+   * starts (gradient buckets during backward): NCCL then uses its
+   * low-SM communicator when it has one. */
+  int background;
   int (*flush)(st_comm *c);
   /* sum across ranks, in place; count fp32 elements */
   int (*all_reduce_sum)(st_comm *c, float *buf, size_t count);

@@ -6,11 +6,14 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "kernels/cuda/timeline.h"
 #include "util/error.h"
 
 /* The MPI communicator comes first: the MPI implementation's host operations
@@ -19,6 +22,10 @@
 typedef struct {
   MPI_Comm mpi;
   ncclComm_t nccl;
+  /* Split off nccl with fewer CTAs, for the reductions that run while
+   * backward computes (st_comm.background): each CTA it holds is an SM the
+   * GEMMs lose. NULL when not asked for. */
+  ncclComm_t bg;
   /* Non-blocking stream: collectives on it do not stall compute issued
    * later on the legacy default stream. Each collective is ordered after the
    * compute issued before it by `ready` (recorded on the default stream);
@@ -40,6 +47,49 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+typedef struct {
+  ncclComm_t comm[2];
+  atomic_int done;
+} abort_job;
+
+static void *abort_comms(void *arg) {
+  abort_job *j = arg;
+  for (int i = 0; i < 2; i++)
+    if (j->comm[i]) ncclCommAbort(j->comm[i]);
+  atomic_store(&j->done, 1);
+  return NULL;
+}
+
+/* Abort both communicators, waiting at most ST_NCCL_ABORT_S for NCCL: the
+ * process exits right after (MPI_Abort), and an abort that itself waits on
+ * a stalled peer must not turn a detected hang back into a hang. */
+#define ST_NCCL_ABORT_S 5.0
+static void abort_all(st_comm *c) {
+  nccl_impl *n = impl_of(c);
+  static abort_job job; /* outlives a detached thread */
+  job.comm[0] = n->bg;
+  job.comm[1] = n->nccl;
+  atomic_store(&job.done, 0);
+  n->bg = n->nccl = NULL;
+  pthread_t t;
+  if (pthread_create(&t, NULL, abort_comms, &job) != 0) {
+    abort_comms(&job);
+    return;
+  }
+  const double t0 = now_s();
+  while (!atomic_load(&job.done) && now_s() - t0 < ST_NCCL_ABORT_S) {
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+  }
+  if (atomic_load(&job.done)) {
+    pthread_join(t, NULL);
+  } else {
+    pthread_detach(t);
+    fprintf(stderr, "shardtrain: warning (rank %d): ncclCommAbort did not return within %.0f s; "
+            "exiting without waiting for it\n", c->rank, ST_NCCL_ABORT_S);
+  }
+}
+
 /* Wait until the communicator's pending work (init, or a collective on the
  * stream, or up to `event` when it is not NULL) completes; abort it past the
  * timeout. */
@@ -48,12 +98,13 @@ static int wait_done_on(st_comm *c, const char *what, size_t count, int check_st
   nccl_impl *n = impl_of(c);
   double t0 = now_s();
   for (;;) {
-    ncclResult_t async = ncclSuccess;
+    ncclResult_t async = ncclSuccess, async_bg = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(n->nccl, &async);
+    if (r == ncclSuccess && n->bg) r = ncclCommGetAsyncError(n->bg, &async_bg);
+    if (r == ncclSuccess && async == ncclSuccess) async = async_bg;
     if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
       ncclResult_t e = r != ncclSuccess ? r : async;
-      ncclCommAbort(n->nccl);
-      n->nccl = NULL;
+      abort_all(c);
       return st_error_set("NCCL %s of %zu elements failed on rank %d at step %lld: %s", what,
                           count, c->rank, c->step, ncclGetErrorString(e));
     }
@@ -67,8 +118,7 @@ static int wait_done_on(st_comm *c, const char *what, size_t count, int check_st
     }
     if (done) return 0;
     if (n->timeout_s > 0 && now_s() - t0 > n->timeout_s) {
-      ncclCommAbort(n->nccl);
-      n->nccl = NULL;
+      abort_all(c);
       return st_error_set("NCCL %s of %zu elements did not finish within %.0f s on rank %d at "
                           "step %lld; the communicator was aborted. A rank may have died or "
                           "hung, or the network between nodes is blocked: check every rank's "
@@ -128,10 +178,11 @@ static int nccl_reduce_scatter_sum(st_comm *c, const float *send, float *recv, s
 static ncclResult_t issue_scatterv(st_comm *c, const float *send, const size_t *counts,
                                    float *recv) {
   nccl_impl *n = impl_of(c);
+  ncclComm_t comm = c->background && n->bg ? n->bg : n->nccl;
   size_t off = 0;
   ncclResult_t r = ncclGroupStart();
   for (int k = 0; k < c->world && (r == ncclSuccess || r == ncclInProgress); k++) {
-    if (counts[k]) r = ncclReduce(send + off, recv, counts[k], ncclFloat, ncclSum, k, n->nccl,
+    if (counts[k]) r = ncclReduce(send + off, recv, counts[k], ncclFloat, ncclSum, k, comm,
                                   n->stream);
     off += counts[k];
   }
@@ -159,6 +210,7 @@ static int nccl_reduce_scatterv_sum_start(st_comm *c, const float *send, const s
     return st_error_set("internal: asynchronous collective tag %d is out of range or busy", tag);
   const size_t total = total_of(c, counts);
   if (after_compute(c)) return -1;
+  st_timeline_mark("rs>", tag, n->stream);
   ncclResult_t r = issue_scatterv(c, send, counts, recv);
   if (r != ncclSuccess && r != ncclInProgress)
     return st_error_set("NCCL reduce-scatter (bucket) of %zu elements failed on rank %d at "
@@ -167,6 +219,7 @@ static int nccl_reduce_scatterv_sum_start(st_comm *c, const float *send, const s
    * must follow the collective on the stream, so let the enqueue finish. */
   if (r == ncclInProgress && wait_done_on(c, "reduce-scatter (bucket)", total, 0, NULL))
     return -1;
+  st_timeline_mark("rs<", tag, n->stream);
   if (cudaEventRecord(n->done[tag], n->stream) != cudaSuccess)
     return st_error_set("CUDA event error after an NCCL collective on rank %d", c->rank);
   n->pending[tag] = 1;
@@ -195,7 +248,12 @@ static int nccl_all_gather(st_comm *c, const void *send, void *recv, size_t coun
   /* A gather moves bits: any 2-byte type serves bf16 and fp16 alike. */
   ncclDataType_t t = elem_size == 4 ? ncclFloat : ncclBfloat16;
   if (after_compute(c)) return -1;
-  return issued(c, ncclAllGather(send, recv, count, t, n->nccl, n->stream), "all-gather", count);
+  st_timeline_mark("ag>", 0, n->stream);
+  ncclResult_t r = ncclAllGather(send, recv, count, t, n->nccl, n->stream);
+  if (st_timeline_enabled() && r == ncclInProgress && wait_done(c, "all-gather", count, 0))
+    return -1; /* the mark must follow the enqueued gather */
+  st_timeline_mark("ag<", 0, n->stream);
+  return issued(c, r, "all-gather", count);
 }
 
 /* NCCL reads its buffer settings from the environment at init: set ours
@@ -244,12 +302,26 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
     return st_error_set("ncclCommInitRankConfig failed on rank %d: %s", c->rank,
                         ncclGetErrorString(r));
   if (wait_done(c, "init", 0, 0)) return -1;
+  if (o->overlap_max_ctas > 0 && c->world > 1) {
+    ncclConfig_t bc = NCCL_CONFIG_INITIALIZER;
+    bc.blocking = 0;
+    bc.maxCTAs = o->overlap_max_ctas;
+    r = ncclCommSplit(n->nccl, 0, c->rank, &n->bg, &bc);
+    if (r != ncclSuccess && r != ncclInProgress)
+      return st_error_set("ncclCommSplit (the overlap communicator) failed on rank %d: %s",
+                          c->rank, ncclGetErrorString(r));
+    if (wait_done(c, "init of the overlap communicator", 0, 0)) return -1;
+  }
 
   const char *bs = getenv("NCCL_BUFFSIZE");
+  char overlap[96] = "";
+  if (n->bg)
+    snprintf(overlap, sizeof overlap, "; gradient buckets on a split communicator of %d CTAs",
+             o->overlap_max_ctas);
   snprintf(n->describe, sizeof n->describe,
            "NCCL %d.%d.%d, non-blocking init, watchdog %.0f s, NCCL_BUFFSIZE=%s, cgaClusterSize=%s, "
-           "CTAs %d..%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, o->timeout_s, bs ? bs : "default",
-           o->cga_cluster_size >= 0 ? "set" : "default", o->min_ctas, o->max_ctas);
+           "CTAs %d..%d%s", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, o->timeout_s, bs ? bs : "default",
+           o->cga_cluster_size >= 0 ? "set" : "default", o->min_ctas, o->max_ctas, overlap);
   c->all_reduce_sum = nccl_all_reduce_sum;
   c->reduce_scatter_sum = nccl_reduce_scatter_sum;
   c->reduce_scatterv_sum = nccl_reduce_scatterv_sum;
@@ -264,6 +336,7 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
 void st_comm_nccl_free(st_comm *c) {
   nccl_impl *n = impl_of(c);
   if (!n) return;
+  if (n->bg) ncclCommDestroy(n->bg);
   if (n->nccl) ncclCommDestroy(n->nccl);
   if (n->stream) cudaStreamDestroy(n->stream);
   if (n->ready) cudaEventDestroy(n->ready);

@@ -16,6 +16,10 @@ typedef struct {
   int cga_cluster_size;  /* ncclConfig_t fields; -1 = NCCL's default */
   int min_ctas, max_ctas;
   long long buffsize;    /* NCCL_BUFFSIZE in bytes unless the user set it; 0 = default */
+  /* > 0: a second communicator, split from the first with at most this
+   * many CTAs, carries the collectives started with st_comm.background set
+   * (the gradient reductions that overlap backward). */
+  int overlap_max_ctas;
 } st_nccl_options;
 
 /* Create the NCCL communicator over MPI_COMM_WORLD on the current CUDA

@@ -65,6 +65,11 @@ typedef struct {
    * *last describes the latest ("alloc of 4096 bytes"). The trainer reads it after setup and after
    * every step, validation and checkpoint: nothing may allocate there. */
   int64_t (*allocations)(const char **last);
+  /* Diagnostics (ST_TIMELINE, kernels/cuda/timeline.h): a GPU timestamp
+   * named label[tag] on the compute stream, and the end of step `step`,
+   * when this rank prints its marks. NULL where the backend has none (CPU). */
+  void (*timeline_mark)(const char *label, int tag);
+  void (*timeline_step_end)(long long step, int rank);
 
   /* out[B,T,C] = wte[inp[b,t]] + wpe[t].  inp: token ids in [0, V). */
   void (*encoder_forward)(void *out, const int *inp, const void *wte,
@@ -141,11 +146,24 @@ typedef struct {
   void (*adamw_update)(float *p, const float *g, float *m, float *v, int64_t n,
                        float lr, float b1, float b2, float eps, float wd,
                        float grad_scale, int64_t t, void *work);
+  /* The same update over nseg (1..ST_ADAMW_SEGS) consecutive segments of
+   * one flat range in one launch: segment k is [seg_end[k-1], seg_end[k])
+   * (seg_end[-1] = 0, seg_end[nseg-1] = n, offsets from p) with weight decay
+   * seg_wd[k]; seg_end and seg_wd are host arrays. Bit-identical to one
+   * adamw_update per segment; it exists because a model has hundreds of
+   * small tensors whose separate launches cost more than their arithmetic.
+   * NULL where the backend has none (CPU): callers loop adamw_update. */
+  void (*adamw_update_segments)(float *p, const float *g, float *m, float *v, int64_t n,
+                                const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
+                                float b1, float b2, float eps, float grad_scale, int64_t t,
+                                void *work);
 
   /* Sum of squares of n elements, accumulated in double; inf or nan when
    * any element is (the loss scaler's overflow test). */
   double (*sum_squares)(const float *x, int64_t n);
 } st_ops;
+
+#define ST_ADAMW_SEGS 128 /* segments per adamw_update_segments call */
 
 /* The CPU fp32 reference implementation. */
 const st_ops *st_ops_cpu(void);

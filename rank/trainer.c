@@ -224,6 +224,11 @@ static double tmark(trainer *tr) {
   return MPI_Wtime();
 }
 
+/* ST_TIMELINE: a GPU timestamp on the compute stream (kernels/cuda/timeline.h). */
+static void gmark(trainer *tr, const char *label, int tag) {
+  if (tr->ops->timeline_mark) tr->ops->timeline_mark(label, tag);
+}
+
 static void slot_finish(trainer *tr, int slot) {
   if (!tr->slot_busy[slot]) return;
   tr->slot_busy[slot] = 0;
@@ -235,12 +240,10 @@ static void slot_finish(trainer *tr, int slot) {
                             tr->recv[slot], (int64_t)tr->slot_mine[slot]);
 }
 
-static void finish_all(trainer *tr) {
-  for (int s = 0; s < ST_COMM_TAGS; s++) slot_finish(tr, s);
-}
-
-static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t end, int slot) {
-  trainer *tr = ctx;
+/* Start the reduction of [begin, end) of the gradient vector (grads points
+ * at begin) on tag `slot`; background: backward is still computing. */
+static void reduce_range(trainer *tr, const float *grads, int64_t begin, int64_t end, int slot,
+                         int background) {
   st_comm *d = tr->dcomm;
   slot_finish(tr, slot); /* the tag (and with ZeRO 2 its recv buffer) must be free */
   for (int r = 0; r < d->world; r++) {
@@ -258,12 +261,26 @@ static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t en
   if (d->world == 1 && recv == grads) return; /* one rank, in place: nothing to reduce */
   /* on GPUs this only enqueues; MPI ranks reduce here and now */
   const double t0 = tmark(tr);
+  d->background = background;
   if (d->reduce_scatterv_sum_start(d, grads, tr->bucket_counts, recv, slot))
     collective_failed(tr);
+  d->background = 0;
   tr->timing.comm += MPI_Wtime() - t0;
   tr->slot_busy[slot] = 1;
   tr->slot_lo[slot] = lo;
   tr->slot_mine[slot] = mine;
+}
+
+static void finish_all(trainer *tr) {
+  for (int s = 0; s < ST_COMM_TAGS; s++) slot_finish(tr, s);
+}
+
+static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t end, int slot) {
+  trainer *tr = ctx;
+  gmark(tr, "grads", slot);
+  /* Slots 2 and 3 (the head's ranges) come last, when backward is done:
+   * they may take every SM. */
+  reduce_range(tr, grads, begin, end, slot, slot < 2);
 }
 
 static void grads_reuse(void *ctx, int slot) { slot_finish(ctx, slot); }
@@ -295,6 +312,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   const float dloss = tr->scaler.scale / (float)((double)rc->global_batch * T);
   memset(&tr->timing, 0, sizeof tr->timing);
   const double t_step = tmark(tr);
+  gmark(tr, "step", 0);
   double t0;
   double loss_sum = 0.0;
   int failed = 0, done = 0; /* done: micro-steps completed */
@@ -311,7 +329,9 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
     tr->timing.data += tmark(tr) - t0;
+    gmark(tr, "fwd", k);
     loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
+    gmark(tr, "bwd", k);
     const st_grad_hooks hooks = {grads_ready, grads_reuse, tr};
     if (zero2) {
       st_model_zero_grad(m); /* head gradients: one micro-step's worth */
@@ -323,6 +343,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     } else {
       st_model_backward(m, tr->d_inp, B, T);
     }
+    gmark(tr, "bwd_end", k);
     done++;
   }
   /* A failed read: the other ranks reduce ranges this rank never produced,
@@ -356,6 +377,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   }
   fault_overflow(tr, g);
   const double t_opt = tmark(tr);
+  gmark(tr, "norm", 0);
   /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
    * and 1, so the two stages agree closely. Non-finite under fp16 means the
    * loss scale overflowed: the scaler skips the step and backs off. */
@@ -374,12 +396,14 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     const int64_t b = tr->opt_part.begin, e = tr->opt_part.end;
     float *master = tr->master ? tr->master : (float *)m->params + b;
     void *work = tr->master ? (char *)m->params + (size_t)b * m->es : NULL;
+    gmark(tr, "adamw", 0);
     if (rc->zero_stage == 0) {
       st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es, m->grads,
                      tr->adam_m, tr->adam_v, b, e);
     } else {
       st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es,
                      tr->grad_shard, tr->adam_m, tr->adam_v, b, e);
+      gmark(tr, "adamw_end", 0);
       t0 = tmark(tr);
       tr->timing.optimizer += t0 - t_opt;
       void *mine = (char *)m->params + (size_t)c->rank * tr->part.shard * m->es;
@@ -390,6 +414,8 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   }
   if (tr->timing.optimizer == 0) tr->timing.optimizer = tmark(tr) - t_opt;
   tr->timing.total = tmark(tr) - t_step;
+  gmark(tr, "end", 0);
+  if (tr->ops->timeline_step_end) tr->ops->timeline_step_end(tr->step + 1, c->rank);
   tr->timing.compute =
       tr->timing.total - tr->timing.data - tr->timing.comm - tr->timing.optimizer;
   tr->data_pos = pos + tr->step_tokens;

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops_cuda.h"
+#include "kernels/cuda/timeline.h"
 
 extern "C" {
 #include "util/error.h"
@@ -25,6 +26,8 @@ void st_cuda_oom(const char *call, const char *what, const char *file, int line)
   st_oom_fatal("unplanned", 0, detail);
 }
 
+static void cuda_timeline_mark(const char *label, int tag) { st_timeline_mark(label, tag, NULL); }
+
 /* The table of storage type S: the S instantiation of every op. */
 template <typename S>
 static st_ops make_table(const char *name, st_dtype dt) {
@@ -40,6 +43,8 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.synchronize = cuda_synchronize;
   t.reserve = cuda_reserve;
   t.allocations = cuda_allocations;
+  t.timeline_mark = cuda_timeline_mark;
+  t.timeline_step_end = st_timeline_step_end;
   t.encoder_forward = cuda_encoder_forward<S>;
   t.encoder_backward = cuda_encoder_backward<S>;
   t.layernorm_forward = cuda_layernorm_forward<S>;
@@ -57,6 +62,7 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.accumulate_f32 = cuda_accumulate_f32;
   t.softmax_crossentropy = cuda_softmax_crossentropy<S>;
   t.adamw_update = cuda_adamw_update<S>;
+  t.adamw_update_segments = cuda_adamw_update_segments<S>;
   t.sum_squares = cuda_sum_squares;
   return t;
 }
