@@ -130,6 +130,14 @@ static void p_adamw_update(float *p, const float *g, float *m, float *v, int64_t
   TIMED("adamw_update", g_inner->adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale, t,
                                               work));
 }
+static void p_adamw_update_segments(float *p, const float *g, float *m, float *v, int64_t n,
+                                    const int64_t *seg_end, const float *seg_wd, int nseg,
+                                    float lr, float b1, float b2, float eps, float grad_scale,
+                                    int64_t t, void *work) {
+  TIMED("adamw_update_segments", g_inner->adamw_update_segments(p, g, m, v, n, seg_end, seg_wd,
+                                                                nseg, lr, b1, b2, eps,
+                                                                grad_scale, t, work));
+}
 static double p_sum_squares(const float *x, int64_t n) {
   double r;
   TIMED("sum_squares", r = g_inner->sum_squares(x, n));
@@ -156,6 +164,7 @@ const st_ops *st_ops_profiled(const st_ops *inner) {
   g_table.accumulate_f32 = p_accumulate_f32;
   g_table.softmax_crossentropy = p_softmax_crossentropy;
   g_table.adamw_update = p_adamw_update;
+  if (inner->adamw_update_segments) g_table.adamw_update_segments = p_adamw_update_segments;
   g_table.sum_squares = p_sum_squares;
   return &g_table;
 }

@@ -123,6 +123,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
   INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
   INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)
+  INT_FLAG("--nccl-overlap-ctas", 0, 64, rc->nccl_overlap_ctas)
 #undef INT_FLAG
   if (strcmp(f, "--micro-batch") == 0) {
     if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
@@ -140,7 +141,8 @@ static const char *const k_flags[] = {
     "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--global-batch", "--gpu-mem", "--gpu-stats-every",
     "--grad-clip", "--headroom", "--heads", "--json", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
-    "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-timeout",
+    "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
+    "--nccl-timeout",
     "--out", "--precision", "--recompute", "--resume", "--seed", "--seq-len", "--step-timing",
     "--steps", "--stop-after", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
     "--warmup", "--weight-decay", "--zero", "--help", NULL};
@@ -391,7 +393,8 @@ void st_cli_print_train_usage(void) {
       "          --step-timing (split each step: data, compute, exposed communication, optimizer;\n"
       "            synchronises the device at phase boundaries)\n"
       "  nccl    --nccl-timeout S (600; 0 = no watchdog)  --nccl-buffsize BYTES  --nccl-cga N\n"
-      "          --nccl-min-ctas N  --nccl-max-ctas N   (GPU runs; NCCL_* variables you set win)\n");
+      "          --nccl-min-ctas N  --nccl-max-ctas N   (GPU runs; NCCL_* variables you set win)\n"
+      "          --nccl-overlap-ctas N (4; CTAs that reduce gradients during backward, 0 = all)\n");
 }
 
 int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
@@ -447,7 +450,8 @@ void st_cli_print_plan_usage(void) {
       "          --precision fp32|bf16|fp16|auto (auto: bf16 on cuda, fp32 on cpu)\n"
       "          --recompute none|selective|full (default none)\n"
       "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"
-      "          --nccl-buffsize BYTES  --nccl-max-ctas N   (inputs of the NCCL estimate)\n"
+      "          --nccl-buffsize BYTES  --nccl-max-ctas N  --nccl-overlap-ctas N\n"
+      "          (inputs of the NCCL estimate)\n"
       "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's total)\n"
       "          --headroom PCT (percent of the GPU kept free, default 5)\n"
       "  --fit   choose for --global-batch the micro-batch (dividing it, at most --micro-batch\n"

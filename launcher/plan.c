@@ -139,7 +139,8 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     if (in->world > 1) {
       int ch = in->nccl_channels > 0 ? in->nccl_channels : ST_PLAN_NCCL_CHANNELS;
       uint64_t bs = in->nccl_buffsize > 0 ? (uint64_t)in->nccl_buffsize : ST_PLAN_NCCL_BUFFSIZE;
-      snprintf(note, sizeof note, "ESTIMATE: %d channels x %d peer(s) x (%s + LL + LL128)", ch,
+      snprintf(note, sizeof note, "ESTIMATE: %d%s channels x %d peer(s) x (%s + LL + LL128)", ch,
+               in->nccl_overlap_channels > 0 ? " + overlap's" : "",
                in->world - 1 < 2 ? in->world - 1 : 2, human(bs, a, sizeof a));
       row("NCCL buffers", p->nccl, note);
     } else {
@@ -214,6 +215,7 @@ int st_cmd_plan(int argc, char **argv) {
   in.recompute = st_recompute_parse(rc->recompute);
   in.nccl_buffsize = rc->nccl_buffsize;
   in.nccl_channels = rc->nccl_max_ctas;
+  in.nccl_overlap_channels = rc->zero_stage ? rc->nccl_overlap_ctas : 0;
   if (!in.nccl_buffsize && getenv("NCCL_BUFFSIZE")) in.nccl_buffsize = atoll(getenv("NCCL_BUFFSIZE"));
   in.headroom_pct = rc->headroom_pct;
   /* train measures cuDNN's workspace at setup; plan uses the formula */

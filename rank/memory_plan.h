@@ -66,6 +66,7 @@ typedef struct {
   uint64_t attn_workspace_per_seq;
   int64_t nccl_buffsize;  /* NCCL_BUFFSIZE in bytes; 0 = NCCL's default 4 MiB */
   int nccl_channels;      /* channels for the NCCL estimate; 0 = ST_PLAN_NCCL_CHANNELS */
+  int nccl_overlap_channels; /* the overlap communicator's (--nccl-overlap-ctas); 0 = none */
   uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
   double headroom_pct;    /* percent of gpu_mem kept free */
 } st_plan_input;

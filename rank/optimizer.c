@@ -26,6 +26,29 @@ void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim
                     const float *grads, float *m, float *v, int64_t begin, int64_t end) {
   /* Walk the tensors that intersect [begin, end): each segment gets its own
    * decay setting. A partition boundary may cut a tensor anywhere. */
+  if (ops->adamw_update_segments) {
+    int64_t seg_end[ST_ADAMW_SEGS];
+    float seg_wd[ST_ADAMW_SEGS];
+    int nseg = 0;
+    int64_t first = begin; /* where the pending launch starts */
+    for (int i = 0; i < tab->n; i++) {
+      const st_tensor *ts = &tab->t[i];
+      int64_t b = ts->offset > begin ? ts->offset : begin;
+      int64_t e = ts->offset + ts->numel < end ? ts->offset + ts->numel : end;
+      if (b >= e) continue;
+      seg_end[nseg] = e - first;
+      seg_wd[nseg++] = ts->decay ? o->weight_decay : 0.0f;
+      if (nseg == ST_ADAMW_SEGS || e == end) {
+        const int64_t k = first - begin;
+        ops->adamw_update_segments(master + k, grads + k, m + k, v + k, e - first, seg_end, seg_wd,
+                                   nseg, lr, o->beta1, o->beta2, o->eps, grad_scale, t,
+                                   work ? (char *)work + (size_t)k * es : NULL);
+        nseg = 0;
+        first = e;
+      }
+    }
+    return;
+  }
   for (int i = 0; i < tab->n; i++) {
     const st_tensor *ts = &tab->t[i];
     int64_t b = ts->offset > begin ? ts->offset : begin;

@@ -42,6 +42,7 @@ void st_run_config_defaults(st_run_config *rc) {
   rc->mem_warn_fraction = 0.9f;
   rc->nccl_timeout_s = 600;
   rc->nccl_cga = -1;
+  rc->nccl_overlap_ctas = 4;
 }
 
 char *st_run_config_to_json(const st_run_config *rc) {

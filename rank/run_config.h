@@ -59,6 +59,10 @@ typedef struct {
   double nccl_timeout_s;    /* init and each collective; 0 = no watchdog */
   long long nccl_buffsize;  /* NCCL_BUFFSIZE unless set in the environment; 0 = NCCL's */
   int nccl_cga, nccl_min_ctas, nccl_max_ctas; /* -1/0 = NCCL's defaults */
+  /* CTAs of the communicator that reduces gradient buckets while backward
+   * runs; 0 = the main one (docs/benchmarks.md, "Overlap without starving
+   * the GEMMs") */
+  int nccl_overlap_ctas;
 } st_run_config;
 
 /* Defaults: the "small" preset, T=128, micro-batch 8, global batch 16. */

@@ -78,7 +78,9 @@ static int setup_collectives(trainer *tr) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   st_nccl_options o = {.timeout_s = tr->rc->nccl_timeout_s, .cga_cluster_size = tr->rc->nccl_cga,
                        .min_ctas = tr->rc->nccl_min_ctas, .max_ctas = tr->rc->nccl_max_ctas,
-                       .buffsize = tr->rc->nccl_buffsize};
+                       .buffsize = tr->rc->nccl_buffsize,
+                       /* ZeRO 0 reduces after backward: nothing to overlap */
+                       .overlap_max_ctas = tr->rc->zero_stage ? tr->rc->nccl_overlap_ctas : 0};
   if (st_comm_nccl_init(&tr->nccl, &o)) return -1;
   tr->dcomm = &tr->nccl;
 #endif
@@ -193,6 +195,7 @@ static void plan_input_of(const trainer *tr, st_plan_input *in) {
   const char *bs = getenv("NCCL_BUFFSIZE");
   in->nccl_buffsize = bs ? atoll(bs) : rc->nccl_buffsize;
   in->nccl_channels = rc->nccl_max_ctas;
+  in->nccl_overlap_channels = rc->zero_stage ? rc->nccl_overlap_ctas : 0;
   in->headroom_pct = rc->headroom_pct;
 }
 

@@ -512,6 +512,49 @@ static void test_adamw(int64_t n) {
   free(p0), free(gr), free(m0), free(v0), free(p), free(m), free(v), free(junk);
 }
 
+/* One launch over many tensors must equal one launch per tensor, bit for
+ * bit: segments of mixed sizes (1 element to several blocks), decay on
+ * every other one, the full ST_ADAMW_SEGS. */
+static void test_adamw_segments(void) {
+  enum { NS = ST_ADAMW_SEGS };
+  int64_t seg_end[NS];
+  float seg_wd[NS];
+  int64_t n = 0;
+  for (int k = 0; k < NS; k++) {
+    n += k % 7 == 0 ? 1 : (k * 977) % 3001 + 1;
+    seg_end[k] = n;
+    seg_wd[k] = k % 2 ? 0.1f : 0.0f;
+  }
+  printf("adamw_update_segments: %d segments, n=%lld\n", NS, (long long)n);
+  float *p0 = randn(n, 1), *gr = randn(n, 1), *m0 = randn(n, 0.1f), *v0 = randn(n, 0.1f);
+  for (int64_t i = 0; i < n; i++) v0[i] *= v0[i];
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = 0.7f;
+  float *d_p = dev(p0, n), *d_g = dev(gr, n), *d_m = dev(m0, n), *d_v = dev(v0, n);
+  void *d_work = dev_st(NULL, n);
+  int64_t b = 0;
+  for (int k = 0; k < NS; b = seg_end[k++])
+    GPU->adamw_update(d_p + b, d_g + b, d_m + b, d_v + b, seg_end[k] - b, lr, b1, b2, eps, seg_wd[k],
+                      gs, 3, (char *)d_work + (size_t)b * ES);
+  float *want[3] = {back(d_p, n), back(d_m, n), back(d_v, n)};
+  unsigned char *want_w = malloc((size_t)n * ES);
+  GPU->to_host(want_w, d_work, (size_t)n * ES);
+  upload(d_p, p0, n), upload(d_m, m0, n), upload(d_v, v0, n);
+  GPU->zero(d_work, (size_t)n * ES);
+  GPU->adamw_update_segments(d_p, d_g, d_m, d_v, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs, 3,
+                             d_work);
+  float *got[3] = {back(d_p, n), back(d_m, n), back(d_v, n)};
+  unsigned char *got_w = malloc((size_t)n * ES);
+  GPU->to_host(got_w, d_work, (size_t)n * ES);
+  expect_identical("adamw_update_segments p", want[0], got[0], n * 4);
+  expect_identical("adamw_update_segments m", want[1], got[1], n * 4);
+  expect_identical("adamw_update_segments v", want[2], got[2], n * 4);
+  expect_identical("adamw_update_segments work", want_w, got_w, n * ES);
+  for (int j = 0; j < 3; j++) free(want[j]), free(got[j]);
+  free(want_w), free(got_w);
+  GPU->free(d_p), GPU->free(d_g), GPU->free(d_m), GPU->free(d_v), GPU->free(d_work);
+  free(p0), free(gr), free(m0), free(v0);
+}
+
 static void test_sum_squares(int64_t n) {
   float *x = randn(n, 1);
   float *d_x = dev(x, n);
@@ -587,6 +630,7 @@ static void test_ops(int big) {
   test_crossentropy(37, 200, 256);
   if (big) test_crossentropy(16, 50257, 50304);
   test_adamw(10007);
+  test_adamw_segments();
 }
 
 int main(void) {

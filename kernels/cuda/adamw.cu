@@ -11,20 +11,55 @@
 #include "kernels/cuda/cuda_ops.h"
 
 template <typename S>
+__device__ __forceinline__ void adamw_one(float *p, const float *g, float *m, float *v, int64_t i,
+                                          float lr, float b1, float b2, float eps, float wd,
+                                          float grad_scale, float bc1, float bc2, S *work) {
+  float gi = g[i] * grad_scale;
+  float mi = b1 * m[i] + (1.0f - b1) * gi;
+  float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  float pi = p[i] * (1.0f - lr * wd);
+  pi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+  p[i] = pi;
+  if (work) work[i] = st_st<S>(pi);
+}
+
+template <typename S>
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                              float b1, float b2, float eps, float wd, float grad_scale,
                              float bc1, float bc2, S *work) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    float gi = g[i] * grad_scale;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float pi = p[i] * (1.0f - lr * wd);
-    pi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    p[i] = pi;
-    if (work) work[i] = st_st<S>(pi);
+       i += (int64_t)gridDim.x * blockDim.x)
+    adamw_one(p, g, m, v, i, lr, b1, b2, eps, wd, grad_scale, bc1, bc2, work);
+}
+
+/* Passed by value (about 1.5 KB of kernel parameters): no device copy of
+ * the table, so nothing is allocated or copied per step. */
+typedef struct {
+  int64_t end[ST_ADAMW_SEGS];
+  float wd[ST_ADAMW_SEGS];
+  int n;
+} adamw_segs;
+
+/* A thread's elements rise with the grid stride, so its segment only moves
+ * forward: one binary search for the first element, then a short walk. */
+template <typename S>
+__global__ void adamw_segments_kernel(float *p, const float *g, float *m, float *v, int64_t n,
+                                      const adamw_segs segs, float lr, float b1, float b2,
+                                      float eps, float grad_scale, float bc1, float bc2,
+                                      S *work) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int lo = 0, hi = segs.n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (i < segs.end[mid]) hi = mid;
+    else lo = mid + 1;
+  }
+  for (int k = lo; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    while (i >= segs.end[k]) k++;
+    adamw_one(p, g, m, v, i, lr, b1, b2, eps, segs.wd[k], grad_scale, bc1, bc2, work);
   }
 }
 
@@ -42,9 +77,31 @@ void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, 
   ST_CUDA_LAUNCHED();
 }
 
+template <typename S>
+void cuda_adamw_update_segments(float *p, const float *g, float *m, float *v, int64_t n,
+                                const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
+                                float b1, float b2, float eps, float grad_scale, int64_t t,
+                                void *work_) {
+  if (n <= 0 || nseg <= 0) return;
+  if (nseg > ST_ADAMW_SEGS) st_cuda_fail("adamw_update_segments: more than ST_ADAMW_SEGS segments",
+                                         __FILE__, __LINE__);
+  S *work = (void *)p == work_ ? NULL : (S *)work_;
+  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  adamw_segs segs;
+  segs.n = nseg;
+  for (int k = 0; k < nseg; k++) segs.end[k] = seg_end[k], segs.wd[k] = seg_wd[k];
+  adamw_segments_kernel<S><<<st_blocks_capped(n, 256), 256>>>(p, g, m, v, n, segs, lr, b1, b2,
+                                                              eps, grad_scale, bc1, bc2, work);
+  ST_CUDA_LAUNCHED();
+}
+
 #define ADAMW_INST(S)                                                                        \
   template void cuda_adamw_update<S>(float *, const float *, float *, float *, int64_t, float, \
-                                     float, float, float, float, float, int64_t, void *);
+                                     float, float, float, float, float, int64_t, void *);    \
+  template void cuda_adamw_update_segments<S>(float *, const float *, float *, float *,      \
+                                              int64_t, const int64_t *, const float *, int,  \
+                                              float, float, float, float, float, int64_t,    \
+                                              void *);
 ST_FOR_EACH_STORAGE(ADAMW_INST)
 
 #define SSQ_BLOCKS 512 /* fixed: the summation order must not depend on the GPU */

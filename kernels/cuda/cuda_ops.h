@@ -237,6 +237,11 @@ template <typename S>
 void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                        float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
                        void *work);
+template <typename S>
+void cuda_adamw_update_segments(float *p, const float *g, float *m, float *v, int64_t n,
+                                const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
+                                float b1, float b2, float eps, float grad_scale, int64_t t,
+                                void *work);
 double cuda_sum_squares(const float *x, int64_t n);
 
 #endif
