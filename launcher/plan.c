@@ -139,9 +139,11 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     if (in->world > 1) {
       int ch = in->nccl_channels > 0 ? in->nccl_channels : ST_PLAN_NCCL_CHANNELS;
       uint64_t bs = in->nccl_buffsize > 0 ? (uint64_t)in->nccl_buffsize : ST_PLAN_NCCL_BUFFSIZE;
+      const int och = ST_PLAN_NCCL_OVERLAP_FACTOR * in->nccl_overlap_channels;
+      char extra[48] = "";
+      if (och > 0) snprintf(extra, sizeof extra, " + %d (gradient overlap)", och);
       snprintf(note, sizeof note, "ESTIMATE: %d%s channels x %d peer(s) x (%s + LL + LL128)", ch,
-               in->nccl_overlap_channels > 0 ? " + overlap's" : "",
-               in->world - 1 < 2 ? in->world - 1 : 2, human(bs, a, sizeof a));
+               extra, in->world - 1 < 2 ? in->world - 1 : 2, human(bs, a, sizeof a));
       row("NCCL buffers", p->nccl, note);
     } else {
       row("NCCL buffers", p->nccl, "one rank: no connections");

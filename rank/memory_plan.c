@@ -132,7 +132,8 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->scratch = R(st_plan_cuda_scratch(B * T, C));
     p->nccl = st_plan_nccl_bytes(in->world, in->nccl_buffsize, in->nccl_channels) +
               (in->nccl_overlap_channels > 0
-                   ? st_plan_nccl_bytes(in->world, in->nccl_buffsize, in->nccl_overlap_channels)
+                   ? st_plan_nccl_bytes(in->world, in->nccl_buffsize,
+                                        ST_PLAN_NCCL_OVERLAP_FACTOR * in->nccl_overlap_channels)
                    : 0);
     p->context = ST_PLAN_CUDA_CONTEXT;
     p->attn_workspace = R(in->attn_workspace_per_seq * (uint64_t)B);

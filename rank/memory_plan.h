@@ -51,6 +51,12 @@ typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
  * work buffers). Beyond 2 ranks it is unmeasured: the estimate scales with
  * the connections, which errs high if the excess is a fixed cost. */
 #define ST_PLAN_NCCL_CHANNELS 32
+/* Channel-equivalents per CTA of the split communicator that reduces
+ * gradients during backward (--nccl-overlap-ctas). 2 H200s, NCCL 2.28,
+ * 2026-11-30: 124M on 2 ranks (ZeRO 1, B=32) peaked at 17.64 GiB under
+ * nvidia-smi against 17.61 GiB planned with 1 per CTA; 2, as for the main
+ * communicator, closes the gap. */
+#define ST_PLAN_NCCL_OVERLAP_FACTOR 2
 
 typedef struct {
   st_model_config model;  /* validated (padded_vocab_size set); block_size is T */

@@ -52,9 +52,9 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
         for req in [chunks * w * 4 for w in (2 * C, C, 4 * C, 2 * C, C, 3 * C, 2 * C)] + [4096]:
             if req > s:
                 s = max(2 * s, req, 1 << 20)
-        # 32 channel-equivalents, plus the 4 of the split communicator that
-        # reduces gradients during backward (--nccl-overlap-ctas; ZeRO 1, 2)
-        channels = 32 + (4 if zero > 0 else 0)
+        # 32 channel-equivalents, plus 2 per CTA of the split communicator
+        # that reduces gradients during backward (--nccl-overlap-ctas 4; ZeRO 1, 2)
+        channels = 32 + (2 * 4 if zero > 0 else 0)
         nccl = 0 if N < 2 else channels * min(N - 1, 2) * ((4 << 20) + 524288 + 4915200)
         # cuDNN's deterministic attention backward: dP (NH x T64^2, 2 bytes)
         # and NH x T fp32 row sums per sequence (docs/memory.md)
