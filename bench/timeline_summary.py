@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Summarise ST_TIMELINE output (kernels/cuda/timeline.h) per rank.
 
-    ST_TIMELINE=12:30 mpirun -np 2 build-gpu/shardtrain train ... 2> timeline.txt
+    ST_TIMELINE=12:30 mpirun -np 2 -x ST_TIMELINE build/shardtrain train --device cuda ... 2> timeline.txt
     python3 bench/timeline_summary.py timeline.txt [--blocks]
+
+(ST_TIMELINE is read by each rank: Open MPI passes it with -x, srun passes
+the environment. A CUDA build is needed; the CPU backend records nothing.)
 
 For each rank, the median over the printed steps of: forward (the "fwd" to
 "bwd" marks), backward (to the last gradient range handed to the
@@ -40,11 +43,18 @@ def phases(marks):
 
 
 def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    steps = parse(open(sys.argv[1]).read())
+    args = [a for a in sys.argv[1:] if a != "--blocks"]
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if args[:1] in (["-h"], ["--help"]) else 2)
+    try:
+        text = open(args[0]).read()
+    except OSError as e:
+        sys.exit(f"{args[0]}: cannot read it ({e.strerror}); give the stderr of a run with "
+                 "ST_TIMELINE set")
+    steps = parse(text)
     if not steps:
-        sys.exit(f"{sys.argv[1]}: no 'timeline rank R step S:' lines (was ST_TIMELINE set, "
+        sys.exit(f"{args[0]}: no 'timeline rank R step S:' lines (was ST_TIMELINE set, "
                  "and is this the run's stderr?)")
     by_rank = {}
     for rank, _, marks in steps:

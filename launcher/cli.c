@@ -394,7 +394,8 @@ void st_cli_print_train_usage(void) {
       "            synchronises the device at phase boundaries)\n"
       "  nccl    --nccl-timeout S (600; 0 = no watchdog)  --nccl-buffsize BYTES  --nccl-cga N\n"
       "          --nccl-min-ctas N  --nccl-max-ctas N   (GPU runs; NCCL_* variables you set win)\n"
-      "          --nccl-overlap-ctas N (4; CTAs that reduce gradients during backward, 0 = all)\n");
+      "          --nccl-overlap-ctas N (4, 0..64; at most N CTAs reduce gradients during\n"
+      "          backward, on a split communicator; 0: no split, all on the main one)\n");
 }
 
 int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {

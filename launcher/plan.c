@@ -217,7 +217,7 @@ int st_cmd_plan(int argc, char **argv) {
   in.recompute = st_recompute_parse(rc->recompute);
   in.nccl_buffsize = rc->nccl_buffsize;
   in.nccl_channels = rc->nccl_max_ctas;
-  in.nccl_overlap_channels = rc->zero_stage ? rc->nccl_overlap_ctas : 0;
+  in.nccl_overlap_channels = st_run_overlap_ctas(rc);
   if (!in.nccl_buffsize && getenv("NCCL_BUFFSIZE")) in.nccl_buffsize = atoll(getenv("NCCL_BUFFSIZE"));
   in.headroom_pct = rc->headroom_pct;
   /* train measures cuDNN's workspace at setup; plan uses the formula */

@@ -97,3 +97,10 @@ void st_run_config_diff(const char *old_json, const char *new_json, char *out, s
   cJSON_Delete(a);
   cJSON_Delete(b);
 }
+
+int st_run_overlap_ctas(const st_run_config *rc) {
+  if (rc->zero_stage == 0) return 0;
+  int n = rc->nccl_overlap_ctas;
+  if (rc->nccl_max_ctas > 0 && n > rc->nccl_max_ctas) n = rc->nccl_max_ctas;
+  return n;
+}

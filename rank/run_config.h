@@ -77,4 +77,9 @@ char *st_run_config_to_json(const st_run_config *rc);
  * when either string does not parse). */
 void st_run_config_diff(const char *old_json, const char *new_json, char *out, size_t cap);
 
+/* CTAs of the gradient-overlap communicator this run makes on GPUs: 0 at
+ * ZeRO 0 (its gradients are reduced after backward, nothing overlaps),
+ * else --nccl-overlap-ctas, at most --nccl-max-ctas when that is set. */
+int st_run_overlap_ctas(const st_run_config *rc);
+
 #endif

@@ -79,8 +79,7 @@ static int setup_collectives(trainer *tr) {
   st_nccl_options o = {.timeout_s = tr->rc->nccl_timeout_s, .cga_cluster_size = tr->rc->nccl_cga,
                        .min_ctas = tr->rc->nccl_min_ctas, .max_ctas = tr->rc->nccl_max_ctas,
                        .buffsize = tr->rc->nccl_buffsize,
-                       /* ZeRO 0 reduces after backward: nothing to overlap */
-                       .overlap_max_ctas = tr->rc->zero_stage ? tr->rc->nccl_overlap_ctas : 0};
+                       .overlap_max_ctas = st_run_overlap_ctas(tr->rc)};
   if (st_comm_nccl_init(&tr->nccl, &o)) return -1;
   tr->dcomm = &tr->nccl;
 #endif
@@ -195,7 +194,7 @@ static void plan_input_of(const trainer *tr, st_plan_input *in) {
   const char *bs = getenv("NCCL_BUFFSIZE");
   in->nccl_buffsize = bs ? atoll(bs) : rc->nccl_buffsize;
   in->nccl_channels = rc->nccl_max_ctas;
-  in->nccl_overlap_channels = rc->zero_stage ? rc->nccl_overlap_ctas : 0;
+  in->nccl_overlap_channels = st_run_overlap_ctas(rc);
   in->headroom_pct = rc->headroom_pct;
 }
 
@@ -731,6 +730,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     printf("  notice     the warmup (--warmup %d) is longer than the %lld-step schedule: it is %d steps "
            "(raise --steps or --lr-decay-steps for the full warmup)\n", rc->warmup_capped_from,
            (long long)rc->optim.total_steps, rc->optim.warmup_steps);
+  if (getenv("ST_TIMELINE") && !tr->ops->timeline_mark)
+    printf("  notice     ST_TIMELINE is set, but the %s backend records no GPU timeline: it is "
+           "ignored (docs/benchmarks.md)\n", tr->ops->name);
   printf("  run        %s, %lld steps, seed %llu; ", rc->out, (long long)rc->steps,
          (unsigned long long)rc->seed);
   if (resumed) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CAP 1024
 
@@ -21,7 +22,15 @@ int st_timeline_enabled(void) {
   if (enabled < 0) {
     const char *e = getenv("ST_TIMELINE");
     enabled = e && *e;
-    if (enabled && sscanf(e, "%lld:%lld", &from, &to) != 2) from = to = atoll(e);
+    char end;
+    if (enabled && sscanf(e, "%lld:%lld%c", &from, &to, &end) != 2 &&
+        sscanf(e, "%lld%c", &from, &end) != 1) {
+      fprintf(stderr, "shardtrain: warning: ST_TIMELINE=%s is not FROM:TO or STEP (steps); "
+              "no timeline is printed\n", e);
+      enabled = 0;
+    } else if (!strchr(e, ':')) {
+      to = from;
+    }
   }
   return enabled;
 }

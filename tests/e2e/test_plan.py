@@ -100,6 +100,16 @@ d = plan_json(base + ["--global-batch", 32])
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232,
       "--attention auto, bf16, B=32, T=1024: cuDNN's 769.5 MiB workspace, as cuDNN 9.14 reported it on an H200")
 
+# The gradient-overlap communicator's NCCL memory: 2 channel-equivalents per
+# CTA, none at ZeRO 0 or with --nccl-overlap-ctas 0, capped by --nccl-max-ctas.
+conn = (4 << 20) + 524288 + 4915200  # one channel's connection to one peer
+for extra, z, channels in (([], 1, 32 + 8), ([], 0, 32), (["--nccl-overlap-ctas", 0], 2, 32),
+                           (["--nccl-overlap-ctas", 16], 1, 32 + 32),
+                           (["--nccl-max-ctas", 2], 1, 2 + 4)):
+    d = plan_json(base + ["--ranks", 2, "--global-batch", 64, "--zero", z] + extra)
+    check(d["bytes"]["nccl_estimate"] == channels * conn,
+          f"2 ranks, ZeRO {z} {' '.join(map(str, extra))}: NCCL estimate of {channels} channels")
+
 # The CPU backend: fp32, the T x T softmax per head, no CUDA internals.
 d = plan_json(["--model", "tiny", "--seq-len", 32, "--vocab-size", 256, "--device", "cpu",
                "--micro-batch", 2, "--global-batch", 4, "--zero", 2, "--ranks", 2,
@@ -161,6 +171,7 @@ for args, words in [
         (["--device", "cpu", "--precision", "bf16"], ["--precision bf16", "CPU"]),
         (["--heads", "5", "--dim", "64"], ["--dim 64", "--heads 5"]),
         (["--headroom", "100"], ["--headroom"]),
+        (["--nccl-overlap-ctas", "65"], ["--nccl-overlap-ctas", "[0, 64]"]),
         (["--data", "x.h5"], ["--data is a train flag that plan does not take"]),
         (["--model", "gpt2-774m", "--fitt"], ["unknown flag '--fitt'", "did you mean --fit?"]),
         (["--model", "gpt2-774m", "--seq-len"], ["flag --seq-len needs a value"]),
