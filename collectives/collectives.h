@@ -27,10 +27,6 @@ struct st_comm {
    * calls as nccl-tests does; the trainer never does. MPI calls complete on
    * return either way. */
   int defer_wait;
-  /* Set by the caller while compute runs alongside the collectives it
-   * starts (gradient buckets during backward): NCCL then uses its
-   * low-SM communicator when it has one. */
-  int background;
   int (*flush)(st_comm *c);
   /* sum across ranks, in place; count fp32 elements */
   int (*all_reduce_sum)(st_comm *c, float *buf, size_t count);
@@ -44,9 +40,11 @@ struct st_comm {
    * communication stream after the compute issued so far, while later
    * compute goes on; send and recv must stay untouched until
    * wait(c, tag). tag in [0, ST_COMM_TAGS) names it; a tag must be waited
-   * for before it is reused. The MPI implementation completes at once. */
+   * for before it is reused. background: compute runs alongside it
+   * (gradient buckets during backward), so NCCL uses its low-SM
+   * communicator when it has one. The MPI implementation completes at once. */
   int (*reduce_scatterv_sum_start)(st_comm *c, const float *send, const size_t *counts,
-                                   float *recv, int tag);
+                                   float *recv, int tag, int background);
   /* Block until the operation started with tag has finished (the watchdog
    * applies). 0 at once when none is pending. */
   int (*wait)(st_comm *c, int tag);

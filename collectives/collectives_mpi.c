@@ -64,8 +64,8 @@ static int mpi_all_gather(st_comm *c, const void *send, void *recv, size_t count
 }
 
 static int mpi_reduce_scatterv_sum_start(st_comm *c, const float *send, const size_t *counts,
-                                         float *recv, int tag) {
-  (void)tag; /* host buffers: nothing to overlap with, so it completes here */
+                                         float *recv, int tag, int background) {
+  (void)tag, (void)background; /* host buffers: nothing to overlap with, so it completes here */
   return c->reduce_scatterv_sum(c, send, counts, recv);
 }
 

@@ -23,8 +23,8 @@ typedef struct {
   MPI_Comm mpi;
   ncclComm_t nccl;
   /* Split off nccl with fewer CTAs, for the reductions that run while
-   * backward computes (st_comm.background): each CTA it holds is an SM the
-   * GEMMs lose. NULL when not asked for. */
+   * backward computes (reduce_scatterv_sum_start's background): each CTA it
+   * holds is an SM the GEMMs lose. NULL when not asked for. */
   ncclComm_t bg;
   /* Non-blocking stream: collectives on it do not stall compute issued
    * later on the legacy default stream. Each collective is ordered after the
@@ -176,9 +176,9 @@ static int nccl_reduce_scatter_sum(st_comm *c, const float *send, float *recv, s
 /* NCCL has no uneven reduce-scatter: one reduce per owner, grouped so they
  * launch as one operation. Issues without waiting. */
 static ncclResult_t issue_scatterv(st_comm *c, const float *send, const size_t *counts,
-                                   float *recv) {
+                                   float *recv, int background) {
   nccl_impl *n = impl_of(c);
-  ncclComm_t comm = c->background && n->bg ? n->bg : n->nccl;
+  ncclComm_t comm = background && n->bg ? n->bg : n->nccl;
   size_t off = 0;
   ncclResult_t r = ncclGroupStart();
   for (int k = 0; k < c->world && (r == ncclSuccess || r == ncclInProgress); k++) {
@@ -199,19 +199,19 @@ static size_t total_of(const st_comm *c, const size_t *counts) {
 static int nccl_reduce_scatterv_sum(st_comm *c, const float *send, const size_t *counts,
                                     float *recv) {
   if (after_compute(c)) return -1;
-  return issued(c, issue_scatterv(c, send, counts, recv), "reduce-scatter (bucket)",
+  return issued(c, issue_scatterv(c, send, counts, recv, 0), "reduce-scatter (bucket)",
                 total_of(c, counts));
 }
 
 static int nccl_reduce_scatterv_sum_start(st_comm *c, const float *send, const size_t *counts,
-                                          float *recv, int tag) {
+                                          float *recv, int tag, int background) {
   nccl_impl *n = impl_of(c);
   if (tag < 0 || tag >= ST_COMM_TAGS || n->pending[tag])
     return st_error_set("internal: asynchronous collective tag %d is out of range or busy", tag);
   const size_t total = total_of(c, counts);
   if (after_compute(c)) return -1;
   st_timeline_mark("rs>", tag, n->stream);
-  ncclResult_t r = issue_scatterv(c, send, counts, recv);
+  ncclResult_t r = issue_scatterv(c, send, counts, recv, background);
   if (r != ncclSuccess && r != ncclInProgress)
     return st_error_set("NCCL reduce-scatter (bucket) of %zu elements failed on rank %d at "
                         "step %lld: %s", total, c->rank, c->step, ncclGetErrorString(r));

@@ -17,7 +17,7 @@ typedef struct {
   int min_ctas, max_ctas;
   long long buffsize;    /* NCCL_BUFFSIZE in bytes unless the user set it; 0 = default */
   /* > 0: a second communicator, split from the first with at most this
-   * many CTAs, carries the collectives started with st_comm.background set
+   * many CTAs, carries the reductions started with background set
    * (the gradient reductions that overlap backward). */
   int overlap_max_ctas;
 } st_nccl_options;

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "io/checkpoint.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -145,59 +144,12 @@ static int save_checkpoint(trainer *tr) {
   return code;
 }
 
-/* Fault injection for the watchdog tests: ST_FAULT_STALL="RANK:STEP:SECONDS"
- * makes that rank sleep before that step, so the other ranks sit in the
- * gradient collective and the watchdog must abort it and name it. */
-static void fault_stall(trainer *tr) {
-  const char *f = getenv("ST_FAULT_STALL");
-  int r = -1;
-  long long step = -1;
-  double secs = 0;
-  if (!f || sscanf(f, "%d:%lld:%lf", &r, &step, &secs) != 3) return;
-  if (r != tr->comm->rank || step != tr->step + 1) return;
-  fprintf(stderr, "shardtrain: ST_FAULT_STALL: rank %d sleeps %.0f s before step %lld\n", r,
-          secs, step);
-  struct timespec ts = {(time_t)secs, 0};
-  nanosleep(&ts, NULL);
-}
-
-/* Fault injection for the out-of-memory tests: ST_FAULT_OOM="STEP" (every
- * rank) or "RANK:STEP" asks the backend, inside that step, for more memory
- * than any machine has (4 EiB). The request fails as a real one would and
- * goes where a CUDA out-of-memory inside an op goes: st_oom_fatal, the
- * report against the plan, exit 7. */
-static void fault_oom(trainer *tr) {
-  const char *f = getenv("ST_FAULT_OOM");
-  long long a = -1, b = -1;
-  if (!f) return;
-  const int n = sscanf(f, "%lld:%lld", &a, &b);
-  const long long step = n == 2 ? b : a;
-  if (n < 1 || step != tr->step + 1 || (n == 2 && a != tr->comm->rank)) return;
-  const size_t huge = (size_t)1 << 62;
-  void *p = tr->ops->alloc(huge, "unplanned");
-  if (!p)
-    st_oom_fatal("unplanned", huge, "ST_FAULT_OOM: an allocation inside the step (fault "
-                 "injection)");
-  tr->ops->free(p); /* it did not fail: the allocation check reports it instead */
-}
-
-/* Fault injection for the loss-scaler tests: ST_FAULT_OVERFLOW="STEP[,STEP...]"
- * puts an inf into this rank's reduced gradients at those steps, as an fp16
- * overflow would. */
+/* ST_FAULT_OVERFLOW (rank/faults.h): an inf in this rank's reduced
+ * gradients, as an fp16 overflow would leave. */
 static void fault_overflow(trainer *tr, const float *g) {
-  const char *f = getenv("ST_FAULT_OVERFLOW");
-  if (!f || tr->part.end <= tr->part.begin) return;
-  for (const char *p = f; *p;) {
-    char *end;
-    long long step = strtoll(p, &end, 10);
-    if (end == p) return;
-    if (step == tr->step + 1) {
-      const float inf = INFINITY;
-      tr->ops->to_device((float *)g, &inf, sizeof inf);
-      return;
-    }
-    p = *end == ',' ? end + 1 : end;
-  }
+  if (tr->part.end <= tr->part.begin || !st_faults_overflow_at(&tr->faults, tr->step + 1)) return;
+  const float inf = INFINITY;
+  tr->ops->to_device((float *)g, &inf, sizeof inf);
 }
 
 /* A gradient or parameter collective failed or its watchdog fired. The
@@ -261,10 +213,8 @@ static void reduce_range(trainer *tr, const float *grads, int64_t begin, int64_t
   if (d->world == 1 && recv == grads) return; /* one rank, in place: nothing to reduce */
   /* on GPUs this only enqueues; MPI ranks reduce here and now */
   const double t0 = tmark(tr);
-  d->background = background;
-  if (d->reduce_scatterv_sum_start(d, grads, tr->bucket_counts, recv, slot))
+  if (d->reduce_scatterv_sum_start(d, grads, tr->bucket_counts, recv, slot, background))
     collective_failed(tr);
-  d->background = 0;
   tr->timing.comm += MPI_Wtime() - t0;
   tr->slot_busy[slot] = 1;
   tr->slot_lo[slot] = lo;
@@ -306,8 +256,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   int64_t pos = st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain);
   tr->dcomm->step = tr->comm->step = tr->step + 1;
   snprintf(tr->phase, sizeof tr->phase, "step %lld", (long long)tr->step + 1);
-  fault_stall(tr);
-  fault_oom(tr);
+  st_faults_step(&tr->faults, tr->ops, tr->comm->rank, tr->step + 1);
   if (pos != tr->data_pos) tr->epoch++;
   const float dloss = tr->scaler.scale / (float)((double)rc->global_batch * T);
   memset(&tr->timing, 0, sizeof tr->timing);
@@ -592,31 +541,6 @@ static int alloc_agree(trainer *tr) {
   return st_trainer_agree(tr, tr->alloc_msg[0] != 0);
 }
 
-/* Fault injection for the allocation check's test: ST_FAULT_ALLOC=STEP
- * allocates (and frees) 4 KiB through the backend during that step. */
-static void fault_alloc(trainer *tr) {
-  const char *f = getenv("ST_FAULT_ALLOC");
-  if (!f || atoll(f) != tr->step + 1) return;
-  fprintf(stderr, "shardtrain: ST_FAULT_ALLOC: rank %d allocates during step %lld\n",
-          tr->comm->rank, (long long)tr->step + 1);
-  tr->ops->free(tr->ops->alloc(4096, "unplanned"));
-}
-
-/* Fault injection for the flat-memory test: ST_FAULT_LEAK_KIB=N leaks N KiB
- * of touched host memory every step, so tests/e2e/test_memory_flat.py can
- * show its check catches growth. */
-static void fault_leak(void) {
-  const char *f = getenv("ST_FAULT_LEAK_KIB");
-  long long kib = f ? atoll(f) : 0;
-  if (kib <= 0) return;
-  static void *chain; /* a reachable list, so the compiler cannot drop the blocks */
-  char *p = malloc((size_t)kib << 10);
-  if (!p) return;
-  memset(p, 1, (size_t)kib << 10); /* never freed: that is the point */
-  memcpy(p, &chain, sizeof chain);
-  chain = p;
-}
-
 /* Read memory on every rank, take the maximum over ranks, and warn (each
  * rank for itself, once per crossing) when use passes --mem-warn-fraction.
  * Collective: every rank samples at the same steps. */
@@ -658,8 +582,6 @@ static int train_loop(trainer *tr) {
     int skipped = 0;
     char during[64];
     if (tr->profile && tr->step == prof_from) st_ops_profile_reset();
-    fault_alloc(tr);
-    fault_leak();
     if ((code = train_step(tr, &loss, &norm, &lr, &skipped))) return code;
     snprintf(during, sizeof during, "step %lld", (long long)tr->step);
     alloc_note(tr, during);
@@ -711,6 +633,7 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   tr.rc = rc;
   tr.env = env;
   tr.comm = comm;
+  st_faults_read(&tr.faults);
   int code, resumed = 0;
   char from[1200] = "";
   if ((code = st_trainer_setup(&tr, &resumed, from, sizeof from))) goto done;

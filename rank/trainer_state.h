@@ -9,6 +9,7 @@
 #include "collectives/collectives.h"
 #include "io/tokens.h"
 #include "launcher/env.h"
+#include "rank/faults.h"
 #include "rank/loss_scaler.h"
 #include "rank/gpu_monitor.h"
 #include "rank/memory_plan.h"
@@ -71,6 +72,7 @@ typedef struct {
   long long val_step;      /* the step of the latest validation (val_loss) */
   FILE *metrics;
   st_gpu_monitor mon;      /* device/process memory readings (gpu_monitor.h) */
+  st_faults faults;        /* the tests' ST_FAULT_* injections (faults.h) */
   int stats_every;         /* --gpu-stats-every, or --log-every when 0 */
   int mem_over;            /* use is above --mem-warn-fraction (warned once, until it drops) */
   st_mem_sample sample;    /* this rank's latest reading */
