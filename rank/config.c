@@ -49,14 +49,18 @@ int st_model_validate(st_model_config *cfg) {
   return 0;
 }
 
-char *st_model_to_json(const st_model_config *cfg) {
-  cJSON *o = cJSON_CreateObject();
+void st_model_add_json(cJSON *o, const st_model_config *cfg, const char *seq_key) {
   cJSON_AddNumberToObject(o, "n_layer", cfg->n_layer);
   cJSON_AddNumberToObject(o, "n_head", cfg->n_head);
   cJSON_AddNumberToObject(o, "n_embd", cfg->n_embd);
-  cJSON_AddNumberToObject(o, "block_size", cfg->block_size);
+  cJSON_AddNumberToObject(o, seq_key, cfg->block_size);
   cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
   cJSON_AddNumberToObject(o, "padded_vocab_size", cfg->padded_vocab_size);
+}
+
+char *st_model_to_json(const st_model_config *cfg) {
+  cJSON *o = cJSON_CreateObject();
+  st_model_add_json(o, cfg, "block_size");
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;

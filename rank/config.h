@@ -22,6 +22,11 @@ typedef struct {
 int st_model_preset(const char *name, st_model_config *cfg);
 /* Check divisibility and ranges, and set padded_vocab_size. 0 or -1. */
 int st_model_validate(st_model_config *cfg);
+struct cJSON;
+/* Add the shape's fields to JSON object o: n_layer, n_head, n_embd, the
+ * sequence length under seq_key ("block_size", or "seq_len" in the plan),
+ * vocab_size, padded_vocab_size. */
+void st_model_add_json(struct cJSON *o, const st_model_config *cfg, const char *seq_key);
 /* Serialise the model shape to a malloc'ed JSON string (caller frees). */
 char *st_model_to_json(const st_model_config *cfg);
 /* Parse a model shape written by st_model_to_json. 0 or -1 with st_error. */

@@ -235,12 +235,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   cJSON *j = cJSON_CreateObject();
   cJSON *m = cJSON_AddObjectToObject(j, "model");
   cJSON_AddStringToObject(m, "name", model_name);
-  cJSON_AddNumberToObject(m, "n_layer", in->model.n_layer);
-  cJSON_AddNumberToObject(m, "n_head", in->model.n_head);
-  cJSON_AddNumberToObject(m, "n_embd", in->model.n_embd);
-  cJSON_AddNumberToObject(m, "seq_len", in->model.block_size);
-  cJSON_AddNumberToObject(m, "vocab_size", in->model.vocab_size);
-  cJSON_AddNumberToObject(m, "padded_vocab_size", in->model.padded_vocab_size);
+  st_model_add_json(m, &in->model, "seq_len");
   cJSON_AddNumberToObject(m, "params", (double)p->params);
   cJSON_AddNumberToObject(m, "padded_params", (double)p->padded_params);
   cJSON_AddNumberToObject(m, "shard", (double)p->shard);

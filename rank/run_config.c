@@ -49,12 +49,7 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON *o = cJSON_CreateObject();
   cJSON *m = cJSON_AddObjectToObject(o, "model");
   cJSON_AddStringToObject(m, "name", rc->model_name);
-  cJSON_AddNumberToObject(m, "n_layer", rc->model.n_layer);
-  cJSON_AddNumberToObject(m, "n_head", rc->model.n_head);
-  cJSON_AddNumberToObject(m, "n_embd", rc->model.n_embd);
-  cJSON_AddNumberToObject(m, "block_size", rc->model.block_size);
-  cJSON_AddNumberToObject(m, "vocab_size", rc->model.vocab_size);
-  cJSON_AddNumberToObject(m, "padded_vocab_size", rc->model.padded_vocab_size);
+  st_model_add_json(m, &rc->model, "block_size");
   cJSON *t = cJSON_AddObjectToObject(o, "train");
   cJSON_AddNumberToObject(t, "micro_batch", rc->micro_batch);
   cJSON_AddNumberToObject(t, "global_batch", rc->global_batch);

@@ -123,6 +123,25 @@ static st_ops shape_ops(st_backend be, st_dtype dt) {
   return o;
 }
 
+/* A trainer over rc, comm and ops with its state allocated as setup does. */
+static void alloc_trainer(trainer *t, st_run_config *rc, st_comm *comm, const st_ops *ops) {
+  memset(t, 0, sizeof *t);
+  t->rc = rc;
+  t->comm = comm;
+  t->ops = ops;
+  assert_int_equal(st_trainer_alloc_state(t), 0);
+}
+
+/* What alloc_trainer allocated on the host, and the model. */
+static void free_trainer_host(trainer *t) {
+  st_model_free(&t->model);
+  free(t->bucket_counts);
+  free(t->inp);
+  free(t->tgt);
+  free(t->scratch);
+  free(t->config_json);
+}
+
 static void check_one(const st_model_config *cfg, int B, int world, int rank, int zero,
                       st_recompute rec, st_backend be, st_dtype dt) {
   st_ops ops = shape_ops(be, dt);
@@ -137,11 +156,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   comm.rank = rank;
   comm.world = world;
   trainer tr;
-  memset(&tr, 0, sizeof tr);
-  tr.rc = &rc;
-  tr.comm = &comm;
-  tr.ops = &ops;
-  assert_int_equal(st_trainer_alloc_state(&tr), 0);
+  alloc_trainer(&tr, &rc, &comm, &ops);
 
   st_plan_input in = {.model = *cfg, .micro_batch = B, .world = world, .zero_stage = zero,
                       .dtype = dt, .recompute = rec, .backend = be};
@@ -193,7 +208,6 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   if (be == ST_BACKEND_CPU) assert_int_equal(p.cublaslt + p.scratch + p.nccl + p.context, 0);
   check_tags(&p);
 
-  st_model_free(&tr.model);
   ops.free(tr.adam_m);
   ops.free(tr.adam_v);
   if (!tr.grad_shard_aliased) ops.free(tr.grad_shard);
@@ -201,11 +215,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   for (int s = 0; s < ST_COMM_TAGS; s++) ops.free(tr.recv[s]);
   ops.free(tr.d_inp);
   ops.free(tr.d_tgt);
-  free(tr.bucket_counts);
-  free(tr.inp);
-  free(tr.tgt);
-  free(tr.scratch);
-  free(tr.config_json);
+  free_trainer_host(&tr);
   assert_int_equal(g_nlive, 0);
 
   /* The same setup in a real arena of exactly the plan's size. */
@@ -216,11 +226,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   ops.alloc = arena_alloc;
   ops.free = arena_free;
   trainer t2;
-  memset(&t2, 0, sizeof t2);
-  t2.rc = &rc;
-  t2.comm = &comm;
-  t2.ops = &ops;
-  assert_int_equal(st_trainer_alloc_state(&t2), 0);
+  alloc_trainer(&t2, &rc, &comm, &ops);
   if (be == ST_BACKEND_CUDA) { /* what cuda_reserve carves at the plan's sizes */
     assert_non_null(st_arena_take(&g_arena, ST_PLAN_CUBLASLT_WORKSPACE, "cublaslt_workspace"));
     assert_non_null(st_arena_take(&g_arena, st_plan_cuda_scratch((int64_t)B * cfg->block_size,
@@ -231,12 +237,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   for (int i = 0; i < g_arena.ncat; i++)
     assert_int_equal(g_arena.cat[i].bytes,
                      st_memory_plan_category(&p, g_arena.cat[i].name, NULL));
-  st_model_free(&t2.model);
-  free(t2.bucket_counts);
-  free(t2.inp);
-  free(t2.tgt);
-  free(t2.scratch);
-  free(t2.config_json);
+  free_trainer_host(&t2);
   free(block);
 }
 
