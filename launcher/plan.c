@@ -210,16 +210,7 @@ int st_cmd_plan(int argc, char **argv) {
   memset(&in, 0, sizeof in);
   if (st_model_validate(&rc->model)) return fail(ST_EXIT_USAGE);
   resolve_backend(&o, &in);
-  in.model = rc->model;
-  in.micro_batch = rc->micro_batch;
-  in.world = o.ranks;
-  in.zero_stage = rc->zero_stage;
-  in.recompute = st_recompute_parse(rc->recompute);
-  in.nccl_buffsize = rc->nccl_buffsize;
-  in.nccl_channels = rc->nccl_max_ctas;
-  in.nccl_overlap_channels = st_run_overlap_ctas(rc);
-  if (!in.nccl_buffsize && getenv("NCCL_BUFFSIZE")) in.nccl_buffsize = atoll(getenv("NCCL_BUFFSIZE"));
-  in.headroom_pct = rc->headroom_pct;
+  st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   /* train measures cuDNN's workspace at setup; plan uses the formula */
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
     in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->model.block_size,

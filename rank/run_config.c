@@ -99,3 +99,20 @@ int st_run_overlap_ctas(const st_run_config *rc) {
   if (rc->nccl_max_ctas > 0 && n > rc->nccl_max_ctas) n = rc->nccl_max_ctas;
   return n;
 }
+
+void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dtype dt,
+                       st_plan_input *in) {
+  memset(in, 0, sizeof *in);
+  in->model = rc->model;
+  in->micro_batch = rc->micro_batch;
+  in->world = world;
+  in->zero_stage = rc->zero_stage;
+  in->dtype = dt;
+  in->recompute = st_recompute_parse(rc->recompute);
+  in->backend = be;
+  const char *bs = getenv("NCCL_BUFFSIZE");
+  in->nccl_buffsize = bs ? atoll(bs) : rc->nccl_buffsize;
+  in->nccl_channels = rc->nccl_max_ctas;
+  in->nccl_overlap_channels = st_run_overlap_ctas(rc);
+  in->headroom_pct = rc->headroom_pct;
+}

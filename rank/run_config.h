@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "rank/config.h"
+#include "rank/memory_plan.h"
 #include "rank/optimizer.h"
 
 typedef struct {
@@ -81,5 +82,15 @@ void st_run_config_diff(const char *old_json, const char *new_json, char *out, s
  * ZeRO 0 (its gradients are reduced after backward, nothing overlaps),
  * else --nccl-overlap-ctas, at most --nccl-max-ctas when that is set. */
 int st_run_overlap_ctas(const st_run_config *rc);
+
+/* The memory plan's input for this run on `world` ranks of backend be with
+ * storage dtype dt: shape, batch, ZeRO stage, recompute, the NCCL estimate's
+ * inputs and the headroom. NCCL_BUFFSIZE from the environment wins over
+ * --nccl-buffsize, as it does for NCCL (collectives_nccl.c). The attention
+ * workspace and gpu_mem are left 0 for the caller (train measures the one
+ * and reads the device, plan uses formulas and flags). One function for
+ * train and plan, so the two cannot plan differently. */
+void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dtype dt,
+                       st_plan_input *in);
 
 #endif

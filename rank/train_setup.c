@@ -179,23 +179,9 @@ static int setup_attention(trainer *tr) {
 
 /* This rank's configuration as the memory planner takes it. */
 static void plan_input_of(const trainer *tr, st_plan_input *in) {
-  const st_run_config *rc = tr->rc;
-  memset(in, 0, sizeof *in);
-  in->model = rc->model;
-  in->micro_batch = rc->micro_batch;
-  in->world = tr->comm->world;
-  in->zero_stage = rc->zero_stage;
-  in->dtype = tr->ops->dtype;
-  in->recompute = st_recompute_parse(rc->recompute);
-  in->backend = tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU;
+  st_run_plan_input(tr->rc, tr->comm->world,
+                    tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU, tr->ops->dtype, in);
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
-  /* NCCL reads NCCL_BUFFSIZE from the environment; --nccl-buffsize only
-   * sets it where the user has not (collectives_nccl.c). */
-  const char *bs = getenv("NCCL_BUFFSIZE");
-  in->nccl_buffsize = bs ? atoll(bs) : rc->nccl_buffsize;
-  in->nccl_channels = rc->nccl_max_ctas;
-  in->nccl_overlap_channels = st_run_overlap_ctas(rc);
-  in->headroom_pct = rc->headroom_pct;
 }
 
 /* The budget every rank plans against: the smallest over ranks, so that all
