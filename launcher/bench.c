@@ -355,16 +355,14 @@ static int model_backend_is_mpi(const char *path) {
 static int cmd_model(int argc, char **argv) {
   model_opts o;
   if (model_parse(argc, argv, &o)) {
-    fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
-    return ST_EXIT_USAGE;
+    return st_cli_fail(ST_EXIT_USAGE);
   }
   const st_coll_op fit_op = o.sm.zero_stage == 0 ? ST_COLL_ALL_REDUCE : ST_COLL_REDUCE_SCATTER;
   st_ab fitted = {0, 0, 0};
   double r2 = 0;
   int ranks = 0, points = 0;
   if (o.results && model_fit(o.results, fit_op, &fitted, &r2, &ranks, &points)) {
-    fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
-    return ST_EXIT_USAGE;
+    return st_cli_fail(ST_EXIT_USAGE);
   }
   if (o.results && !o.json && model_backend_is_mpi(o.results) && !o.compute_given)
     printf("note: these points come from MPI on CPU ranks; the default compute time (%.1f ms) "

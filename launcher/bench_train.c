@@ -568,11 +568,6 @@ static int under_mpi_launcher(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
 
-static int fail(int code) {
-  fflush(stdout);
-  fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
-  return code;
-}
 
 int st_cmd_bench_train(int argc, char **argv) {
   for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
@@ -583,25 +578,25 @@ int st_cmd_bench_train(int argc, char **argv) {
   if (under_mpi_launcher()) {
     st_error_set("bench train starts its runs with mpirun or srun itself: run it as one "
                  "process (shardtrain bench train --ranks 1,2 -- ...), not under a launcher");
-    return fail(ST_EXIT_USAGE);
+    return st_cli_fail(ST_EXIT_USAGE);
   }
   bt_opts o;
   if (parse(argc, argv, &o)) {
     free(o.train);
-    return fail(st_error_exit_code());
+    return st_cli_fail(st_error_exit_code());
   }
   char exe[1024];
   ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (el <= 0) {
     free(o.train);
     st_error_set("cannot find this executable through /proc/self/exe: %s", strerror(errno));
-    return fail(ST_EXIT_ERROR);
+    return st_cli_fail(ST_EXIT_ERROR);
   }
   exe[el] = 0;
   if (st_mkdir_p(o.out)) {
     free(o.train);
     st_error_prefix("--out %s", o.out);
-    return fail(ST_EXIT_ERROR);
+    return st_cli_fail(ST_EXIT_ERROR);
   }
   FILE *info = o.json ? stderr : stdout; /* --json keeps stdout for the objects */
   fprintf(info, "shardtrain bench train: modes");
@@ -662,7 +657,7 @@ int st_cmd_bench_train(int argc, char **argv) {
     }
   }
   free(o.train);
-  if (code) return fail(code);
+  if (code) return st_cli_fail(code);
 
   cJSON *res = cJSON_CreateObject();
   for (int m = 0; m < o.nmodes; m++) {
@@ -677,7 +672,7 @@ int st_cmd_bench_train(int argc, char **argv) {
   free(text);
   if (werr) {
     if (!text) st_error_set("out of host memory writing %s", path);
-    return fail(ST_EXIT_ERROR);
+    return st_cli_fail(ST_EXIT_ERROR);
   }
   for (int m = 0; m < o.nmodes; m++) {
     if (!o.json) {

@@ -463,3 +463,9 @@ void st_cli_print_plan_usage(void) {
       "exit: 0 fits (or no GPU memory to check against), 6 does not fit / --fit found nothing,\n"
       "2 bad flag. docs/memory.md explains every line.\n");
 }
+
+int st_cli_fail(int code) {
+  fflush(stdout); /* keep what was printed before the error in order */
+  fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
+  return code ? code : ST_EXIT_ERROR;
+}

@@ -23,6 +23,10 @@ const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *b
  * closest of known; cmd names the command ("bench collectives"). Sets
  * st_error with the usage exit class; returns -1. */
 int st_cli_missing_value(const char *f, const char *const *known, const char *cmd);
+/* A command's failure: what it printed so far stays before the message,
+ * "shardtrain: error: <st_error>" goes to stderr, and the exit code is
+ * returned (ST_EXIT_ERROR for 0). */
+int st_cli_fail(int code);
 
 /* 1 when f is one of train's flags (--help aside). */
 int st_cli_is_train_flag(const char *f);

@@ -39,11 +39,6 @@ static void usage(void) {
          SHARDTRAIN_VERSION);
 }
 
-static int fail(int code) {
-  fflush(stdout); /* keep what was printed before the error in order */
-  fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
-  return code ? code : ST_EXIT_ERROR;
-}
 
 static int cmd_prep(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
@@ -55,22 +50,22 @@ static int cmd_prep(int argc, char **argv) {
     }
     if (i + 1 >= argc) {
       st_error_set("flag %s needs a value (see shardtrain --help)", argv[i]);
-      return fail(ST_EXIT_USAGE);
+      return st_cli_fail(ST_EXIT_USAGE);
     }
     if (strcmp(argv[i], "--input") == 0) in = argv[++i];
     else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
     else if (strcmp(argv[i], "--val-fraction") == 0) frac = atof(argv[++i]);
     else {
       st_error_set("unknown flag '%s' for prep (flags: --input, --out, --val-fraction)", argv[i]);
-      return fail(ST_EXIT_USAGE);
+      return st_cli_fail(ST_EXIT_USAGE);
     }
   }
   if (!in || !out) {
     st_error_set("prep needs --input TEXT (or - for stdin) and --out FILE.h5");
-    return fail(ST_EXIT_USAGE);
+    return st_cli_fail(ST_EXIT_USAGE);
   }
   int64_t ntrain = 0, nval = 0;
-  if (st_prep_bytes(in, out, frac, &ntrain, &nval)) return fail(st_error_exit_code());
+  if (st_prep_bytes(in, out, frac, &ntrain, &nval)) return st_cli_fail(st_error_exit_code());
   printf("prep: %s -> %s: byte tokenizer (vocab 256), %lld train + %lld val tokens\n", in, out,
          (long long)ntrain, (long long)nval);
   return 0;
@@ -86,11 +81,11 @@ static int cmd_ckpt(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "info") && strcmp(argv[1], "verify")) {
     st_error_set("unknown ckpt action '%s'; use: shardtrain ckpt info|verify RUN_DIR|STEP_DIR",
                  argv[1]);
-    return fail(ST_EXIT_USAGE);
+    return st_cli_fail(ST_EXIT_USAGE);
   }
   if (argc < 3) {
     st_error_set("usage: shardtrain ckpt info|verify RUN_DIR|STEP_DIR");
-    return fail(ST_EXIT_USAGE);
+    return st_cli_fail(ST_EXIT_USAGE);
   }
   char dir[1200];
   int found = 0;
@@ -104,16 +99,16 @@ static int cmd_ckpt(int argc, char **argv) {
   if (!probe && !st_path_exists(index)) {
     st_error_set("no checkpoint at %s: give a run directory (one with ckpt/latest, as --out "
                  "wrote it) or a step directory such as RUN/ckpt/step_00001000", argv[2]);
-    return fail(ST_EXIT_CHECKPOINT);
+    return st_cli_fail(ST_EXIT_CHECKPOINT);
   }
   if (st_ckpt_resolve(argv[2], probe ? "auto" : argv[2], dir, sizeof dir, &found))
-    return fail(ST_EXIT_CHECKPOINT);
+    return st_cli_fail(ST_EXIT_CHECKPOINT);
   if (!found) {
     st_error_set("no checkpoint at %s", argv[2]);
-    return fail(ST_EXIT_CHECKPOINT);
+    return st_cli_fail(ST_EXIT_CHECKPOINT);
   }
   st_ckpt_meta meta;
-  if (st_ckpt_read_meta(dir, &meta)) return fail(ST_EXIT_CHECKPOINT);
+  if (st_ckpt_read_meta(dir, &meta)) return st_cli_fail(ST_EXIT_CHECKPOINT);
   printf("checkpoint %s\n  step %lld, tokens seen %lld, data position %lld\n"
          "  written by %d rank%s at ZeRO stage %d\n  config %s\n",
          dir, (long long)meta.step, (long long)meta.tokens_seen, (long long)meta.data_position,
@@ -122,10 +117,10 @@ static int cmd_ckpt(int argc, char **argv) {
     st_model_config cfg;
     st_param_table tab;
     if (st_model_from_json(meta.config_json, &cfg) || st_param_table_build(&cfg, &tab))
-      return fail(ST_EXIT_CHECKPOINT);
+      return st_cli_fail(ST_EXIT_CHECKPOINT);
     int rc = st_ckpt_verify(dir, &tab);
     st_param_table_free(&tab);
-    if (rc) return fail(ST_EXIT_CHECKPOINT);
+    if (rc) return st_cli_fail(ST_EXIT_CHECKPOINT);
     printf("  verify: OK (all rank files present, checksums good, shapes match the config)\n");
   }
   return 0;
@@ -143,16 +138,16 @@ static int cmd_train(int argc, char **argv) {
   st_comm comm;
   int bad = st_env_detect(&env);
   if (bad) {
-    if (env.rank == 0) fail(ST_EXIT_USAGE);
+    if (env.rank == 0) st_cli_fail(ST_EXIT_USAGE);
     return ST_EXIT_USAGE;
   }
   st_run_config rc;
   st_run_config_defaults(&rc);
   if (st_cli_parse_train(argc, argv, &rc)) {
-    if (env.rank == 0) fail(st_error_exit_code());
+    if (env.rank == 0) st_cli_fail(st_error_exit_code());
     return st_error_exit_code();
   }
-  if (st_comm_mpi_init(&comm)) return fail(ST_EXIT_ERROR);
+  if (st_comm_mpi_init(&comm)) return st_cli_fail(ST_EXIT_ERROR);
   st_signals_install();
   int code = st_train(&rc, &env, &comm);
   st_comm_mpi_free(&comm);
@@ -194,5 +189,5 @@ int main(int argc, char **argv) {
   }
   st_error_set("unknown command '%s'; commands: prep, train, ckpt, bench, plan (see shardtrain "
                "--help)", cmd);
-  return fail(ST_EXIT_USAGE);
+  return st_cli_fail(ST_EXIT_USAGE);
 }

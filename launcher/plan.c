@@ -15,11 +15,6 @@
 #include "kernels/ops_cuda.h"
 #endif
 
-static int fail(int code) {
-  fflush(stdout);
-  fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
-  return code ? code : ST_EXIT_ERROR;
-}
 
 /* 1234567 -> "1,234,567" */
 static const char *commas(uint64_t v, char *buf, size_t cap) {
@@ -204,11 +199,11 @@ int st_cmd_plan(int argc, char **argv) {
       return 0;
     }
   st_plan_options o;
-  if (st_cli_parse_plan(argc, argv, &o)) return fail(ST_EXIT_USAGE);
+  if (st_cli_parse_plan(argc, argv, &o)) return st_cli_fail(ST_EXIT_USAGE);
   st_run_config *rc = &o.rc;
   st_plan_input in;
   memset(&in, 0, sizeof in);
-  if (st_model_validate(&rc->model)) return fail(ST_EXIT_USAGE);
+  if (st_model_validate(&rc->model)) return st_cli_fail(ST_EXIT_USAGE);
   resolve_backend(&o, &in);
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   /* train measures cuDNN's workspace at setup; plan uses the formula */
@@ -228,10 +223,10 @@ int st_cmd_plan(int argc, char **argv) {
       st_error_setc(ST_EXIT_USAGE, "--global-batch %d does not divide by --micro-batch %d x %d "
                                    "ranks = %d; use --global-batch %s, or change --micro-batch "
                                    "(or let --fit choose)", G, in.micro_batch, in.world, BN, use);
-      return fail(ST_EXIT_USAGE);
+      return st_cli_fail(ST_EXIT_USAGE);
     }
     st_memory_plan p;
-    if (st_memory_plan_make(&in, &p)) return fail(st_error_exit_code());
+    if (st_memory_plan_make(&in, &p)) return st_cli_fail(st_error_exit_code());
     if (o.json) print_json(plan_json(&o, &in, &p, G / BN, source));
     else print_table(&o, &in, &p, G / BN, source);
     return p.fits == 0 ? ST_EXIT_MEMORY : 0;
@@ -243,7 +238,7 @@ int st_cmd_plan(int argc, char **argv) {
                     o.seen.recompute ? in.recompute : ST_RECOMPUTE_NONE, rc->zero_stage,
                     !o.seen.zero, &q);
   st_plan_fit f;
-  if (st_memory_plan_fit(&q, &f)) return fail(st_error_exit_code());
+  if (st_memory_plan_fit(&q, &f)) return st_cli_fail(st_error_exit_code());
   const st_plan_choice *ch = f.found ? &f.choice : &f.least;
   if (o.json) {
     cJSON *j = plan_json(&o, &ch->in, &ch->plan, ch->accum, source);
