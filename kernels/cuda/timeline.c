@@ -21,15 +21,18 @@ static long long from = 5, to = 7;
 int st_timeline_enabled(void) {
   if (enabled < 0) {
     const char *e = getenv("ST_TIMELINE");
-    enabled = e && *e;
-    char end;
-    if (enabled && sscanf(e, "%lld:%lld%c", &from, &to, &end) != 2 &&
-        sscanf(e, "%lld%c", &from, &end) != 1) {
-      fprintf(stderr, "shardtrain: warning: ST_TIMELINE=%s is not FROM:TO or STEP (steps); "
-              "no timeline is printed\n", e);
-      enabled = 0;
-    } else if (!strchr(e, ':')) {
-      to = from;
+    enabled = 0;
+    if (e && *e) {
+      char end;
+      if (sscanf(e, "%lld:%lld%c", &from, &to, &end) == 2) {
+        enabled = 1;
+      } else if (sscanf(e, "%lld%c", &from, &end) == 1) {
+        to = from;
+        enabled = 1;
+      } else {
+        fprintf(stderr, "shardtrain: warning: ST_TIMELINE=%s is not FROM:TO or STEP (steps); "
+                "no timeline is printed\n", e);
+      }
     }
   }
   return enabled;
