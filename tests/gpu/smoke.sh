@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# tests/gpu/smoke.sh - the GPU smoke test, for a machine with one GPU. Run it
+# on the tree you are about to submit whenever a change touches GPU-side,
+# trainer or build code:
+#
+#   bash tests/gpu/smoke.sh            (from the repository root)
+#
+# 1. builds with CUDA into build-gpu/ (warnings are errors);
+# 2. runs the CUDA ctest (every test whose name has "cuda");
+# 3. trains a few steps for every precision (bf16, fp16, fp32) x attention
+#    (cudnn, flash) x ZeRO stage (0, 1, 2) at the tiny shape, each recompute
+#    policy more than once, and a subset at gpt2-124m; each run must exit 0
+#    with finite losses that fall; fp32 with --attention cudnn must be refused
+#    with exit 2 (cuDNN's fused attention is bf16/fp16 only);
+# 4. stops a run with --stop-after, resumes it and checks that the resumed
+#    losses equal an uninterrupted run's exactly, then `ckpt verify`;
+# 5. ST_TIMELINE and --gpu-stats-every once each (the GPU-only code paths).
+#
+# Exits non-zero on any failure and ends with one line:
+#   smoke: N passed, M failed (GPU, tree DIGEST, seconds)
+# where DIGEST is `bash tests/gpu/smoke.sh --tree-id` of the tree it ran on.
+# Needs data/kjv.h5 (scripts/demo.sh makes it; or carry data/ to the GPU
+# machine). Debian cjson/cmocka .deb files in .device/debs (git-ignored) are
+# unpacked when the machine lacks them (the GPU machine has no apt).
+set -u
+cd "$(dirname "$0")/../.."
+# A digest of the working tree's files (tracked and untracked, not ignored),
+# so the summary line names the tree it ran on; `--tree-id` prints it alone,
+# to compare with the tree you submit.
+tree_id() {
+  git ls-files -co --exclude-standard -z 2>/dev/null | LC_ALL=C sort -z |
+    xargs -0 sha1sum 2>/dev/null | sha1sum | cut -c1-12
+}
+if [ "${1:-}" = "--tree-id" ]; then tree_id; exit 0; fi
+R=$PWD
+O=${OUT:-/tmp/smoke}
+mkdir -p "$O"
+W=$O/runs
+rm -rf "$W"
+mkdir -p "$W"
+LOG=$O/smoke.log
+: > "$LOG"
+export NCCL_NVLS_ENABLE=0
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+t_start=$(date +%s)
+pass=0
+fail=0
+failed=()
+
+say() { echo "$*" | tee -a "$LOG"; }
+ok() { pass=$((pass + 1)); say "PASS $1${2:+: $2}"; }
+bad() { fail=$((fail + 1)); failed+=("$1"); say "FAIL $1${2:+: $2}"; }
+
+summary() {
+  local secs=$(( $(date +%s) - t_start ))
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  local extra=""
+  [ "$fail" -gt 0 ] && extra="; failed: ${failed[*]}"
+  echo "smoke: $pass passed, $fail failed (${gpu:-no GPU}, tree $(tree_id), ${secs} s$extra)" | tee -a "$LOG"
+  [ "$fail" -eq 0 ]
+  exit $?
+}
+
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  bad gpu "nvidia-smi sees no GPU: run this on a machine with one"
+  summary
+fi
+nvidia-smi -L | tee -a "$LOG"
+
+# Libraries the GPU machine lacks, unpacked from carried .deb files.
+D=$R/.device/root
+shopt -s nullglob
+debs=(.device/debs/*.deb)
+if [ ${#debs[@]} -gt 0 ]; then
+  rm -rf "$D"
+  mkdir -p "$D"
+  for f in "${debs[@]}"; do dpkg -x "$f" "$D"; done
+  for pc in $(find "$D" -name '*.pc'); do sed -i "s#/usr/#$D/usr/#g" "$pc"; done
+  export PKG_CONFIG_PATH=$D/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export CMAKE_PREFIX_PATH=$D/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+fi
+shopt -u nullglob
+
+# 1. Build.
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+if cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DSHARDTRAIN_CUDA=ON \
+     -DSHARDTRAIN_WERROR=ON > "$O/cmake.txt" 2>&1 &&
+   cmake --build build-gpu -j "$(nproc)" > "$O/build.txt" 2>&1; then
+  ok build "build-gpu, CUDA on, -Werror"
+else
+  bad build "see $O/cmake.txt and $O/build.txt"
+  grep -E -i "error" "$O/cmake.txt" "$O/build.txt" | head -20 | tee -a "$LOG"
+  summary
+fi
+B=$R/build-gpu/shardtrain
+
+# 2. The CUDA ctest.
+if [ -z "${SMOKE_SKIP_CTEST:-}" ]; then
+  if (cd build-gpu && timeout 420 ctest -R cuda --output-on-failure > "$O/ctest.txt" 2>&1); then
+    ok ctest "$(grep -E 'tests passed|tests failed' "$O/ctest.txt" | tail -1)"
+  else
+    bad ctest "$(grep -E 'tests passed|tests failed|Failed|Timeout' "$O/ctest.txt" | tail -4 | tr '\n' ' ')"
+  fi
+fi
+
+DATA=data/kjv.h5
+if [ ! -s "$DATA" ] && command -v bible >/dev/null; then
+  mkdir -p data
+  bible -f "gen1:1-rev22:21" > data/kjv.txt && "$B" prep --input data/kjv.txt --out "$DATA" > /dev/null
+fi
+if [ ! -s "$DATA" ]; then
+  bad data "$DATA is missing: run scripts/demo.sh once (or carry data/ to this machine)"
+  summary
+fi
+
+# Losses of a run's metrics.jsonl as "step loss" lines.
+losses() {
+  python3 - "$1/metrics.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if "step" in j and "loss" in j:
+        print(j["step"], repr(j["loss"]))
+PY
+}
+
+# check NAME STEPS CMD...: CMD exits 0, logs steps 1..STEPS with finite
+# losses, and the last loss is below the first.
+check() {
+  local name=$1 steps=$2
+  shift 2
+  local t0
+  t0=$(date +%s)
+  "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  local dt=$(( $(date +%s) - t0 ))
+  if [ $rc -ne 0 ]; then
+    bad "$name" "exit $rc after ${dt} s: $(grep -m1 -E 'error|Segmentation|Abort' "$W/$name.log")"
+    return
+  fi
+  local verdict
+  verdict=$(losses "$W/$name" 2>&1 | python3 -c '
+import math, sys
+steps = int(sys.argv[1])
+rows = [l.split() for l in sys.stdin if l.strip()]
+try:
+    d = {int(s): float(v) for s, v in rows}
+except ValueError:
+    print("unreadable metrics: " + " ".join(" ".join(r) for r in rows)[:200]); sys.exit()
+if sorted(d) != list(range(1, steps + 1)):
+    print(f"logged steps {sorted(d)[:5]}..., expected 1..{steps}"); sys.exit()
+if not all(math.isfinite(v) for v in d.values()):
+    print("non-finite loss"); sys.exit()
+if not d[steps] < d[1]:
+    print(f"loss did not fall: {d[1]:.4f} -> {d[steps]:.4f}"); sys.exit()
+print(f"ok loss {d[1]:.4f} -> {d[steps]:.4f}")
+' "$steps")
+  case "$verdict" in
+    ok*) ok "$name" "${verdict#ok } in ${dt} s" ;;
+    *) bad "$name" "$verdict" ;;
+  esac
+}
+
+# refuse NAME CODE CMD...: CMD exits CODE with one "shardtrain: error" line.
+refuse() {
+  local name=$1 code=$2
+  shift 2
+  "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  local n
+  n=$(grep -c "shardtrain: error" "$W/$name.log")
+  if [ $rc -eq "$code" ] && [ "$n" -ge 1 ]; then
+    ok "$name" "exit $rc: $(grep -m1 'shardtrain: error' "$W/$name.log" | cut -c1-110)"
+  else
+    bad "$name" "exit $rc (expected $code), $n error line(s)"
+  fi
+}
+
+TINY=(--data "$DATA" --model tiny --seq-len 64 --micro-batch 4 --global-batch 8 --steps 12
+      --lr 2e-3 --warmup 2 --val-every 6 --val-seqs 16 --log-every 1 --device cuda)
+
+# 3. The matrix at the tiny shape.
+for p in bf16 fp16 fp32; do
+  for a in cudnn flash; do
+    for z in 0 1 2; do
+      name=tiny-$p-$a-z$z
+      if [ $p = fp32 ] && [ $a = cudnn ]; then
+        [ $z = 0 ] && refuse "$name" 2 "$B" train "${TINY[@]}" --precision $p --attention $a \
+          --zero $z --resume none --out "$W/$name"
+        continue
+      fi
+      check "$name" 12 "$B" train "${TINY[@]}" --precision $p --attention $a --zero $z \
+        --resume none --out "$W/$name"
+    done
+  done
+done
+for spec in "bf16 cudnn 1 selective" "bf16 flash 2 full" "fp16 cudnn 0 full" \
+            "fp16 flash 1 selective" "fp32 flash 2 selective" "fp32 flash 0 full"; do
+  set -- $spec
+  name=tiny-$1-$2-z$3-$4
+  check "$name" 12 "$B" train "${TINY[@]}" --precision $1 --attention $2 --zero $3 \
+    --recompute $4 --resume none --out "$W/$name"
+done
+
+# The GPU-only diagnostics: a timeline of steps 3-4, memory samples every 2 steps.
+name=tiny-timeline-gpustats
+ST_TIMELINE=3:4 check "$name" 12 "$B" train "${TINY[@]}" --precision bf16 --gpu-stats-every 2 \
+  --resume none --out "$W/$name"
+if [ "$(grep -c '^timeline rank 0 step' "$W/$name.log")" -eq 2 ] &&
+   grep -q -E '"(gpu|cuda)_mem_used_bytes"' "$W/$name/metrics.jsonl"; then
+  ok "$name-output" "2 timeline lines on stderr, GPU samples in metrics.jsonl"
+else
+  bad "$name-output" "expected 2 'timeline rank 0 step' lines and GPU samples in metrics.jsonl"
+fi
+
+# gpt2-124m at T=1024 with GPT-2's vocabulary (the byte tokens fit in it).
+G124=(--data "$DATA" --model gpt2-124m --vocab-size 50257 --seq-len 1024 --micro-batch 8
+      --global-batch 8 --steps 6 --lr 6e-4 --warmup 2 --val-every 3 --val-seqs 8 --device cuda)
+for spec in "bf16 cudnn 1 none" "bf16 flash 2 selective" "fp16 cudnn 0 full" "fp16 flash 2 none" \
+            "fp32 flash 1 none"; do
+  set -- $spec
+  name=gpt2-124m-$1-$2-z$3-$4
+  check "$name" 6 "$B" train "${G124[@]}" --precision $1 --attention $2 --zero $3 \
+    --recompute $4 --resume none --out "$W/$name"
+done
+
+# 4. Stop, resume, verify: the resumed run's losses equal an uninterrupted
+# run's, bit for bit (deterministic kernels, restored data position and RNG).
+resume_case() {
+  local name=$1 steps=$2 stop=$3
+  shift 3
+  local ref=$W/$name-ref run=$W/$name
+  "$B" train "$@" --steps "$steps" --ckpt-every "$stop" --resume none --out "$ref" \
+    > "$ref.log" 2>&1 ||
+    { bad "$name" "uninterrupted run failed: $(grep -m1 error "$ref.log")"; return; }
+  "$B" train "$@" --steps "$steps" --ckpt-every "$stop" --stop-after "$stop" --resume none \
+    --out "$run" > "$run.leg1.log" 2>&1 ||
+    { bad "$name" "first leg failed: $(grep -m1 error "$run.leg1.log")"; return; }
+  "$B" train "$@" --steps "$steps" --ckpt-every "$stop" --resume auto --out "$run" \
+    > "$run.leg2.log" 2>&1 ||
+    { bad "$name" "resume failed: $(grep -m1 error "$run.leg2.log")"; return; }
+  if ! grep -q "resumed from" "$run.leg2.log"; then
+    bad "$name" "the second leg did not say it resumed"; return
+  fi
+  local a b
+  a=$(losses "$ref" | awk -v s="$stop" '$1 > s')
+  b=$(losses "$run" | awk -v s="$stop" '$1 > s')
+  if [ -z "$a" ] || [ "$a" != "$b" ]; then
+    bad "$name" "resumed losses differ from the uninterrupted run's: $(diff <(echo "$a") <(echo "$b") | head -4 | tr '\n' ' ')"
+    return
+  fi
+  if "$B" ckpt verify "$run" > "$run.verify.log" 2>&1; then
+    ok "$name" "steps $((stop + 1))-$steps identical after resume, ckpt verify OK"
+  else
+    bad "$name" "ckpt verify: $(head -c 200 "$run.verify.log")"
+  fi
+}
+resume_case resume-tiny-bf16-cudnn-z1 12 6 "${TINY[@]}" --precision bf16 --attention cudnn --zero 1
+resume_case resume-tiny-fp32-flash-z2 12 6 "${TINY[@]}" --precision fp32 --attention flash --zero 2
+resume_case resume-gpt2-124m-bf16-z1 6 3 "${G124[@]}" --precision bf16 --attention cudnn --zero 1
+summary
