@@ -4,7 +4,8 @@
 # under torchrun), in one call on the same GPUs. A benchmark, not a test.
 #
 #   bash bench/gpt2_vs_torch.sh PEER.py [GPUS] [PRECISION] [MICRO_BATCH]
-#     PEER.py     path to torch_gpt2.py (../shared/bench/torch_gpt2.py)
+#     PEER.py     path to torch_gpt2.py, the PyTorch peer (not in this repository:
+#                 it is kept with the team's benchmark files; docs/benchmarks.md)
 #     GPUS        1 or more (default 1); >1 runs torchrun and mpirun
 #     PRECISION   bf16 (default), fp16 or fp32 for shardtrain
 #     MICRO_BATCH sequences per GPU per step (default 32)

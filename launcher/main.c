@@ -35,7 +35,8 @@ static void usage(void) {
          "  shardtrain bench train --ranks 1,2,4 [flags] -- TRAIN_FLAGS   (tokens/s, MFU, scaling;\n"
          "                   not under mpirun: it starts the runs)\n"
          "  shardtrain plan  [train's model/batch/system flags] [--ranks N] [--gpu-mem SIZE]\n"
-         "                   [--fit] [--json]   (per-GPU memory; see shardtrain plan --help)\n",
+         "                   [--fit] [--json]   (memory per GPU or CPU rank; see shardtrain "
+         "plan --help)\n",
          SHARDTRAIN_VERSION);
 }
 

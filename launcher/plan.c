@@ -71,6 +71,11 @@ static void resolve_gpu_mem(const st_plan_options *o, const st_plan_input *in, u
 #endif
 }
 
+/* What the plan's bytes are of: one GPU, or on --device cpu the host memory
+ * of one rank (which --gpu-mem caps there too, as in train). */
+static const char *per_what(int cuda) { return cuda ? "per GPU" : "per CPU rank"; }
+static const char *memory_what(int cuda) { return cuda ? "GPU memory" : "memory per CPU rank"; }
+
 static void row(const char *label, uint64_t bytes, const char *note) {
   char c[40], h[32];
   printf("  %-28s %17s %11s%s%s\n", label, commas(bytes, c, sizeof c), human(bytes, h, sizeof h),
@@ -92,7 +97,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   printf("config  micro-batch %d x grad-accum %d x %d rank(s) = global batch %d; ZeRO %d, %s, "
          "recompute %s, %s\n\n", in->micro_batch, accum, in->world, o->rc.global_batch,
          in->zero_stage, dt, st_recompute_name(in->recompute), cuda ? "cuda" : "cpu");
-  printf("  %-28s %17s\n", "per GPU", "bytes");
+  printf("  %-28s %17s\n", per_what(cuda), "bytes");
   snprintf(note, sizeof note, "%s, every parameter (padded)", dt);
   row("working weights", p->weights, note);
   if (in->zero_stage == 2) {
@@ -149,14 +154,49 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("total", p->total, "");
   printf("\n");
   if (p->fits < 0) {
-    printf("GPU memory: not checked (give --gpu-mem SIZE; no GPU is visible here to read it "
-           "from)\n");
+    if (cuda)
+      printf("GPU memory: not checked (give --gpu-mem SIZE; no GPU is visible here to read it "
+             "from)\n");
+    else
+      printf("memory per CPU rank: not checked (give --gpu-mem SIZE, the host memory one rank "
+             "may use, as train's --gpu-mem caps it)\n");
     return;
   }
-  printf("GPU memory %s (%s) less %g%% headroom = %s usable: ", human(in->gpu_mem, a, sizeof a),
-         source, in->headroom_pct, human(p->usable, b, sizeof b));
+  printf("%s %s (%s) less %g%% headroom = %s usable: ", memory_what(cuda),
+         human(in->gpu_mem, a, sizeof a), source, in->headroom_pct, human(p->usable, b, sizeof b));
   if (p->fits) printf("fits, %s to spare\n", human((uint64_t)p->spare, c, sizeof c));
   else printf("DOES NOT FIT, over by %s\n", human((uint64_t)-p->spare, c, sizeof c));
+}
+
+/* After DOES NOT FIT: the smallest change that fits, found by the search
+ * train's pre-flight makes for the same message (ST_FIT_NEAREST, the ZeRO
+ * stage kept if it can be, else the next higher), and the --fit pointer. */
+static int print_smallest_change(const st_plan_input *in, int global_batch) {
+  st_plan_fit_query q;
+  memset(&q, 0, sizeof q);
+  q.base = *in;
+  q.global_batch = global_batch;
+  q.search_zero = 2;
+  q.order = ST_FIT_NEAREST;
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return -1;
+  char change[300], h[32];
+  if (f.found) {
+    st_plan_describe_change(in, &f.choice.in, global_batch, change, sizeof change);
+    printf("The smallest change that fits: %s (plan %s).\n", change,
+           human(f.choice.plan.total, h, sizeof h));
+  } else {
+    printf("Nothing fits on %d rank(s): even micro-batch %d, recompute %s, ZeRO %d needs %s. Use "
+           "more --ranks, a shorter --seq-len, a smaller model or %s.\n", in->world,
+           f.least.in.micro_batch, st_recompute_name(f.least.in.recompute),
+           f.least.in.zero_stage, human(f.least.plan.total, h, sizeof h),
+           in->backend == ST_BACKEND_CUDA ? "a larger GPU" : "a larger --gpu-mem");
+    printf("Add --fit to these flags to see what each choice needs (docs/memory.md).\n");
+    return 0;
+  }
+  printf("Add --fit to these flags to choose micro-batch, recompute and ZeRO stage by estimated "
+         "step time (train --auto-fit applies the same choice; docs/memory.md).\n");
+  return 0;
 }
 
 static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
@@ -174,16 +214,18 @@ static void print_json(cJSON *j) {
 static void print_fit(const st_plan_fit_query *q, const st_plan_fit *f, const char *source) {
   char d[240], h1[32], h2[32], why[4096];
   const st_plan_choice *ch = f->found ? &f->choice : &f->least;
-  printf("fit     global batch %d on %d rank(s): %s (%s) less %g%% = %s usable per GPU; %d "
+  const int cuda = q->base.backend == ST_BACKEND_CUDA;
+  printf("fit     global batch %d on %d rank(s): %s (%s) less %g%% = %s usable %s; %d "
          "candidates planned\n", q->global_batch, q->base.world,
          human(q->base.gpu_mem, h1, sizeof h1), source, q->base.headroom_pct,
-         human(ch->plan.usable, h2, sizeof h2), f->candidates);
+         human(ch->plan.usable, h2, sizeof h2), per_what(cuda), f->candidates);
   if (!f->found) {
     st_plan_choice_describe(&f->least, d, sizeof d);
     printf("        NOTHING FITS. The least memory any choice needs: %s, over by %s.\n"
            "        Use more ranks (ZeRO 1 and 2 divide the optimizer state, ZeRO 2 the "
-           "gradients too),\n        a shorter --seq-len, a smaller model or a larger GPU.\n\n",
-           d, human((uint64_t)-f->least.plan.spare, h1, sizeof h1));
+           "gradients too),\n        a shorter --seq-len, a smaller model or %s.\n\n",
+           d, human((uint64_t)-f->least.plan.spare, h1, sizeof h1),
+           cuda ? "a larger GPU" : "a larger --gpu-mem");
     return;
   }
   st_plan_choice_describe(&f->choice, d, sizeof d);
@@ -229,6 +271,8 @@ int st_cmd_plan(int argc, char **argv) {
     if (st_memory_plan_make(&in, &p)) return st_cli_fail(st_error_exit_code());
     if (o.json) print_json(plan_json(&o, &in, &p, G / BN, source));
     else print_table(&o, &in, &p, G / BN, source);
+    if (p.fits == 0 && !o.json && print_smallest_change(&in, G))
+      return st_cli_fail(st_error_exit_code());
     return p.fits == 0 ? ST_EXIT_MEMORY : 0;
   }
 

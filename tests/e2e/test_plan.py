@@ -3,8 +3,9 @@ derivation of the memory model (below, written from docs/memory.md, not
 from rank/memory_plan.c), exit codes 0 / 6 / 2, --fit's choices, and bad
 input named by flag. One process, no MPI, no GPU needed."""
 import json
+import os
 
-from common import check, parse_args, run
+from common import check, corpus, parse_args, run, train
 
 a = parse_args()
 GiB = 1 << 30
@@ -187,3 +188,46 @@ r = plan(["--help"])
 check("--fit" in r.stdout and "--gpu-mem" in r.stdout, "plan --help lists --fit and --gpu-mem")
 r = run([a.bin, "--help"])
 check("shardtrain plan" in r.stdout, "shardtrain --help lists plan")
+
+# 5. The wording follows the device: on --device cpu the plan is of one CPU
+#    rank's host memory, never "per GPU"; a plan that does not fit names the
+#    smallest change that fits (the one train's pre-flight names for the same
+#    flags) and points at --fit.
+cpu = ["--model", "tiny", "--seq-len", 32, "--vocab-size", 256, "--device", "cpu",
+       "--micro-batch", 8, "--global-batch", 16, "--headroom", 0]
+r = plan(cpu)
+check("GPU" not in r.stdout and "per CPU rank" in r.stdout and
+      "memory per CPU rank: not checked" in r.stdout,
+      "plan --device cpu: the table is per CPU rank and never says GPU")
+need = plan_json(cpu)["bytes"]["total"]
+r = plan(cpu + ["--gpu-mem", f"{need + 4096}B"])
+check("GPU" not in r.stdout and "memory per CPU rank" in r.stdout and "fits," in r.stdout,
+      "plan --device cpu --gpu-mem: 'memory per CPU rank ... fits', no GPU")
+r = plan(cpu + ["--fit", "--gpu-mem", f"{need + 4096}B"])
+check("GPU" not in r.stdout and "usable per CPU rank" in r.stdout,
+      "plan --device cpu --fit: 'usable per CPU rank', no GPU")
+r = plan(base + ["--global-batch", 32])
+check("per GPU" in r.stdout, "plan --device cuda: still per GPU")
+
+tight = f"{need * 3 // 4}B"
+r = plan(cpu + ["--gpu-mem", tight], rc=6)
+check("GPU" not in r.stdout and "DOES NOT FIT" in r.stdout, "cpu, 3/4 of the plan: DOES NOT FIT, no GPU")
+check("Add --fit to these flags" in r.stdout, "DOES NOT FIT suggests --fit")
+change = [l for l in r.stdout.splitlines() if l.startswith("The smallest change that fits: ")]
+check(len(change) == 1 and ("--micro-batch 8 -> " in change[0] or "--recompute none -> " in change[0]),
+      f"DOES NOT FIT names the smallest change: {change}")
+named = change[0][len("The smallest change that fits: "):].rsplit(" (plan ", 1)[0]
+data = corpus(a)
+t = train(a, 1, ["--data", data, "--out", os.path.join(a.work, "tight"), "--steps", 1,
+                 "--gpu-mem", tight] + [str(x) for x in cpu[:6] + cpu[8:]], expect_rc=6)
+check(f"The smallest change that fits: {named} (plan" in t.stderr,
+      f"train's pre-flight names the same change as plan: {named}")
+r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
+check("The smallest change that fits: --micro-batch 32 -> " in r.stdout and
+      "Add --fit to these flags" in r.stdout,
+      "124M in 8 GiB: names the smallest change and suggests --fit")
+r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
+check("Nothing fits on 1 rank(s)" in r.stdout and "--fit" in r.stdout,
+      "1558M in 24 GiB: says nothing fits and points at --fit")
+d = plan_json(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
+check(d["gpu"]["fits"] is False, "--json stays one JSON object when it does not fit")
