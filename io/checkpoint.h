@@ -17,6 +17,7 @@
  *
  * A step is written into RUN/ckpt/.tmp_step_XXXXXXXX and renamed to
  * step_XXXXXXXX after a barrier, so a crash leaves the previous `latest`.
+ * A complete step directory is never written over (docs/checkpoints.md).
  *
  * The partition is the flat-vector partition of the writing run; readers use
  * the index only, so any rank count and ZeRO stage can resume.
