@@ -138,22 +138,27 @@ static int resolve_auto(const char *run_dir, char *step_dir, int cap, int *found
     }
     return copy_out(dir, step_dir, cap, found);
   }
-  int any = 0;
-  {
-    st_ckpt_entry *v;
-    if (st_ckpt_list(run_dir, &v, &any) != 0) any = 0;
-    free(v);
-  }
-  if (!any && strcmp(why, "is missing") == 0) return 0; /* a fresh run: nothing to resume */
   if (newest_verified(run_dir, dir, sizeof dir, skipped, sizeof skipped, &nskip)) {
     snprintf(g_notice, sizeof g_notice, "notice: ckpt/latest %s; resuming from the newest "
              "complete checkpoint %s%s%s", why, strrchr(dir, '/') + 1, skipped, nskip ? ")" : "");
     return copy_out(dir, step_dir, cap, found);
   }
-  snprintf(g_notice, sizeof g_notice, "notice: ckpt/latest %s and no step directory in %s/ckpt "
-           "is a complete checkpoint%s%s; starting fresh", why, run_dir, skipped,
-           nskip ? ")" : "");
-  return 0;
+  /* Nothing to resume from. Only leftovers of saves that never became
+   * latest (no latest, nothing complete) allow a fresh start: a latest, or
+   * a complete directory that does not verify, says a checkpoint was made,
+   * and starting over beside it would bury it. */
+  char newest[64];
+  int64_t ns;
+  st_ckpt_newest_complete(run_dir, newest, sizeof newest, &ns);
+  if (strcmp(why, "is missing") == 0 && ns < 0) {
+    if (nskip)
+      snprintf(g_notice, sizeof g_notice, "notice: ckpt/latest is missing and no step directory "
+               "in %s/ckpt is a complete checkpoint%s); starting fresh", run_dir, skipped);
+    return 0;
+  }
+  return ckpt_err("%s %s, and no step directory is a complete checkpoint that verifies%s%s; "
+                  "restore it, %s, or remove %s/ckpt (or choose a new --out) to start over",
+                  latest, why, skipped, nskip ? ")" : "", k_earlier, run_dir);
 }
 
 /* A step directory, or its index.h5. */

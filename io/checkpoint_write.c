@@ -341,15 +341,16 @@ static int write_index(const save_paths *p, const st_param_table *tab, const st_
  * --------------------------------------------------------------------- */
 
 /* Rename the finished directory into place, then point `latest` at it. An
- * incomplete step directory of the same name (a save cut short before
- * shardtrain refused complete ones, or a damaged copy) is moved aside first
- * and removed once the new one is in place; a complete one is refused
- * (refuse_complete, checked again here: stage 1 ran long ago). */
+ * incomplete step directory of the same name (a rank file lost, a save of
+ * an older shardtrain cut short) is moved aside to .incomplete_step_X,
+ * where it stays (nothing a user might still recover is deleted); a
+ * complete one is refused (refuse_complete, checked again here: stage 1
+ * ran long ago). */
 static int publish(const save_paths *p) {
   char old[4200] = "", latest[4200], text[64];
   if (refuse_complete(p) != 0) return -1;
   if (st_path_exists(p->final)) {
-    snprintf(old, sizeof old, "%s/.old_%s", p->ckpt, p->name);
+    snprintf(old, sizeof old, "%s/.incomplete_%s", p->ckpt, p->name);
     if (st_rm_rf(old) != 0) return -1;
     if (rename(p->final, old) != 0)
       return st_error_set("cannot move old %s aside: %s", p->final, strerror(errno));
@@ -360,7 +361,6 @@ static int publish(const save_paths *p) {
     return -1;
   }
   if (st_fsync_dir(p->ckpt) != 0) return -1;
-  if (old[0]) st_rm_rf(old);
   snprintf(latest, sizeof latest, "%s/latest", p->ckpt);
   snprintf(text, sizeof text, "%s\n", p->name);
   return st_write_file_atomic(latest, text);

@@ -413,6 +413,11 @@ static int check_outdir_writable(trainer *tr) {
   char ckpt[1100], metrics[1100];
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", rc->out);
   snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", rc->out);
+  /* each rank makes it too: on nodes that do not share --out, rank 0's is
+   * invisible here, which check_outdir_shared then names */
+  if (st_mkdir_p(rc->out))
+    return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
+                           "is writable)", rc->out);
   if (probe_dir(rc->out, "metrics.jsonl and run.lock", r)) return -1;
   if (st_mkdir_p(ckpt))
     return st_error_prefix("--out %s: cannot create its checkpoint directory", rc->out);
