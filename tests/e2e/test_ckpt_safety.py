@@ -60,6 +60,28 @@ check(open(os.path.join(out, "ckpt", "latest")).read().strip() == "step_00000020
       "latest names step 20")
 verify(out)
 
+# --- latest names an incomplete directory: the older complete one ------------
+out = W("broken")
+train(a, 2, base + ["--steps", 12, "--stop-after", 8, "--ckpt-every", 4, "--out", out])
+os.remove(os.path.join(ckpt(out, 8), "rank_00001.h5"))
+r = train(a, 2, base + ["--steps", 12, "--ckpt-every", 4, "--out", out])
+check("notice: ckpt/latest names step_00000008, which is incomplete (it is missing "
+      "rank_00001.h5); resuming from the newest complete checkpoint step_00000004" in r.stdout
+      and "at step 4" in r.stdout, "latest names an incomplete step 8: resumed from step 4")
+kept = os.path.join(out, "ckpt", ".incomplete_step_00000008")
+check(os.path.exists(os.path.join(kept, "rank_00000.h5")) and
+      not os.path.exists(os.path.join(kept, "rank_00001.h5")),
+      "the incomplete step 8 is kept aside as .incomplete_step_00000008, not deleted")
+verify(ckpt(out, 8))
+verify(out)
+# only leftovers and no latest: a fresh start, saying what it passed over
+out = W("leftovers")
+os.makedirs(ckpt(out, 3))
+r = train(a, 1, base + ["--steps", 2, "--out", out])
+check("notice: ckpt/latest is missing and no step directory" in r.stdout and
+      "step_00000003 has no index.h5" in r.stdout and "fresh start" in r.stdout,
+      "no latest, only an incomplete directory: a fresh start with a notice")
+
 # --- never write over a complete checkpoint --------------------------------
 out = W("keepme")
 train(a, 2, base + ["--steps", 8, "--ckpt-every", 4, "--out", out])
