@@ -22,10 +22,12 @@
 
 #include "util/error.h"
 
-/* Start time of pid in clock ticks since boot (/proc/PID/stat field 22),
- * or 0 where it cannot be read (no /proc, the process is gone). */
-static unsigned long long pid_start_time(long long pid) {
+/* From /proc/PID/stat: the start time of pid in clock ticks since boot
+ * (field 22; 0 where it cannot be read: no /proc, the process is gone) and
+ * its state (field 3; 0 when unknown). */
+static unsigned long long pid_stat(long long pid, char *state) {
   char path[64], buf[1024];
+  if (state) *state = 0;
   snprintf(path, sizeof path, "/proc/%lld/stat", pid);
   FILE *f = fopen(path, "r");
   if (!f) return 0;
@@ -37,9 +39,12 @@ static unsigned long long pid_start_time(long long pid) {
   p++;
   /* after ')': field 3 (state) is token 0, so field 22 is token 19 */
   char *save = NULL, *tok = strtok_r(p, " ", &save);
+  if (tok && state) *state = tok[0];
   for (int i = 0; tok && i < 19; i++) tok = strtok_r(NULL, " ", &save);
   return tok ? strtoull(tok, NULL, 10) : 0;
 }
+
+static unsigned long long pid_start_time(long long pid) { return pid_stat(pid, NULL); }
 
 void st_run_id_make(char id[33]) {
   unsigned char b[16];
@@ -118,7 +123,12 @@ static const char *stale_reason(const st_run_lock *h, const st_run_lock *me, cha
     snprintf(buf, cap, "process %lld is gone", h->pid);
     return buf;
   }
-  const unsigned long long now = pid_start_time(h->pid);
+  char state;
+  const unsigned long long now = pid_stat(h->pid, &state);
+  if (state == 'Z' || state == 'X') { /* exited, not yet reaped (an MPI abort, kill -9) */
+    snprintf(buf, cap, "process %lld has exited", h->pid);
+    return buf;
+  }
   if (h->pid_start && now && now != h->pid_start) {
     snprintf(buf, cap, "pid %lld now belongs to another process (started at tick %llu, the "
              "lock's at %llu)", h->pid, now, h->pid_start);
@@ -187,7 +197,16 @@ int st_run_lock_acquire(const char *run_dir, st_run_lock *lk, char *notice, int 
       break;
     }
     char why[256];
-    if (!stale_reason(&h, lk, why, sizeof why)) {
+    /* A holder on this host that looks alive may be a job that is just
+     * ending (its exit or its reaping in progress): look again for up to
+     * about 2 s before refusing. */
+    const char *stale = stale_reason(&h, lk, why, sizeof why);
+    for (int k = 0; !stale && k < 20 && strcmp(h.host, lk->host) == 0; k++) {
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      stale = stale_reason(&h, lk, why, sizeof why);
+    }
+    if (!stale) {
       said = 1;
       st_error_set("--out %s is in use by another job: host %s, pid %lld%s%s, since %s (%s). "
                    "Wait for it to finish or stop it; if that job is gone, remove %s and start "

@@ -175,6 +175,7 @@ static void collective_failed(trainer *tr) {
   fprintf(stderr, "shardtrain: error (rank %d): %s\n", tr->comm->rank, st_error_msg());
   fflush(stderr);
   fflush(stdout);
+  st_run_lock_release(&tr->lock); /* MPI_Abort skips st_train's exit path */
   MPI_Abort(MPI_COMM_WORLD, ST_EXIT_COLLECTIVE);
 }
 

@@ -5,8 +5,8 @@
   with one line naming the holder (host, pid, since when) and what to do;
   afterwards latest names a complete checkpoint that verifies, and
   metrics.jsonl holds each step once.
-- The lock is gone after exit 0, after an error exit (3) and after a
-  preemption (75).
+- The lock is gone after exit 0, after an error exit (2), after an
+  out-of-memory abort (7, MPI_Abort) and after a preemption (75).
 - A kill -9'd job leaves its lock behind; the next start takes it over
   with a notice and trains.
 - A lock of a live process on this host blocks; one whose pid is alive but
@@ -83,6 +83,9 @@ out = W("race0")  # latest is step 40: --steps 20 is below it (exit 2, after the
 r = train(a, 2, base + ["--steps", 20, "--out", out], expect_rc=2)
 check("--steps 20 is below" in r.stderr and not os.path.exists(os.path.join(out, "run.lock")),
       "an error exit after the lock was taken releases it")
+r = train(a, 1, base + ["--steps", 4, "--out", W("oom")], env={"ST_FAULT_OOM": "2"}, expect_rc=7)
+check(not os.path.exists(os.path.join(W("oom"), "run.lock")),
+      "an out-of-memory abort (exit 7, MPI_Abort) releases the lock")
 out = W("preempt")
 p = mpirun(2, ["--steps", 100000, "--out", out])
 metrics = os.path.join(out, "metrics.jsonl")
