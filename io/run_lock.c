@@ -79,13 +79,14 @@ static void self_identity(st_run_lock *lk) {
   struct tm tm;
   gmtime_r(&now, &tm);
   strftime(lk->since, sizeof lk->since, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  lk->since_epoch = (long long)now;
   st_run_id_make(lk->run_id);
 }
 
 static int format_lock(const st_run_lock *lk, char *buf, size_t cap) {
   return snprintf(buf, cap, "host=%s\npid=%lld\npid_start=%llu\nslurm_job_id=%s\nsince=%s\n"
-                  "run_id=%s\n", lk->host, lk->pid, lk->pid_start, lk->slurm_job_id, lk->since,
-                  lk->run_id);
+                  "since_epoch=%lld\nrun_id=%s\n", lk->host, lk->pid, lk->pid_start,
+                  lk->slurm_job_id, lk->since, lk->since_epoch, lk->run_id);
 }
 
 /* Parse a lock file; 0, 1 when it does not exist (any more), -1 when it
@@ -106,6 +107,7 @@ static int read_lock(const char *path, st_run_lock *h) {
     else if (strcmp(k, "pid_start") == 0) h->pid_start = strtoull(v, NULL, 10);
     else if (strcmp(k, "slurm_job_id") == 0) snprintf(h->slurm_job_id, sizeof h->slurm_job_id, "%s", v);
     else if (strcmp(k, "since") == 0) snprintf(h->since, sizeof h->since, "%s", v);
+    else if (strcmp(k, "since_epoch") == 0) h->since_epoch = atoll(v);
     else if (strcmp(k, "run_id") == 0) snprintf(h->run_id, sizeof h->run_id, "%s", v);
   }
   fclose(f);

@@ -32,6 +32,7 @@ typedef struct {
   unsigned long long pid_start;
   char slurm_job_id[64];
   char since[32];      /* ISO 8601 UTC */
+  long long since_epoch; /* the same, seconds since 1970 */
   char run_id[40];     /* 32 hex digits */
   int held;            /* this process holds path */
 } st_run_lock;
