@@ -63,7 +63,10 @@ typedef struct {
  * adam_m/adam_v: the moments for this rank's partition [part.begin, part.end)
  * (element 0 is element part.begin of the flat vector). On success `latest`
  * names the new step. On failure on any rank, no rank updates `latest`, the
- * temporary directory is removed, and -1 is returned with st_error. */
+ * temporary directory is removed, and -1 is returned with st_error. A
+ * step directory that already holds a complete checkpoint is a failure
+ * (it is never overwritten); an incomplete one is kept as .incomplete_NAME.
+ * meta->run_id goes into every file (one is made when it is empty). */
 int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
                  const st_partition *part, const float *params,
                  const float *adam_m, const float *adam_v, const st_ckpt_meta *meta);

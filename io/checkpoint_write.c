@@ -3,7 +3,8 @@
  * The save runs in four stages separated by an agreement (every rank
  * learns whether any rank failed, and with which message):
  *
- *   1. rank 0 creates RUN/ckpt/.tmp_step_XXXXXXXX (removing a stale one);
+ *   1. rank 0 creates RUN/ckpt/.tmp_step_XXXXXXXX (removing a stale one),
+ *      refusing when step_XXXXXXXX is already a complete checkpoint;
  *   2. every rank writes rank_NNNNN.h5 with its pieces of every tensor,
  *      flushes, closes and fsyncs it;
  *   3. rank 0 writes index.h5, whose virtual datasets stitch the pieces
