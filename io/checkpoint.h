@@ -17,6 +17,7 @@
  *
  * A step is written into RUN/ckpt/.tmp_step_XXXXXXXX and renamed to
  * step_XXXXXXXX after a barrier, so a crash leaves the previous `latest`.
+ * A complete step directory is never written over (docs/checkpoints.md).
  *
  * The partition is the flat-vector partition of the writing run; readers use
  * the index only, so any rank count and ZeRO stage can resume.
@@ -45,6 +46,11 @@ typedef struct {
   int scaler_hysteresis_left;
   int64_t skipped_steps;
   char config_json[8192]; /* run configuration (model shape + training) */
+  /* Identity of the job that wrote it (32 hex digits; run_lock.h): the
+   * attribute run_id of index.h5 and of every rank file, which verify and
+   * load compare, so files of two runs never pass as one checkpoint. Empty
+   * on save: the save makes one. Empty on read: an older checkpoint. */
+  char run_id[40];
   /* Written only (the reader leaves them 0): the writing run's memory plan,
    * as `shardtrain plan --json` prints it, and its total bytes per rank;
    * root attributes memory_plan and memory_planned_bytes when not NULL. */
@@ -57,16 +63,28 @@ typedef struct {
  * adam_m/adam_v: the moments for this rank's partition [part.begin, part.end)
  * (element 0 is element part.begin of the flat vector). On success `latest`
  * names the new step. On failure on any rank, no rank updates `latest`, the
- * temporary directory is removed, and -1 is returned with st_error. */
+ * temporary directory is removed, and -1 is returned with st_error. A
+ * step directory that already holds a complete checkpoint is a failure
+ * (it is never overwritten); an incomplete one is kept as .incomplete_NAME.
+ * meta->run_id goes into every file (one is made when it is empty). */
 int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
                  const st_partition *part, const float *params,
                  const float *adam_m, const float *adam_v, const st_ckpt_meta *meta);
 
 /* Resolve what --resume means: "auto" -> run_dir/ckpt/latest's step
  * directory, or "" with *found=0 when there is none; a path -> that step
- * directory (must contain index.h5). 0, or -1 with st_error. */
+ * directory (must contain index.h5). 0, or -1 with st_error.
+ * With "auto", latest is only a pointer: when it is missing, empty,
+ * unreadable or names a missing or incomplete directory, the newest
+ * complete and verified step directory is taken (incomplete and .tmp_
+ * ones skipped), and a later complete, verified one than latest's wins;
+ * either way st_ckpt_resolve_notice() then holds one line saying so. */
 int st_ckpt_resolve(const char *run_dir, const char *resume, char *step_dir,
                     int cap, int *found);
+
+/* The notice of the last st_ckpt_resolve ("" when there is none): one
+ * line, for rank 0 to print. */
+const char *st_ckpt_resolve_notice(void);
 
 /* Read only the metadata (attributes) of a checkpoint step directory. */
 int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/checkpoint_dirs.h"
 #include "io/h5util.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -51,20 +52,113 @@ static int copy_out(const char *dir, char *step_dir, int cap, int *found) {
   return 0;
 }
 
+/* What resolve_auto found out besides the answer (st_ckpt_resolve_notice). */
+static char g_notice[3072];
+
+const char *st_ckpt_resolve_notice(void) { return g_notice; }
+
+/* " (skipped: step_00000300 has no index.h5, ...)" appended to buf. */
+static void add_skip(char *buf, size_t cap, int *nskip, const char *name, const char *why) {
+  size_t n = strlen(buf);
+  if (n + 8 >= cap) return;
+  snprintf(buf + n, cap - n, "%s%s %s", (*nskip)++ ? ", " : " (skipped: ", name, why);
+}
+
+/* The newest complete, verified step directory of run_dir: 1 with dir
+ * filled, 0 when none; what was passed over is described in skipped. */
+static int newest_verified(const char *run_dir, char *dir, size_t cap, char *skipped,
+                           size_t scap, int *nskip) {
+  st_ckpt_entry *v;
+  int n, got = 0;
+  if (st_ckpt_list(run_dir, &v, &n) != 0) return 0;
+  char msg[1536];
+  snprintf(msg, sizeof msg, "%s", st_error_msg()); /* verification below overwrites it */
+  for (int i = 0; i < n && !got; i++) {
+    char d[4300], why[160];
+    if (v[i].tmp) {
+      add_skip(skipped, scap, nskip, v[i].name, "is an unfinished save");
+      continue;
+    }
+    snprintf(d, sizeof d, "%s/ckpt/%s", run_dir, v[i].name);
+    if (!st_ckpt_step_complete(d, why, sizeof why)) {
+      add_skip(skipped, scap, nskip, v[i].name, why);
+      continue;
+    }
+    if (st_ckpt_verify(d, NULL) != 0) {
+      add_skip(skipped, scap, nskip, v[i].name, "does not verify");
+      continue;
+    }
+    snprintf(dir, cap, "%s", d);
+    got = 1;
+  }
+  free(v);
+  st_error_set("%s", msg);
+  return got;
+}
+
+/* --resume auto. `latest` is a pointer; the step directories are the truth:
+ * when latest is missing, empty, unreadable, not a step name, or names a
+ * directory that is missing or incomplete, the newest complete and verified
+ * step directory is taken instead (with a notice); when latest is good but a
+ * complete, verified directory of a later step exists (a crash between the
+ * rename of a step and the update of latest), that one. No complete
+ * directory at all: a fresh start (with a notice when something was
+ * skipped). */
 static int resolve_auto(const char *run_dir, char *step_dir, int cap, int *found) {
-  char latest[4200], name[256], dir[4500], idx[4600];
+  char latest[4200], name[256] = "", dir[4500], why[200] = "", skipped[1400] = "";
+  int nskip = 0;
+  g_notice[0] = 0;
   snprintf(latest, sizeof latest, "%s/ckpt/latest", run_dir);
-  if (!st_path_exists(latest)) return 0; /* a fresh run: nothing to resume */
-  if (st_read_small_file(latest, name, sizeof name) != 0) return ckpt_err("%s", st_error_msg());
-  if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-    return ckpt_err("%s holds '%s', not a step directory name like step_00001000; fix or "
-                    "delete it, or pass --resume PATH", latest, name);
-  snprintf(dir, sizeof dir, "%s/ckpt/%s", run_dir, name);
-  snprintf(idx, sizeof idx, "%s/index.h5", dir);
-  if (!st_path_exists(idx))
-    return ckpt_err("%s names %s, but %s does not exist; %s, or --resume none to start over",
-                    latest, name, idx, k_earlier);
-  return copy_out(dir, step_dir, cap, found);
+  if (!st_path_exists(latest)) snprintf(why, sizeof why, "is missing");
+  else if (st_read_small_file(latest, name, sizeof name) != 0)
+    snprintf(why, sizeof why, "cannot be read (%.120s)", st_error_msg());
+  else if (!name[0]) snprintf(why, sizeof why, "is empty");
+  else if (strchr(name, '/') || strncmp(name, "step_", 5) != 0)
+    snprintf(why, sizeof why, "holds '%.60s', not a step directory name", name);
+  if (!why[0]) {
+    char w[128];
+    snprintf(dir, sizeof dir, "%s/ckpt/%s", run_dir, name);
+    if (!st_is_dir(dir)) snprintf(why, sizeof why, "names %s, which does not exist", name);
+    else if (!st_ckpt_step_complete(dir, w, sizeof w))
+      snprintf(why, sizeof why, "names %s, which is incomplete (it %s)", name, w);
+  }
+  if (!why[0]) {
+    /* latest is good; only a later complete directory overrides it */
+    char newest[64];
+    int64_t ns, ls = strtoll(name + 5, NULL, 10);
+    st_ckpt_newest_complete(run_dir, newest, sizeof newest, &ns);
+    if (ns <= ls) return copy_out(dir, step_dir, cap, found);
+    char d[4500];
+    if (newest_verified(run_dir, d, sizeof d, skipped, sizeof skipped, &nskip) &&
+        strtoll(strrchr(d, '/') + 6, NULL, 10) > ls) {
+      snprintf(g_notice, sizeof g_notice, "notice: ckpt/latest names %s, but the later %s is "
+               "complete and verifies (a save was interrupted before latest moved); resuming "
+               "from it", name, strrchr(d, '/') + 1);
+      return copy_out(d, step_dir, cap, found);
+    }
+    return copy_out(dir, step_dir, cap, found);
+  }
+  if (newest_verified(run_dir, dir, sizeof dir, skipped, sizeof skipped, &nskip)) {
+    snprintf(g_notice, sizeof g_notice, "notice: ckpt/latest %s; resuming from the newest "
+             "complete checkpoint %s%s%s", why, strrchr(dir, '/') + 1, skipped, nskip ? ")" : "");
+    return copy_out(dir, step_dir, cap, found);
+  }
+  /* Nothing to resume from. Only leftovers of saves that never became
+   * latest (no latest, nothing complete) allow a fresh start: a latest, or
+   * a complete directory that does not verify, says a checkpoint was made,
+   * and starting over beside it would bury it. */
+  char newest[64];
+  int64_t ns;
+  st_ckpt_newest_complete(run_dir, newest, sizeof newest, &ns);
+  if (strcmp(why, "is missing") == 0 && ns < 0) {
+    if (nskip)
+      snprintf(g_notice, sizeof g_notice, "notice: ckpt/latest is missing and no step directory "
+               "in %s/ckpt is a complete checkpoint%s); starting fresh", run_dir, skipped);
+    return 0;
+  }
+  return ckpt_err("%s %s, and no step directory is a complete checkpoint that verifies%s%s; "
+                  "restore it, %s, or remove %s/ckpt (or choose a new --out) to start over",
+                  latest, why, skipped, nskip ? ")" : "", k_earlier, run_dir);
 }
 
 /* A step directory, or its index.h5. */
@@ -90,6 +184,7 @@ static int resolve_path(const char *resume, char *step_dir, int cap, int *found)
 int st_ckpt_resolve(const char *run_dir, const char *resume, char *step_dir, int cap,
                     int *found) {
   *found = 0;
+  g_notice[0] = 0;
   if (cap > 0) step_dir[0] = 0;
   if (!resume || !resume[0] || strcmp(resume, "none") == 0) return 0;
   if (strcmp(resume, "auto") == 0) return resolve_auto(run_dir, step_dir, cap, found);
@@ -147,6 +242,7 @@ static int read_meta_attrs(hid_t f, const char *step_dir, st_ckpt_meta *m) {
                   !st_h5_attr_get_int(f, "loss_scale_hysteresis_left",
                                       &m->scaler_hysteresis_left) &&
                   !st_h5_attr_get_i64(f, "skipped_steps", &m->skipped_steps);
+  if (st_h5_attr_get_str(f, "run_id", m->run_id, sizeof m->run_id) != 0) m->run_id[0] = 0;
   return 0;
 }
 
@@ -262,6 +358,30 @@ static int check_rank_files_exist(const char *step_dir, int nfiles) {
   return 0;
 }
 
+/* Every rank file carries the run_id of index.h5 (when the index has one;
+ * checkpoints from before run_id have none): a file of another run, copied
+ * or left in by a second job, is named instead of read as if it belonged. */
+static int check_run_ids(hid_t index, const char *step_dir, int nfiles) {
+  char want[40] = "", got[40];
+  if (st_h5_attr_get_str(index, "run_id", want, sizeof want) != 0 || !want[0]) return 0;
+  for (int r = 0; r < nfiles; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank_%05d.h5", step_dir, r);
+    hid_t f = open_h5(path);
+    if (f < 0)
+      return ckpt_err("checkpoint %s is corrupted: rank_%05d.h5 cannot be opened as HDF5 (%s): "
+                      "%s", step_dir, r, st_h5_why(), k_earlier);
+    snprintf(got, sizeof got, "(none)");
+    int bad = st_h5_attr_get_str(f, "run_id", got, sizeof got) != 0 || strcmp(got, want) != 0;
+    H5Fclose(f);
+    if (bad)
+      return ckpt_err("checkpoint %s mixes files of two runs: rank_%05d.h5 has run_id %s but "
+                      "index.h5 has %s (another job wrote into this directory, or a file was "
+                      "copied in): %s", step_dir, r, got, want, k_earlier);
+  }
+  return 0;
+}
+
 /* Read a 1-D float dataset back block by block; each chunk read checks its
  * Fletcher-32 sum. 0, or -1 with *why set from HDF5's error stack. */
 static int read_back(hid_t d, float *buf, const char **why) {
@@ -343,6 +463,7 @@ int st_ckpt_verify_files(const char *step_dir, const st_param_table *tab, int fi
     rc = ckpt_err("checkpoint %s: index.h5 lacks valid 'rank_files' and 'step' attributes; "
                   "it is damaged: %s", step_dir, k_earlier);
   if (rc == 0) rc = check_rank_files_exist(step_dir, nfiles);
+  if (rc == 0) rc = check_run_ids(f, step_dir, nfiles);
   for (int g = 0; g < 3 && rc == 0; g++) rc = check_index_group(f, step_dir, k_groups[g], tab);
   H5Fclose(f);
   if (rc != 0) return rc;

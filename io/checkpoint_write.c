@@ -3,7 +3,8 @@
  * The save runs in four stages separated by an agreement (every rank
  * learns whether any rank failed, and with which message):
  *
- *   1. rank 0 creates RUN/ckpt/.tmp_step_XXXXXXXX (removing a stale one);
+ *   1. rank 0 creates RUN/ckpt/.tmp_step_XXXXXXXX (removing a stale one),
+ *      refusing when step_XXXXXXXX is already a complete checkpoint;
  *   2. every rank writes rank_NNNNN.h5 with its pieces of every tensor,
  *      flushes, closes and fsyncs it;
  *   3. rank 0 writes index.h5, whose virtual datasets stitch the pieces
@@ -25,7 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/checkpoint_dirs.h"
 #include "io/h5util.h"
+#include "io/run_lock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 
@@ -107,7 +110,20 @@ static int check_args(st_comm *comm, const st_param_table *tab, const st_partiti
  * Stage 1: the temporary directory (rank 0)
  * --------------------------------------------------------------------- */
 
+/* A complete checkpoint is never written over (docs/checkpoints.md): not
+ * by a run resumed from an earlier step, nor by another run in the same
+ * directory. An incomplete one (no index.h5, a rank file missing) is
+ * replaced, as publish() describes. */
+static int refuse_complete(const save_paths *p) {
+  char why[128];
+  if (!st_is_dir(p->final) || !st_ckpt_step_complete(p->final, why, sizeof why)) return 0;
+  return st_error_set("%s already holds a complete checkpoint, which is never overwritten; "
+                      "move it away, resume from it (--resume auto), or choose a new --out",
+                      p->final);
+}
+
 static int make_tmp_dir(const char *run_dir, const save_paths *p) {
+  if (refuse_complete(p) != 0) return -1;
   if (st_mkdir_p(p->ckpt) == 0 && st_rm_rf(p->tmp) == 0) {
     if (mkdir(p->tmp, 0755) == 0) return 0;
     st_error_set("cannot create directory %s: %s", p->tmp, strerror(errno));
@@ -149,7 +165,8 @@ static int write_rank_attrs(hid_t f, const st_partition *part, const st_ckpt_met
          st_h5_attr_put_int(f, "world_size", part->world) ||
          st_h5_attr_put_i64(f, "step", meta->step) ||
          st_h5_attr_put_i64(f, "partition_begin", part->begin) ||
-         st_h5_attr_put_i64(f, "partition_end", part->end);
+         st_h5_attr_put_i64(f, "partition_end", part->end) ||
+         st_h5_attr_put_str(f, "run_id", meta->run_id);
 }
 
 static int write_rank_tensors(hid_t f, const char *path, const st_param_table *tab,
@@ -199,6 +216,25 @@ static int write_rank_file(const save_paths *p, const st_param_table *tab,
 /* ------------------------------------------------------------------------
  * Stage 3: the index (rank 0)
  * --------------------------------------------------------------------- */
+
+/* Every rank file in tmp carries this save's run_id: nothing another job
+ * wrote into the same directory is indexed as ours. */
+static int check_rank_run_ids(const save_paths *p, int world, const char *run_id) {
+  for (int r = 0; r < world; r++) {
+    char path[4200], got[40] = "";
+    snprintf(path, sizeof path, "%s/rank_%05d.h5", p->tmp, r);
+    hid_t fapl = st_h5_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    st_h5_close_plist(fapl);
+    if (f < 0) return st_error_set("cannot open %s to check it: %s", path, st_h5_why());
+    int bad = st_h5_attr_get_str(f, "run_id", got, sizeof got) != 0 || strcmp(got, run_id) != 0;
+    H5Fclose(f);
+    if (bad)
+      return st_error_set("%s has run_id %s, not this job's %s: another job is writing into "
+                          "%s; start one job per run directory", path, got, run_id, p->ckpt);
+  }
+  return 0;
+}
 
 /* A virtual dataset of t's full shape; each rank's piece (the whole 1-D
  * source dataset) maps onto the tensor elements it holds. File names are
@@ -256,6 +292,7 @@ static int write_index_attrs(hid_t f, const st_param_table *tab, const st_partit
          st_h5_attr_put_int(f, "rank_files", part->world) ||
          st_h5_attr_put_i64(f, "total_elements", tab->total) ||
          st_h5_attr_put_int(f, "num_tensors", tab->n) ||
+         st_h5_attr_put_str(f, "run_id", meta->run_id) ||
          (meta->memory_plan_json &&
           (st_h5_attr_put_str(f, "memory_plan", meta->memory_plan_json) ||
            st_h5_attr_put_i64(f, "memory_planned_bytes", (int64_t)meta->memory_planned_bytes)));
@@ -304,13 +341,17 @@ static int write_index(const save_paths *p, const st_param_table *tab, const st_
  * Stage 4: publish (rank 0)
  * --------------------------------------------------------------------- */
 
-/* Rename the finished directory into place, then point `latest` at it. A
- * step directory that already exists (the same step saved again after a
- * restart) is moved aside first and removed once the new one is in place. */
+/* Rename the finished directory into place, then point `latest` at it. An
+ * incomplete step directory of the same name (a rank file lost, a save of
+ * an older shardtrain cut short) is moved aside to .incomplete_step_X,
+ * where it stays (nothing a user might still recover is deleted); a
+ * complete one is refused (refuse_complete, checked again here: stage 1
+ * ran long ago). */
 static int publish(const save_paths *p) {
   char old[4200] = "", latest[4200], text[64];
+  if (refuse_complete(p) != 0) return -1;
   if (st_path_exists(p->final)) {
-    snprintf(old, sizeof old, "%s/.old_%s", p->ckpt, p->name);
+    snprintf(old, sizeof old, "%s/.incomplete_%s", p->ckpt, p->name);
     if (st_rm_rf(old) != 0) return -1;
     if (rename(p->final, old) != 0)
       return st_error_set("cannot move old %s aside: %s", p->final, strerror(errno));
@@ -321,7 +362,6 @@ static int publish(const save_paths *p) {
     return -1;
   }
   if (st_fsync_dir(p->ckpt) != 0) return -1;
-  if (old[0]) st_rm_rf(old);
   snprintf(latest, sizeof latest, "%s/latest", p->ckpt);
   snprintf(text, sizeof text, "%s\n", p->name);
   return st_write_file_atomic(latest, text);
@@ -348,6 +388,14 @@ int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
   save_paths p;
   const float *const src[3] = {params, adam_m, adam_v};
   st_h5_quiet();
+  /* The writer's identity goes into every file (checkpoint.h, run_id);
+   * without one from the caller, this save makes its own. */
+  static st_ckpt_meta m; /* 8 KiB of config: not on the stack */
+  m = *meta;
+  if (!m.run_id[0] && comm->rank == 0) st_run_id_make(m.run_id);
+  if (!meta->run_id[0] && comm->broadcast(comm, m.run_id, sizeof m.run_id, 0) != 0)
+    return save_failed(&p, comm, 0, meta->step);
+  meta = &m;
   int bad = make_paths(run_dir, meta->step, &p) != 0 || check_args(comm, tab, part, meta) != 0;
   if (!bad && comm->rank == 0) bad = make_tmp_dir(run_dir, &p) != 0;
   if (agree(comm, bad) != 0) return save_failed(&p, comm, 0, meta->step);
@@ -355,7 +403,8 @@ int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
   bad = write_rank_file(&p, tab, part, src, meta) != 0;
   if (agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
 
-  bad = comm->rank == 0 && write_index(&p, tab, part, meta) != 0;
+  bad = comm->rank == 0 && (check_rank_run_ids(&p, part->world, meta->run_id) != 0 ||
+                            write_index(&p, tab, part, meta) != 0);
   if (agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
 
   bad = comm->rank == 0 && publish(&p) != 0;

@@ -139,7 +139,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
 static const char *const k_flags[] = {
     "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
     "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--global-batch", "--gpu-mem", "--gpu-stats-every",
-    "--grad-clip", "--headroom", "--heads", "--json", "--layers", "--log-every", "--loss-scale-max",
+    "--grad-clip", "--headroom", "--heads", "--json", "--keep-last", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
     "--nccl-timeout",
@@ -294,6 +294,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     }
     INT_FLAG("--warmup", 0, 1000000000, rc->optim.warmup_steps)
     INT_FLAG("--ckpt-every", 0, 1000000000, rc->ckpt_every)
+    INT_FLAG("--keep-last", 0, 1000000000, rc->keep_last)
     INT_FLAG("--val-every", 0, 1000000000, rc->val_every)
     INT_FLAG("--val-seqs", 0, 1 << 30, rc->val_seqs)
     INT_FLAG("--log-every", 1, 1000000000, rc->log_every)
@@ -388,6 +389,8 @@ void st_cli_print_train_usage(void) {
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
       "          --ckpt-every N (0: only at the end)  --val-every N (0: only at the end)\n"
+      "          --keep-last N (keep the newest N complete checkpoints and every one holding a\n"
+      "            file named keep; 0: keep all, the default)\n"
       "          --val-seqs N (256)  --log-every N (1)  --seed S (1337)\n"
       "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n"
       "          --step-timing (split each step: data, compute, exposed communication, optimizer;\n"

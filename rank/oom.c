@@ -124,13 +124,14 @@ void st_oom_report(const trainer *tr, const char *when, const char *category, ui
  * for it: like a failed collective, it says what happened here and takes
  * the whole job down, with the code of its own. */
 static void oom_abort(void *ctx, const char *category, size_t requested, const char *detail) {
-  const trainer *tr = ctx;
+  trainer *tr = ctx;
   static char msg[4096];
   st_oom_report(tr, tr->phase[0] ? tr->phase : "setup", category, requested, detail, msg,
                 sizeof msg);
   fprintf(stderr, "shardtrain: error (rank %d): %s\n", tr->comm->rank, msg);
   fflush(stderr);
   fflush(stdout);
+  st_run_lock_release(&tr->lock); /* MPI_Abort skips st_train's exit path */
   MPI_Abort(MPI_COMM_WORLD, ST_EXIT_OOM);
 }
 

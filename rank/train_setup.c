@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "io/checkpoint_dirs.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "collectives/collectives_nccl.h"
 #include "kernels/ops_cuda.h"
@@ -362,21 +363,103 @@ static int setup_memory_check(trainer *tr) {
                       st_format_bytes(f.choice.plan.total, c, sizeof c), alt);
 }
 
-/* Probe that the run directory can take files before any compute is spent. */
+/* The run directory belongs to one job at a time (io/run_lock.h): rank 0
+ * creates it and takes RUN/run.lock before anything else is written there;
+ * st_trainer_setup's agreement tells every rank the outcome. A holder that
+ * is gone (dead pid on this host, reused pid, the same Slurm job requeued)
+ * is taken over with a notice. */
 static int setup_outdir(trainer *tr) {
   const char *out = tr->rc->out;
+  if (tr->comm->rank != 0) return 0;
+  st_error_code(ST_EXIT_ERROR);
   if (st_mkdir_p(out))
     return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
                            "is writable)", out);
-  char probe[1100];
-  snprintf(probe, sizeof probe, "%s/.write_probe_%d", out, tr->comm->rank);
+  char notice[1600];
+  if (st_run_lock_acquire(out, &tr->lock, notice, sizeof notice)) return -1;
+  if (notice[0]) {
+    printf("%s\n", notice);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+/* 0 when a file can be created in dir, else -1 naming dir and what the run
+ * writes there. As root, permission bits do not stop us, so only creating
+ * a file tells (a read-only mount, an immutable directory, a full quota). */
+static int probe_dir(const char *dir, const char *what, int rank) {
+  char probe[1300];
+  snprintf(probe, sizeof probe, "%s/.write_probe_%d", dir, rank);
   FILE *f = fopen(probe, "w");
   if (!f)
-    return st_error_set("--out %s is not writable (%s); choose a directory you can write to",
-                        out, strerror(errno));
+    return st_error_set("--out: directory %s is not writable (%s); the run writes %s there: make "
+                        "it writable or choose another --out", dir, strerror(errno), what);
   fclose(f);
   unlink(probe);
   return 0;
+}
+
+/* Every directory the run will write, checked before any compute is spent,
+ * not at the first save: --out (metrics.jsonl, run.lock), --out/ckpt (every
+ * rank's checkpoint files), an existing metrics.jsonl (appended to), and
+ * the directory of --dump-params. Also gives every rank the run identity
+ * rank 0's lock holds, which each checkpoint file carries. Collective. */
+static int check_outdir_writable(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  const int r = tr->comm->rank;
+  st_error_code(ST_EXIT_ERROR);
+  if (tr->comm->broadcast(tr->comm, tr->lock.run_id, sizeof tr->lock.run_id, 0))
+    return st_error_set("cannot share the run identity between ranks");
+  char ckpt[1100], metrics[1100];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt", rc->out);
+  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", rc->out);
+  /* each rank makes it too: on nodes that do not share --out, rank 0's is
+   * invisible here, which check_outdir_shared then names */
+  if (st_mkdir_p(rc->out))
+    return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
+                           "is writable)", rc->out);
+  if (probe_dir(rc->out, "metrics.jsonl and run.lock", r)) return -1;
+  if (st_mkdir_p(ckpt))
+    return st_error_prefix("--out %s: cannot create its checkpoint directory", rc->out);
+  if (probe_dir(ckpt, "its checkpoints", r)) return -1;
+  if (r == 0 && st_path_exists(metrics)) {
+    FILE *f = fopen(metrics, "a");
+    if (!f)
+      return st_error_set("--out: %s cannot be appended to (%s); make it writable or choose "
+                          "another --out", metrics, strerror(errno));
+    fclose(f);
+  }
+  if (r == 0 && rc->dump_params[0]) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", rc->dump_params);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    if (probe_dir(slash ? (dir[0] ? dir : "/") : ".", "--dump-params", r)) return -1;
+  }
+  return 0;
+}
+
+/* After resume: say what --resume auto had to work around (a missing or
+ * damaged latest; rank 0), and refuse to start a run whose saves would
+ * land on a complete checkpoint newer than its starting point (a --resume
+ * PATH of an earlier step, --resume none, or a fresh start over step
+ * directories whose latest is gone and which do not verify): a complete
+ * checkpoint is never overwritten. */
+static int check_no_overwrite(trainer *tr) {
+  const char *notice = st_ckpt_resolve_notice();
+  if (tr->comm->rank == 0 && notice[0]) {
+    printf("%s\n", notice);
+    fflush(stdout);
+  }
+  char name[64];
+  int64_t newest;
+  st_ckpt_newest_complete(tr->rc->out, name, sizeof name, &newest);
+  if (newest <= tr->step) return 0;
+  return st_error_setc(ST_EXIT_CHECKPOINT, "%s/ckpt/%s is a complete checkpoint of a later step "
+                       "than this run starts from (%s%lld); training on would overwrite it. "
+                       "Resume from it with --resume auto, move it away, or choose a new --out",
+                       tr->rc->out, name, tr->step ? "step " : "a fresh start, step ",
+                       (long long)tr->step);
 }
 
 /* On several nodes the run directory must be one shared filesystem, or each
@@ -744,8 +827,10 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_arena(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_state(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_outdir(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, check_outdir_writable(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, check_outdir_shared(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0))) return code;
+  if ((code = st_trainer_agree(tr, check_no_overwrite(tr) != 0))) return code;
   setup_done(tr);
   return 0;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "io/checkpoint_dirs.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "collectives/collectives_nccl.h"
 #endif
@@ -89,6 +90,19 @@ static void fp32_weights_to_host(trainer *tr, float *host, int64_t begin, int64_
   tr->ops->to_host(host + begin, src, (size_t)(end - begin) * sizeof(float));
 }
 
+/* --keep-last (rank 0, after `latest` names the new checkpoint): older
+ * complete checkpoints beyond the newest N go, except those marked `keep`
+ * (io/checkpoint_dirs.h). A removal that fails is a warning: training on
+ * loses nothing. */
+static void prune_checkpoints(trainer *tr) {
+  if (tr->rc->keep_last < 1) return;
+  char removed[2048];
+  if (st_ckpt_prune(tr->rc->out, tr->rc->keep_last, removed, sizeof removed) != 0)
+    fprintf(stderr, "shardtrain: warning: %s\n", st_error_msg());
+  if (removed[0])
+    printf("checkpoint: removed %s (--keep-last %d)\n", removed, tr->rc->keep_last);
+}
+
 static int save_checkpoint(trainer *tr) {
   st_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
@@ -109,6 +123,7 @@ static int save_checkpoint(trainer *tr) {
   meta.scaler_hysteresis_left = tr->scaler.hysteresis_left;
   meta.skipped_steps = tr->scaler.skipped_steps;
   snprintf(meta.config_json, sizeof meta.config_json, "%s", tr->config_json);
+  snprintf(meta.run_id, sizeof meta.run_id, "%s", tr->lock.run_id);
   meta.memory_plan_json = tr->plan_json;
   meta.memory_planned_bytes = tr->plan.total;
   /* The file holds this rank's ZeRO partition whatever the stage, so the
@@ -139,6 +154,7 @@ static int save_checkpoint(trainer *tr) {
   code = st_trainer_agree(tr, rc != 0);
   if (!code && tr->comm->rank == 0) {
     printf("checkpoint: %s/ckpt/step_%08lld (latest)\n", tr->rc->out, (long long)tr->step);
+    prune_checkpoints(tr);
     fflush(stdout);
   }
   return code;
@@ -159,6 +175,7 @@ static void collective_failed(trainer *tr) {
   fprintf(stderr, "shardtrain: error (rank %d): %s\n", tr->comm->rank, st_error_msg());
   fflush(stderr);
   fflush(stdout);
+  st_run_lock_release(&tr->lock); /* MPI_Abort skips st_train's exit path */
   MPI_Abort(MPI_COMM_WORLD, ST_EXIT_COLLECTIVE);
 }
 
@@ -642,7 +659,10 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   if (comm->rank == 0) {
     char path[1100];
     snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
-    tr.metrics = fopen(path, resumed ? "a" : "w");
+    /* Always appended: a fresh start must not truncate what an earlier run
+     * (of this directory, or whose checkpoints are gone) logged; each
+     * invocation begins with its own memory_plan line. */
+    tr.metrics = fopen(path, "a");
     if (tr.metrics && tr.plan_json) { /* this invocation's plan, before its steps */
       fprintf(tr.metrics, "{\"memory_plan\":%s", tr.plan_json);
       if (tr.auto_fit_json) fprintf(tr.metrics, ",\"auto_fit\":%s", tr.auto_fit_json);
@@ -689,6 +709,7 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
   }
 done:
   if (tr.metrics) fclose(tr.metrics);
+  st_run_lock_release(&tr.lock); /* every exit st_train returns from: 0, errors, 75 */
   if (tr.train) st_tokens_close(tr.train);
   if (tr.val) st_tokens_close(tr.val);
   if (tr.model.params) st_model_free(&tr.model);

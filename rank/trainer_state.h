@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "collectives/collectives.h"
+#include "io/run_lock.h"
 #include "io/tokens.h"
 #include "launcher/env.h"
 #include "rank/faults.h"
@@ -71,6 +72,7 @@ typedef struct {
   int trained, validated;  /* did this invocation train / validate at all */
   long long val_step;      /* the step of the latest validation (val_loss) */
   FILE *metrics;
+  st_run_lock lock;        /* RUN/run.lock, held by rank 0 (io/run_lock.h); run_id on all ranks */
   st_gpu_monitor mon;      /* device/process memory readings (gpu_monitor.h) */
   st_faults faults;        /* the tests' ST_FAULT_* injections (faults.h) */
   int stats_every;         /* --gpu-stats-every, or --log-every when 0 */

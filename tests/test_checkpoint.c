@@ -285,9 +285,18 @@ static void test_failed_saves(void **state) {
   /* And the run goes on: step 2 saves. */
   expect_ok(save_step(g.run, &g.tab, 2));
   expect_latest("step_00000002");
-  /* Saving the same step again replaces it. */
-  expect_ok(save_step(g.run, &g.tab, 2));
+  /* Saving the same step again is refused: a complete checkpoint is never
+   * overwritten (exit class 3), and it and `latest` stay as they were. */
+  rc = save_step(g.run, &g.tab, 2);
+  expect_error(rc, "never overwritten");
+  assert_int_equal(st_error_exit_code(), ST_EXIT_CHECKPOINT);
+  t_barrier(&g.comm);
   expect_latest("step_00000002");
+  {
+    char s2[4400];
+    path_in(s2, sizeof s2, "run/ckpt/step_00000002");
+    expect_ok(st_ckpt_verify(s2, &g.tab));
+  }
   expect_no_open_h5();
 }
 
@@ -438,7 +447,8 @@ static void test_resolve(void **state) {
   assert_int_equal(meta.world_size, g.comm.world);
   expect_error(st_ckpt_read_meta(fresh, &meta), "index.h5");
 
-  /* `latest` naming a step that is gone is an error, not a fresh start. */
+  /* `latest` naming a step that is gone, with no step directory to fall
+   * back on, is an error, not a fresh start. */
   char lost[4400];
   path_in(lost, sizeof lost, "lost/ckpt");
   assert_int_equal(st_mkdir_p(lost), 0);
@@ -446,6 +456,31 @@ static void test_resolve(void **state) {
   assert_int_equal(st_write_file_atomic(lost, "step_00000009\n"), 0);
   path_in(arg, sizeof arg, "lost");
   expect_error(st_ckpt_resolve(arg, "auto", dir, sizeof dir, &found), "step_00000009");
+
+  /* The step directories are the truth: latest missing or naming a gone
+   * step resumes from the newest complete, verified one (step 2), with a
+   * notice; an unfinished .tmp_ save and an incomplete newer one are
+   * skipped. */
+  char latest[4400], junk[4400];
+  path_in(latest, sizeof latest, "run/ckpt/latest");
+  path_in(junk, sizeof junk, "run/ckpt/step_00000005");
+  assert_int_equal(st_mkdir_p(junk), 0);
+  path_in(junk, sizeof junk, "run/ckpt/.tmp_step_00000006");
+  assert_int_equal(st_mkdir_p(junk), 0);
+  path_in(want, sizeof want, "run/ckpt/step_00000002");
+  assert_int_equal(st_write_file_atomic(latest, "step_00000009\n"), 0);
+  expect_ok(st_ckpt_resolve(g.run, "auto", dir, sizeof dir, &found));
+  assert_true(found && strcmp(dir, want) == 0);
+  assert_non_null(strstr(st_ckpt_resolve_notice(), "names step_00000009"));
+  assert_non_null(strstr(st_ckpt_resolve_notice(), "step_00000005 has no index.h5"));
+  assert_non_null(strstr(st_ckpt_resolve_notice(), ".tmp_step_00000006 is an unfinished save"));
+  assert_int_equal(unlink(latest), 0);
+  expect_ok(st_ckpt_resolve(g.run, "auto", dir, sizeof dir, &found));
+  assert_true(found && strcmp(dir, want) == 0);
+  assert_non_null(strstr(st_ckpt_resolve_notice(), "ckpt/latest is missing"));
+  assert_int_equal(st_write_file_atomic(latest, "step_00000002\n"), 0);
+  expect_ok(st_ckpt_resolve(g.run, "auto", dir, sizeof dir, &found));
+  assert_true(found && strcmp(dir, want) == 0 && !st_ckpt_resolve_notice()[0]);
   expect_no_open_h5();
 }
 
