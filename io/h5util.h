@@ -20,9 +20,26 @@
 /* Turn off HDF5's automatic error printing (idempotent). */
 void st_h5_quiet(void);
 
-/* The innermost description on HDF5's current error stack, or "" when the
- * stack is empty. Call right after the failing HDF5 call. */
+/* The innermost description on HDF5's current error stack, on one line,
+ * or "no details from HDF5" when the stack is empty. A failed read or write
+ * of the file itself is reported as strerror of its errno ("No space left
+ * on device"), not HDF5's multi-line dump. Call right after the failing
+ * HDF5 call. */
 const char *st_h5_why(void);
+
+/* The errno of the system call behind the last st_h5_why() (e.g. ENOSPC),
+ * or 0 when HDF5's error was not a failed system call. */
+int st_h5_errno(void);
+
+/* After a write into the file holding `obj` failed (a full disk): point the
+ * file's descriptor at an in-memory copy of what reached the disk, so the
+ * closes that follow (which flush again) succeed and release every id.
+ * HDF5 before 1.14.1 keeps a freed file in its id table when closing it
+ * fails, and crashes at exit closing it again (a segfault in
+ * H5F__close_cb); the file's content is garbage afterwards and the caller
+ * deletes it. Sec2 (default driver) files only; keeps the error stack.
+ * 0, or -1 when the descriptor could not be replaced. */
+int st_h5_discard(hid_t obj);
 
 /* File access property list: latest-compatible defaults, and file locking
  * that is used where the filesystem supports it and ignored where it does

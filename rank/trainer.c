@@ -135,7 +135,7 @@ static int save_checkpoint(trainer *tr) {
   free(hp);
   free(hm);
   free(hv);
-  if (rc) st_error_code(ST_EXIT_CHECKPOINT);
+  if (rc) st_error_code(ST_EXIT_ERROR); /* writing --out failed: README "Exit codes" */
   code = st_trainer_agree(tr, rc != 0);
   if (!code && tr->comm->rank == 0) {
     printf("checkpoint: %s/ckpt/step_%08lld (latest)\n", tr->rc->out, (long long)tr->step);

@@ -252,7 +252,7 @@ static void test_failed_saves(void **state) {
   expect_error(rc, badckpt);
   expect_error(rc, "--out");
   expect_error(rc, "not saved");
-  assert_int_equal(st_error_exit_code(), ST_EXIT_CHECKPOINT);
+  assert_int_equal(st_error_exit_code(), ST_EXIT_ERROR);
   assert_false(st_is_dir(badckpt));
 
   /* A save that fails on the last rank only (its tensor name cannot be a
