@@ -200,6 +200,16 @@ static int write_rank_tensors(hid_t f, const char *path, const st_param_table *t
   return 0;
 }
 
+/* Before the metadata flush: every byte the file will occupy (its address
+ * space, which the flush fills in) reserved on disk, so a full disk is
+ * reported here and never by H5Fflush (see st_h5_reserve). */
+static int reserve_rest(hid_t f, const char *path) {
+  hsize_t size = 0;
+  if (H5Fget_filesize(f, &size) < 0) return h5_failed("size", path, NULL);
+  int err = st_h5_reserve(f, (uint64_t)size + 4096); /* a page of margin */
+  return err ? io_failed(err, "reserve space for", path, NULL, strerror(err)) : 0;
+}
+
 static int write_rank_file(const save_paths *p, const st_param_table *tab,
                            const st_partition *part, const float *const src[3],
                            const st_ckpt_meta *meta) {
@@ -212,10 +222,12 @@ static int write_rank_file(const save_paths *p, const st_param_table *tab,
   int rc = 0;
   if (write_rank_attrs(f, part, meta) != 0) rc = h5_failed("write attributes of", path, NULL);
   if (rc == 0) rc = write_rank_tensors(f, path, tab, part, src);
+  if (rc == 0) rc = reserve_rest(f, path);
   if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = h5_failed("flush", path, NULL);
   /* After a failure the close would flush again into the same full disk. */
   if (rc != 0) st_h5_discard(f);
   if (H5Fclose(f) < 0 && rc == 0) rc = h5_failed("close", path, NULL);
+  st_h5_unreserve(path);
   if (rc == 0) rc = fsync_file(path);
   return rc;
 }
@@ -316,9 +328,11 @@ static int write_index(const save_paths *p, const st_param_table *tab, const st_
   int rc = 0;
   if (write_index_attrs(f, tab, part, meta) != 0) rc = h5_failed("write attributes of", path, NULL);
   if (rc == 0) rc = write_index_tensors(f, path, tab, part);
+  if (rc == 0) rc = reserve_rest(f, path);
   if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = h5_failed("flush", path, NULL);
   if (rc != 0) st_h5_discard(f); /* as in write_rank_file */
   if (H5Fclose(f) < 0 && rc == 0) rc = h5_failed("close", path, NULL);
+  st_h5_unreserve(path);
   if (rc == 0) rc = fsync_file(path);
   if (rc == 0) rc = st_fsync_dir(p->tmp);
   return rc;

@@ -7,6 +7,7 @@
 #include "io/h5util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,15 +76,44 @@ static int memory_copy(int fd) {
   return m;
 }
 
+/* The descriptor of a sec2 (default driver) file, or -1. */
+static int sec2_fd(hid_t f) {
+  hid_t fapl = H5Fget_access_plist(f);
+  void *handle = NULL;
+  int fd = -1;
+  if (fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 &&
+      H5Fget_vfd_handle(f, H5P_DEFAULT, &handle) >= 0 && handle)
+    fd = *(int *)handle;
+  if (fapl >= 0) H5Pclose(fapl);
+  return fd;
+}
+
+int st_h5_reserve(hid_t f, uint64_t bytes) {
+  hid_t stack = H5Eget_current_stack();
+  int fd = sec2_fd(f), err = 0;
+  if (stack >= 0) H5Eset_current_stack(stack);
+  if (fd < 0) return 0;
+  if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) != 0) err = errno;
+  return err == ENOSPC || err == EDQUOT ? err : 0;
+}
+
+void st_h5_unreserve(const char *path) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0) return;
+  /* Shrinking frees every block past the new end, the reserved ones too. */
+  if (fstat(fd, &st) == 0 && ftruncate(fd, st.st_size + 1) == 0 &&
+      ftruncate(fd, st.st_size) != 0)
+    fprintf(stderr, "shardtrain: warning: %s may be one byte longer than written\n", path);
+  close(fd);
+}
+
 int st_h5_discard(hid_t obj) {
   hid_t stack = H5Eget_current_stack();
   hid_t f = H5Iget_file_id(obj);
-  hid_t fapl = f >= 0 ? H5Fget_access_plist(f) : -1;
-  void *handle = NULL;
+  const int fd = f >= 0 ? sec2_fd(f) : -1;
   int rc = -1;
-  if (fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 &&
-      H5Fget_vfd_handle(f, H5P_DEFAULT, &handle) >= 0 && handle) {
-    const int fd = *(int *)handle;
+  if (fd >= 0) {
     struct stat st;
     if (fstat(fd, &st) == 0 && st.st_nlink == 0) {
       rc = 0; /* already an in-memory (unlinked) file: discarded before */
@@ -95,7 +125,6 @@ int st_h5_discard(hid_t obj) {
       }
     }
   }
-  if (fapl >= 0) H5Pclose(fapl);
   if (f >= 0) H5Fclose(f); /* the extra id only; the file stays open */
   if (stack >= 0) H5Eset_current_stack(stack);
   return rc;

@@ -41,6 +41,19 @@ int st_h5_errno(void);
  * 0, or -1 when the descriptor could not be replaced. */
 int st_h5_discard(hid_t obj);
 
+/* Reserve `bytes` of disk from offset 0 of the open sec2 file f (its size
+ * unchanged: FALLOC_FL_KEEP_SIZE). Called with the file's address space
+ * (H5Fget_filesize) before H5Fflush, it makes a full disk an error here
+ * and not of the metadata flush: a failed H5Fflush leaves HDF5 1.10's
+ * metadata cache unable to flush again ("slist already enabled"), so the
+ * close fails too, and st_h5_discard cannot help. 0 (also where the
+ * filesystem cannot preallocate), or ENOSPC / EDQUOT. */
+int st_h5_reserve(hid_t f, uint64_t bytes);
+
+/* After closing the file at path: free what st_h5_reserve took past its
+ * end. Best effort. */
+void st_h5_unreserve(const char *path);
+
 /* File access property list: latest-compatible defaults, and file locking
  * that is used where the filesystem supports it and ignored where it does
  * not (Lustre/NFS mounts without flock would otherwise refuse to open). */
