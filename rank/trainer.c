@@ -164,11 +164,11 @@ static int save_checkpoint(trainer *tr) {
   if (!staged)
     st_error_set("cannot allocate host memory to stage checkpoint step %lld", (long long)tr->step);
   int code = st_trainer_agree(tr, !staged); /* collective: no rank enters the save alone */
-  if (code) {
+  if (code || !staged) { /* !staged implies code; said for the analyzer */
     free(hp);
     free(hm);
     free(hv);
-    return code;
+    return code ? code : ST_EXIT_ERROR;
   }
   fp32_weights_to_host(tr, hp, tr->part.begin, tr->part.end);
   tr->ops->to_host(hm, tr->adam_m + off, nm * sizeof(float));
