@@ -47,6 +47,8 @@ static herr_t why_walk(unsigned n, const H5E_error2_t *e, void *data) {
     snprintf(out, sizeof g_why, "%s: %s", minor, e->desc);
   else
     snprintf(out, sizeof g_why, "%s", e->desc);
+  char *t = strstr(out, ": time = "); /* a short read's ctime and dump: not for users */
+  if (t) *t = 0;
   out[strcspn(out, "\n")] = 0; /* one line */
   return 0;
 }
