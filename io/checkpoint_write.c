@@ -64,9 +64,8 @@ static int agree(st_comm *c, int failed) {
  * Helpers
  * --------------------------------------------------------------------- */
 
-/* "cannot DOING [DSET in] PATH: WHY"; a full disk or
- * quota instead names the file, the dataset (when dset is not NULL) and
- * the fix. */
+/* "cannot DOING [DSET in] PATH: WHY"; a full disk or quota instead names
+ * the file, the dataset (when dset is not NULL) and the fix. */
 static int io_failed(int err, const char *doing, const char *path, const char *dset,
                      const char *why) {
   if (err == ENOSPC || err == EDQUOT)
@@ -205,7 +204,7 @@ static int write_rank_tensors(hid_t f, const char *path, const st_param_table *t
  * reported here and never by H5Fflush (see st_h5_reserve). */
 static int reserve_rest(hid_t f, const char *path) {
   hsize_t size = 0;
-  if (H5Fget_filesize(f, &size) < 0) return h5_failed("size", path, NULL);
+  if (H5Fget_filesize(f, &size) < 0) return h5_failed("read the size of", path, NULL);
   int err = st_h5_reserve(f, (uint64_t)size + 4096); /* a page of margin */
   return err ? io_failed(err, "reserve space for", path, NULL, strerror(err)) : 0;
 }

@@ -127,7 +127,8 @@ static int cmd_ckpt(int argc, char **argv) {
     int rc = st_ckpt_verify(dir, &tab);
     st_param_table_free(&tab);
     if (rc) return st_cli_fail(ST_EXIT_CHECKPOINT);
-    printf("  verify: OK (all rank files present, checksums good, values finite, shapes match the config)\n");
+    printf("  verify: OK (all rank files present, checksums good, values finite, shapes match "
+           "the config)\n");
   }
   return 0;
 }
