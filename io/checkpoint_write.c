@@ -72,6 +72,10 @@ static int io_failed(int err, const char *doing, const char *path, const char *d
     return st_error_set("%s writing %s%s%s: free space or choose another --out",
                         err == ENOSPC ? "no space left on device" : "disk quota exceeded",
                         dset ? dset : "", dset ? " in " : "", path);
+  if (err == EFBIG)
+    return st_error_set("file too large writing %s%s%s (past the file size limit, ulimit -f, "
+                        "or the filesystem's): raise the limit or choose another --out",
+                        dset ? dset : "", dset ? " in " : "", path);
   if (dset) return st_error_set("cannot %s %s in %s: %s", doing, dset, path, why);
   return st_error_set("cannot %s %s: %s", doing, path, why);
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,7 +70,9 @@ static int memory_copy(int fd) {
   int m = memfd_create("shardtrain-discarded-h5", MFD_CLOEXEC);
   if (m < 0) return -1;
   char buf[1 << 16];
-  for (off_t off = 0;;) {
+  struct stat st;
+  const off_t end = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : 0;
+  for (off_t off = 0; off < end;) { /* bounded: a device such as /dev/full reads forever */
     ssize_t r = pread(fd, buf, sizeof buf, off);
     if (r <= 0) break; /* what could not be read stays zeros: it is deleted anyway */
     if (pwrite(m, buf, (size_t)r, off) != r) break;
@@ -91,12 +94,17 @@ static int sec2_fd(hid_t f) {
 }
 
 int st_h5_reserve(hid_t f, uint64_t bytes) {
+  /* fallocate(KEEP_SIZE) does not check the size limit; the writes would. */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && bytes > rl.rlim_cur)
+    return EFBIG;
   hid_t stack = H5Eget_current_stack();
   int fd = sec2_fd(f), err = 0;
   if (stack >= 0) H5Eset_current_stack(stack);
   if (fd < 0) return 0;
   if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) != 0) err = errno;
-  return err == ENOSPC || err == EDQUOT ? err : 0;
+  /* Anything else (EOPNOTSUPP, EINVAL, ...) means it cannot preallocate here. */
+  return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO ? err : 0;
 }
 
 void st_h5_unreserve(const char *path) {
@@ -111,6 +119,14 @@ void st_h5_unreserve(const char *path) {
 }
 
 int st_h5_discard(hid_t obj) {
+  /* RLIMIT_FSIZE limits the in-memory file too: lift the soft limit as far
+   * as the hard one allows, or a limit that failed the writes fails the
+   * close as well. The caller is giving up on this file and exiting. */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_FSIZE, &rl);
+  }
   hid_t stack = H5Eget_current_stack();
   hid_t f = H5Iget_file_id(obj);
   const int fd = f >= 0 ? sec2_fd(f) : -1;

@@ -38,6 +38,9 @@ int st_h5_errno(void);
  * fails, and crashes at exit closing it again (a segfault in
  * H5F__close_cb); the file's content is garbage afterwards and the caller
  * deletes it. Sec2 (default driver) files only; keeps the error stack.
+ * The process's soft file size limit (RLIMIT_FSIZE, which binds the
+ * in-memory copy too) is raised to its hard limit and left there; under a
+ * hard limit below the file's size the close can still fail.
  * 0, or -1 when the descriptor could not be replaced. */
 int st_h5_discard(hid_t obj);
 
@@ -47,7 +50,8 @@ int st_h5_discard(hid_t obj);
  * and not of the metadata flush: a failed H5Fflush leaves HDF5 1.10's
  * metadata cache unable to flush again ("slist already enabled"), so the
  * close fails too, and st_h5_discard cannot help. 0 (also where the
- * filesystem cannot preallocate), or ENOSPC / EDQUOT. */
+ * filesystem cannot preallocate), or ENOSPC, EDQUOT, EFBIG (past the
+ * process's file size limit, RLIMIT_FSIZE) or EIO. */
 int st_h5_reserve(hid_t f, uint64_t bytes);
 
 /* After closing the file at path: free what st_h5_reserve took past its
