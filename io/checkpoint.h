@@ -90,9 +90,15 @@ const char *st_ckpt_resolve_notice(void);
 int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta);
 
 /* Verify a checkpoint: index present, every rank file present and readable,
- * every dataset's checksum good, shapes equal to tab (when tab is not NULL).
+ * every dataset's checksum good and every value finite (a NaN or inf names
+ * the rank file, dataset and count), shapes equal to tab (when not NULL).
  * 0, or -1 with st_error naming the file, dataset and fix. */
 int st_ckpt_verify(const char *step_dir, const st_param_table *tab);
+
+/* The quick part of st_ckpt_verify: index.h5 opens and every rank file it
+ * names exists (a missing one would read as NaN through the index). 0, or
+ * -1 with st_error (exit 3) naming the missing files. */
+int st_ckpt_check_files(const char *step_dir);
 
 /* st_ckpt_verify, but reading back (checksums) only rank files first,
  * first+stride, ...; the structural checks still cover every file. Lets N

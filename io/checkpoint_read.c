@@ -12,6 +12,7 @@
 #define _XOPEN_SOURCE 700
 #include "io/checkpoint.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,15 +348,36 @@ static int check_index_group(hid_t f, const char *step_dir, const char *gname,
  * Verification of the rank files: present, same step, every byte readable
  * --------------------------------------------------------------------- */
 
+/* Names every missing rank file (the first 8, then how many more). */
 static int check_rank_files_exist(const char *step_dir, int nfiles) {
+  char names[8 * 16 + 1] = "";
+  int missing = 0;
   for (int r = 0; r < nfiles; r++) {
     char path[4200];
     snprintf(path, sizeof path, "%s/rank_%05d.h5", step_dir, r);
-    if (!st_path_exists(path))
-      return ckpt_err("checkpoint %s is missing rank file rank_%05d.h5 (written by %d ranks); "
-                      "the checkpoint is incomplete: %s", step_dir, r, nfiles, k_earlier);
+    if (st_path_exists(path)) continue;
+    if (missing++ < 8)
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%srank_%05d.h5",
+               missing > 1 ? ", " : "", r);
   }
-  return 0;
+  if (missing == 0) return 0;
+  char more[48] = "";
+  if (missing > 8) snprintf(more, sizeof more, " and %d more", missing - 8);
+  return ckpt_err("checkpoint %s is missing rank file%s %s%s (written by %d ranks); the "
+                  "checkpoint is incomplete: %s", step_dir, missing > 1 ? "s" : "", names, more,
+                  nfiles, k_earlier);
+}
+
+int st_ckpt_check_files(const char *step_dir) {
+  st_h5_quiet();
+  hid_t f = open_index(step_dir);
+  if (f < 0) return -1;
+  int nfiles = 0, rc = 0;
+  if (st_h5_attr_get_int(f, "rank_files", &nfiles) != 0 || nfiles < 1)
+    rc = ckpt_err("checkpoint %s: index.h5 lacks a valid 'rank_files' attribute; it is "
+                  "damaged: %s", step_dir, k_earlier);
+  H5Fclose(f);
+  return rc ? rc : check_rank_files_exist(step_dir, nfiles);
 }
 
 /* Every rank file carries the run_id of index.h5 (when the index has one;
@@ -383,18 +405,23 @@ static int check_run_ids(hid_t index, const char *step_dir, int nfiles) {
 }
 
 /* Read a 1-D float dataset back block by block; each chunk read checks its
- * Fletcher-32 sum. 0, or -1 with *why set from HDF5's error stack. */
-static int read_back(hid_t d, float *buf, const char **why) {
+ * Fletcher-32 sum, and *nonfinite counts its NaN and inf values (a diverged
+ * run's weights checksum as well as any). 0, or -1 with *why set from
+ * HDF5's error stack. */
+static int read_back(hid_t d, float *buf, const char **why, int64_t *nonfinite, int64_t *total) {
   hid_t fs = H5Dget_space(d);
   hsize_t n = 0;
   int rc = fs >= 0 && H5Sget_simple_extent_ndims(fs) == 1 &&
                    H5Sget_simple_extent_dims(fs, &n, NULL) == 1 ? 0 : -1;
+  *nonfinite = 0;
+  *total = (int64_t)n;
   for (hsize_t off = 0; rc == 0 && off < n; off += VERIFY_BLOCK) {
     hsize_t cnt = n - off < VERIFY_BLOCK ? n - off : VERIFY_BLOCK;
     hid_t ms = H5Screate_simple(1, &cnt, NULL);
     if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &cnt, NULL) < 0 ||
         H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0)
       rc = -1;
+    for (hsize_t i = 0; rc == 0 && i < cnt; i++) *nonfinite += !isfinite(buf[i]);
     st_h5_close_space(ms);
   }
   if (rc != 0) *why = st_h5_why();
@@ -415,13 +442,18 @@ static int check_rank_group(hid_t f, const char *step_dir, const char *file, con
   for (hsize_t k = 0; k < info.nlinks && rc == 0; k++) {
     char name[256] = "?";
     const char *why = "";
+    int64_t bad = 0, n = 0;
     H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT);
     hid_t d = H5Dopen2(grp, name, H5P_DEFAULT);
-    if (d < 0 || read_back(d, buf, &why) != 0) {
+    if (d < 0 || read_back(d, buf, &why, &bad, &n) != 0) {
       if (d < 0) why = st_h5_why();
       rc = ckpt_err("checkpoint %s is corrupted: %s dataset /%s/%s does not read back (%s); "
                     "its Fletcher-32 checksum or structure is damaged: %s", step_dir, file,
                     gname, name, why, k_earlier);
+    } else if (bad > 0) {
+      rc = ckpt_err("checkpoint %s holds non-finite values: %s dataset /%s/%s has %lld NaN or "
+                    "inf of %lld; the run that wrote it diverged: %s", step_dir, file, gname,
+                    name, (long long)bad, (long long)n, k_earlier);
     }
     st_h5_close_dset(d);
   }
@@ -478,6 +510,40 @@ int st_ckpt_verify_files(const char *step_dir, const st_param_table *tab, int fi
  * Load through the index
  * --------------------------------------------------------------------- */
 
+/* A read through the index failed: find the rank file and dataset behind
+ * it by reading each source of the virtual dataset d back directly, and
+ * say what verify would (0), or -1 when every source reads back. */
+static int explain_vds(hid_t d, const char *step_dir) {
+  hid_t dcpl = H5Dget_create_plist(d);
+  size_t count = 0;
+  float *buf = malloc((size_t)VERIFY_BLOCK * sizeof *buf);
+  int found = -1;
+  if (dcpl >= 0 && buf && H5Pget_virtual_count(dcpl, &count) >= 0) {
+    for (size_t i = 0; i < count && found < 0; i++) {
+      char file[256] = "", dname[ST_MAX_NAME + 16] = "", path[4500];
+      if (H5Pget_virtual_filename(dcpl, i, file, sizeof file) < 0 ||
+          H5Pget_virtual_dsetname(dcpl, i, dname, sizeof dname) < 0)
+        continue;
+      snprintf(path, sizeof path, "%s/%s", step_dir, file);
+      hid_t f = st_path_exists(path) ? open_h5(path) : -1;
+      hid_t s = f >= 0 ? H5Dopen2(f, dname, H5P_DEFAULT) : -1;
+      const char *why = "";
+      int64_t bad = 0, n = 0;
+      if (!st_path_exists(path))
+        found = ckpt_err("checkpoint %s is missing rank file %s: %s", step_dir, file, k_earlier);
+      else if (s < 0 || read_back(s, buf, &why, &bad, &n) != 0)
+        found = ckpt_err("checkpoint %s is corrupted: %s dataset %s does not read back (%s); "
+                         "its Fletcher-32 checksum or structure is damaged: %s", step_dir, file,
+                         dname, s < 0 ? st_h5_why() : why, k_earlier);
+      st_h5_close_dset(s);
+      st_h5_close_file(f);
+    }
+  }
+  free(buf);
+  st_h5_close_plist(dcpl);
+  return found < 0 ? -1 : 0;
+}
+
 /* Elements [a, b) (row-major within the tensor) of /gname/t into dst. */
 static int read_range(hid_t f, const char *step_dir, const char *gname, const st_tensor *t,
                       int64_t a, int64_t b, float *dst) {
@@ -491,9 +557,11 @@ static int read_range(hid_t f, const char *step_dir, const char *gname, const st
   if (fs >= 0 && ms >= 0 && st_h5_select_flat(fs, t->ndim, t->shape, a, b) == 0 &&
       H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, dst) >= 0)
     rc = 0;
-  else
+  else {
     ckpt_err("checkpoint %s: cannot read %s through index.h5 (%s): %s", step_dir, dname,
              st_h5_why(), k_earlier);
+    if (d >= 0) explain_vds(d, step_dir); /* names the rank file and dataset, where it can */
+  }
   st_h5_close_space(ms);
   st_h5_close_space(fs);
   st_h5_close_dset(d);

@@ -67,12 +67,34 @@ static int agree(st_comm *c, int failed) {
  * Helpers
  * --------------------------------------------------------------------- */
 
+/* "cannot DOING [DSET in] PATH: WHY"; a full disk or quota instead names
+ * the file, the dataset (when dset is not NULL) and the fix. */
+static int io_failed(int err, const char *doing, const char *path, const char *dset,
+                     const char *why) {
+  if (err == ENOSPC || err == EDQUOT)
+    return st_error_set("%s writing %s%s%s: free space or choose another --out",
+                        err == ENOSPC ? "no space left on device" : "disk quota exceeded",
+                        dset ? dset : "", dset ? " in " : "", path);
+  if (err == EFBIG)
+    return st_error_set("file too large writing %s%s%s (past the file size limit, ulimit -f, "
+                        "or the filesystem's): raise the limit or choose another --out",
+                        dset ? dset : "", dset ? " in " : "", path);
+  if (dset) return st_error_set("cannot %s %s in %s: %s", doing, dset, path, why);
+  return st_error_set("cannot %s %s: %s", doing, path, why);
+}
+
+/* The same for a failed HDF5 call, right after it (reads HDF5's error stack). */
+static int h5_failed(const char *doing, const char *path, const char *dset) {
+  const char *why = st_h5_why();
+  return io_failed(st_h5_errno(), doing, path, dset, why);
+}
+
 static int fsync_file(const char *path) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) return st_error_set("cannot open %s to sync it: %s", path, strerror(errno));
-  int rc = fsync(fd);
+  int rc = fsync(fd), err = errno;
   close(fd);
-  if (rc != 0) return st_error_set("cannot sync %s to disk: %s", path, strerror(errno));
+  if (rc != 0) return io_failed(err, "sync to disk", path, NULL, strerror(err));
   return 0;
 }
 
@@ -152,8 +174,12 @@ static int write_piece(hid_t grp, const st_tensor *t, int64_t lo, int64_t hi, co
   if (st_h5_attr_put_i64(d, "tensor_begin", lo - t->offset) ||
       st_h5_attr_put_i64(d, "flat_begin", lo))
     goto out;
+  /* Chunks still cached are written here, where a full disk is an error
+   * of this call, and not inside H5Dclose (see st_h5_discard). */
+  if (H5Dflush(d) < 0) goto out;
   rc = 0;
 out:
+  if (rc != 0) st_h5_discard(grp); /* so the closes below and the file's succeed */
   st_h5_close_dset(d);
   st_h5_close_plist(dcpl);
   st_h5_close_space(space);
@@ -182,8 +208,9 @@ static int write_rank_tensors(hid_t f, const char *path, const st_param_table *t
       /* params is the full vector; the moments start at part->begin. */
       const float *base = g == 0 ? src[0] + lo : src[g] + (lo - part->begin);
       if (write_piece(grp, t, lo, hi, base) != 0) {
-        st_error_set("cannot write dataset /%s/%s to %s: %s", k_groups[g], t->name, path,
-                     st_h5_why());
+        char dset[ST_MAX_NAME + 16];
+        snprintf(dset, sizeof dset, "/%s/%s", k_groups[g], t->name);
+        h5_failed("write dataset", path, dset);
         H5Gclose(grp);
         return -1;
       }
@@ -191,6 +218,16 @@ static int write_rank_tensors(hid_t f, const char *path, const st_param_table *t
     H5Gclose(grp);
   }
   return 0;
+}
+
+/* Before the metadata flush: every byte the file will occupy (its address
+ * space, which the flush fills in) reserved on disk, so a full disk is
+ * reported here and never by H5Fflush (see st_h5_reserve). */
+static int reserve_rest(hid_t f, const char *path) {
+  hsize_t size = 0;
+  if (H5Fget_filesize(f, &size) < 0) return h5_failed("read the size of", path, NULL);
+  int err = st_h5_reserve(f, (uint64_t)size + 4096); /* a page of margin */
+  return err ? io_failed(err, "reserve space for", path, NULL, strerror(err)) : 0;
 }
 
 static int write_rank_file(const save_paths *p, const st_param_table *tab,
@@ -201,14 +238,16 @@ static int write_rank_file(const save_paths *p, const st_param_table *tab,
   hid_t fapl = st_h5_fapl();
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   st_h5_close_plist(fapl);
-  if (f < 0) return st_error_set("cannot create %s: %s", path, st_h5_why());
+  if (f < 0) return h5_failed("create", path, NULL);
   int rc = 0;
-  if (write_rank_attrs(f, part, meta) != 0)
-    rc = st_error_set("cannot write attributes of %s: %s", path, st_h5_why());
+  if (write_rank_attrs(f, part, meta) != 0) rc = h5_failed("write attributes of", path, NULL);
   if (rc == 0) rc = write_rank_tensors(f, path, tab, part, src);
-  if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0)
-    rc = st_error_set("cannot flush %s: %s", path, st_h5_why());
-  if (H5Fclose(f) < 0 && rc == 0) rc = st_error_set("cannot close %s: %s", path, st_h5_why());
+  if (rc == 0) rc = reserve_rest(f, path);
+  if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = h5_failed("flush", path, NULL);
+  /* After a failure the close would flush again into the same full disk. */
+  if (rc != 0) st_h5_discard(f);
+  if (H5Fclose(f) < 0 && rc == 0) rc = h5_failed("close", path, NULL);
+  st_h5_unreserve(path);
   if (rc == 0) rc = fsync_file(path);
   return rc;
 }
@@ -306,8 +345,9 @@ static int write_index_tensors(hid_t f, const char *path, const st_param_table *
                                      st_h5_why());
     for (int i = 0; i < tab->n; i++) {
       if (write_vds(grp, k_groups[g], &tab->t[i], part) != 0) {
-        st_error_set("cannot write virtual dataset /%s/%s to %s: %s", k_groups[g],
-                     tab->t[i].name, path, st_h5_why());
+        char dset[ST_MAX_NAME + 16];
+        snprintf(dset, sizeof dset, "/%s/%s", k_groups[g], tab->t[i].name);
+        h5_failed("write virtual dataset", path, dset);
         H5Gclose(grp);
         return -1;
       }
@@ -324,14 +364,15 @@ static int write_index(const save_paths *p, const st_param_table *tab, const st_
   hid_t fapl = st_h5_fapl();
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   st_h5_close_plist(fapl);
-  if (f < 0) return st_error_set("cannot create %s: %s", path, st_h5_why());
+  if (f < 0) return h5_failed("create", path, NULL);
   int rc = 0;
-  if (write_index_attrs(f, tab, part, meta) != 0)
-    rc = st_error_set("cannot write attributes of %s: %s", path, st_h5_why());
+  if (write_index_attrs(f, tab, part, meta) != 0) rc = h5_failed("write attributes of", path, NULL);
   if (rc == 0) rc = write_index_tensors(f, path, tab, part);
-  if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0)
-    rc = st_error_set("cannot flush %s: %s", path, st_h5_why());
-  if (H5Fclose(f) < 0 && rc == 0) rc = st_error_set("cannot close %s: %s", path, st_h5_why());
+  if (rc == 0) rc = reserve_rest(f, path);
+  if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = h5_failed("flush", path, NULL);
+  if (rc != 0) st_h5_discard(f); /* as in write_rank_file */
+  if (H5Fclose(f) < 0 && rc == 0) rc = h5_failed("close", path, NULL);
+  st_h5_unreserve(path);
   if (rc == 0) rc = fsync_file(path);
   if (rc == 0) rc = st_fsync_dir(p->tmp);
   return rc;
@@ -371,14 +412,23 @@ static int publish(const save_paths *p) {
  * The collective save
  * --------------------------------------------------------------------- */
 
+/* One line: the cause first, then what the user still has. Exit 1 (an I/O
+ * error writing --out, README "Exit codes"); 3 is for checkpoints that
+ * cannot be read. */
 static int save_failed(const save_paths *p, st_comm *comm, int remove_tmp, int64_t step) {
-  char msg[1536];
+  char msg[1536], latest[4200], name[256] = "";
   snprintf(msg, sizeof msg, "%s", st_error_msg());
   /* Every rank has passed the agreement, so no file in tmp is still open. */
   if (remove_tmp && comm->rank == 0) st_rm_rf(p->tmp);
-  st_error_set("checkpoint step %lld was not saved (ckpt/latest is unchanged): %s",
-               (long long)step, msg);
-  st_error_code(ST_EXIT_CHECKPOINT);
+  snprintf(latest, sizeof latest, "%s/latest", p->ckpt);
+  if (st_path_exists(latest) && st_read_small_file(latest, name, sizeof name) != 0) name[0] = 0;
+  if (name[0])
+    st_error_set("%s; checkpoint step %lld was not saved and ckpt/latest still names %s", msg,
+                 (long long)step, name);
+  else
+    st_error_set("%s; checkpoint step %lld was not saved (no earlier checkpoint)", msg,
+                 (long long)step);
+  st_error_code(ST_EXIT_ERROR);
   return -1;
 }
 

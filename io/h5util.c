@@ -3,11 +3,18 @@
  * Everything here returns 0/-1 without setting st_error: the callers know
  * which file and dataset they were working on and write the message.
  */
+#define _GNU_SOURCE /* memfd_create */
 #include "io/h5util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void close_keep(herr_t (*fn)(hid_t), hid_t id);
 
@@ -18,12 +25,22 @@ void st_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
  * --------------------------------------------------------------------- */
 
 static _Thread_local char g_why[512];
+static _Thread_local int g_errno;
 
 /* Called innermost-first (H5E_WALK_UPWARD): the first entry is where HDF5
- * detected the problem, e.g. "data error detected by Fletcher32 checksum". */
+ * detected the problem, e.g. "data error detected by Fletcher32 checksum".
+ * A failed system call's entry reads "file write failed: time = <ctime,
+ * with its newline>, filename = ..., errno = 28, error message = ...": keep
+ * its errno, which is what the user can act on, and never the dump. */
 static herr_t why_walk(unsigned n, const H5E_error2_t *e, void *data) {
   char *out = data;
   if (n > 0 || !e->desc) return 0;
+  const char *en = strstr(e->desc, "errno = ");
+  if (en && (g_errno = atoi(en + 8)) > 0) {
+    snprintf(out, sizeof g_why, "%s", strerror(g_errno));
+    return 0;
+  }
+  g_errno = 0;
   char minor[160] = "";
   H5E_type_t type;
   if (H5Eget_msg(e->min_num, &type, minor, sizeof minor) < 0) minor[0] = 0;
@@ -31,14 +48,104 @@ static herr_t why_walk(unsigned n, const H5E_error2_t *e, void *data) {
     snprintf(out, sizeof g_why, "%s: %s", minor, e->desc);
   else
     snprintf(out, sizeof g_why, "%s", e->desc);
+  char *t = strstr(out, ": time = "); /* a short read's ctime and dump: not for users */
+  if (t) *t = 0;
+  out[strcspn(out, "\n")] = 0; /* one line */
   return 0;
 }
 
 const char *st_h5_why(void) {
   g_why[0] = 0;
+  g_errno = 0;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, why_walk, g_why);
   if (!g_why[0]) snprintf(g_why, sizeof g_why, "no details from HDF5");
   return g_why;
+}
+
+int st_h5_errno(void) { return g_errno; }
+
+/* What reached the disk, copied into a fresh in-memory file; -1 on failure.
+ * Reads of metadata HDF5 already evicted still find it there. */
+static int memory_copy(int fd) {
+  int m = memfd_create("shardtrain-discarded-h5", MFD_CLOEXEC);
+  if (m < 0) return -1;
+  char buf[1 << 16];
+  struct stat st;
+  const off_t end = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : 0;
+  for (off_t off = 0; off < end;) { /* bounded: a device such as /dev/full reads forever */
+    ssize_t r = pread(fd, buf, sizeof buf, off);
+    if (r <= 0) break; /* what could not be read stays zeros: it is deleted anyway */
+    if (pwrite(m, buf, (size_t)r, off) != r) break;
+    off += r;
+  }
+  return m;
+}
+
+/* The descriptor of a sec2 (default driver) file, or -1. */
+static int sec2_fd(hid_t f) {
+  hid_t fapl = H5Fget_access_plist(f);
+  void *handle = NULL;
+  int fd = -1;
+  if (fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 &&
+      H5Fget_vfd_handle(f, H5P_DEFAULT, &handle) >= 0 && handle)
+    fd = *(int *)handle;
+  if (fapl >= 0) H5Pclose(fapl);
+  return fd;
+}
+
+int st_h5_reserve(hid_t f, uint64_t bytes) {
+  /* fallocate(KEEP_SIZE) does not check the size limit; the writes would. */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && bytes > rl.rlim_cur)
+    return EFBIG;
+  hid_t stack = H5Eget_current_stack();
+  int fd = sec2_fd(f), err = 0;
+  if (stack >= 0) H5Eset_current_stack(stack);
+  if (fd < 0) return 0;
+  if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) != 0) err = errno;
+  /* Anything else (EOPNOTSUPP, EINVAL, ...) means it cannot preallocate here. */
+  return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO ? err : 0;
+}
+
+void st_h5_unreserve(const char *path) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0) return;
+  /* Shrinking frees every block past the new end, the reserved ones too. */
+  if (fstat(fd, &st) == 0 && ftruncate(fd, st.st_size + 1) == 0 &&
+      ftruncate(fd, st.st_size) != 0)
+    fprintf(stderr, "shardtrain: warning: %s may be one byte longer than written\n", path);
+  close(fd);
+}
+
+int st_h5_discard(hid_t obj) {
+  /* RLIMIT_FSIZE limits the in-memory file too: lift the soft limit as far
+   * as the hard one allows, or a limit that failed the writes fails the
+   * close as well. The caller is giving up on this file and exiting. */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_FSIZE, &rl);
+  }
+  hid_t stack = H5Eget_current_stack();
+  hid_t f = H5Iget_file_id(obj);
+  const int fd = f >= 0 ? sec2_fd(f) : -1;
+  int rc = -1;
+  if (fd >= 0) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_nlink == 0) {
+      rc = 0; /* already an in-memory (unlinked) file: discarded before */
+    } else {
+      int m = memory_copy(fd);
+      if (m >= 0) {
+        rc = dup2(m, fd) < 0 ? -1 : 0;
+        close(m);
+      }
+    }
+  }
+  if (f >= 0) H5Fclose(f); /* the extra id only; the file stays open */
+  if (stack >= 0) H5Eset_current_stack(stack);
+  return rc;
 }
 
 hid_t st_h5_fapl(void) {

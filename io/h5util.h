@@ -20,9 +20,43 @@
 /* Turn off HDF5's automatic error printing (idempotent). */
 void st_h5_quiet(void);
 
-/* The innermost description on HDF5's current error stack, or "" when the
- * stack is empty. Call right after the failing HDF5 call. */
+/* The innermost description on HDF5's current error stack, on one line,
+ * or "no details from HDF5" when the stack is empty. A failed read or write
+ * of the file itself is reported as strerror of its errno ("No space left
+ * on device"), not HDF5's multi-line dump. Call right after the failing
+ * HDF5 call. */
 const char *st_h5_why(void);
+
+/* The errno of the system call behind the last st_h5_why() (e.g. ENOSPC),
+ * or 0 when HDF5's error was not a failed system call. */
+int st_h5_errno(void);
+
+/* After a write into the file holding `obj` failed (a full disk): point the
+ * file's descriptor at an in-memory copy of what reached the disk, so the
+ * closes that follow (which flush again) succeed and release every id.
+ * HDF5 before 1.14.1 keeps a freed file in its id table when closing it
+ * fails, and crashes at exit closing it again (a segfault in
+ * H5F__close_cb); the file's content is garbage afterwards and the caller
+ * deletes it. Sec2 (default driver) files only; keeps the error stack.
+ * The process's soft file size limit (RLIMIT_FSIZE, which binds the
+ * in-memory copy too) is raised to its hard limit and left there; under a
+ * hard limit below the file's size the close can still fail.
+ * 0, or -1 when the descriptor could not be replaced. */
+int st_h5_discard(hid_t obj);
+
+/* Reserve `bytes` of disk from offset 0 of the open sec2 file f (its size
+ * unchanged: FALLOC_FL_KEEP_SIZE). Called with the file's address space
+ * (H5Fget_filesize) before H5Fflush, it makes a full disk an error here
+ * and not of the metadata flush: a failed H5Fflush leaves HDF5 1.10's
+ * metadata cache unable to flush again ("slist already enabled"), so the
+ * close fails too, and st_h5_discard cannot help. 0 (also where the
+ * filesystem cannot preallocate), or ENOSPC, EDQUOT, EFBIG (past the
+ * process's file size limit, RLIMIT_FSIZE) or EIO. */
+int st_h5_reserve(hid_t f, uint64_t bytes);
+
+/* After closing the file at path: free what st_h5_reserve took past its
+ * end. Best effort. */
+void st_h5_unreserve(const char *path);
 
 /* File access property list: latest-compatible defaults, and file locking
  * that is used where the filesystem supports it and ignored where it does

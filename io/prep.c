@@ -283,26 +283,43 @@ static int write_split(hid_t file, const char *name, const unsigned char *bytes,
     if (mem >= 0) H5Sclose(mem);
     if (w < 0) goto done;
   }
+  /* Cached chunks fail here on a full disk, not inside H5Dclose. */
+  if (H5Dflush(dset) < 0) goto done;
   rc = 0;
 done:
   free(buf);
-  if (dset >= 0) H5Dclose(dset);
-  if (dcpl >= 0) H5Pclose(dcpl);
-  if (space >= 0) H5Sclose(space);
+  if (rc != 0) st_h5_discard(file); /* so the closes succeed (h5util.h) */
+  /* These keep HDF5's error stack for the caller's message. */
+  st_h5_close_dset(dset);
+  st_h5_close_plist(dcpl);
+  st_h5_close_space(space);
   return rc;
 }
 
+/* 0, or -1 with *why (HDF5's reason, one line) and *err (its errno). */
 static int write_token_file(const char *tmp, const char *source, const unsigned char *bytes,
-                            int64_t train, int64_t val, double vf) {
+                            int64_t train, int64_t val, double vf, char *why, size_t cap,
+                            int *err) {
   hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file < 0) return -1;
-  int rc = 0;
-  if (write_split(file, "/train", bytes, train) != 0 ||
-      write_split(file, "/val", bytes + train, val) != 0 ||
-      write_attrs(file, source, train, val, vf) != 0)
+  int rc = file < 0 ? -1 : 0;
+  if (rc == 0 && (write_split(file, "/train", bytes, train) != 0 ||
+                  write_split(file, "/val", bytes + train, val) != 0 ||
+                  write_attrs(file, source, train, val, vf) != 0 ||
+                  H5Fflush(file, H5F_SCOPE_LOCAL) < 0))
     rc = -1;
-  /* Closing flushes everything HDF5 still buffers; it can fail too (ENOSPC). */
-  if (H5Fclose(file) < 0) rc = -1;
+  if (rc != 0) {
+    snprintf(why, cap, "%s", st_h5_why());
+    *err = st_h5_errno();
+  }
+  if (file < 0) return rc;
+  /* A failed write leaves data HDF5 would flush again on close, into the
+   * same full disk: discard it first, so the close succeeds (h5util.h). */
+  if (rc != 0) st_h5_discard(file);
+  if (H5Fclose(file) < 0 && rc == 0) {
+    rc = -1;
+    snprintf(why, cap, "%s", st_h5_why());
+    *err = st_h5_errno();
+  }
   return rc;
 }
 
@@ -331,12 +348,18 @@ int st_prep_bytes(const char *input_path, const char *out_path, double val_fract
 
   st_h5_quiet();
   snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-  int rc = write_token_file(tmp, label, in.data, train, val, val_fraction);
+  char why[512] = "";
+  int err = 0;
+  int rc = write_token_file(tmp, label, in.data, train, val, val_fraction, why, sizeof why, &err);
   free_input(&in);
   if (rc != 0) {
     unlink(tmp);
-    return st_error_setc(ST_EXIT_ERROR, "cannot write HDF5 token file %s (disk full or I/O error?); "
-                               "%s was not changed", tmp, out_path);
+    if (err == ENOSPC || err == EDQUOT)
+      return st_error_setc(ST_EXIT_ERROR, "%s writing %s: free space or choose another --out; %s "
+                           "was not changed", err == ENOSPC ? "no space left on device" :
+                           "disk quota exceeded", tmp, out_path);
+    return st_error_setc(ST_EXIT_ERROR, "cannot write HDF5 token file %s (%s); %s was not changed",
+                         tmp, why, out_path);
   }
   if (commit_tmp(tmp, out_path) != 0) return -1;
   if (train_tokens) *train_tokens = train;

@@ -75,8 +75,10 @@ static int cmd_prep(int argc, char **argv) {
 static int cmd_ckpt(int argc, char **argv) {
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     printf("usage: shardtrain ckpt info|verify RUN_DIR|STEP_DIR\n"
-           "  info    step, tokens, data position, ranks, ZeRO stage and config of a checkpoint\n"
-           "  verify  every rank file, checksum and shape against the index\n");
+           "  info    step, tokens, data position, ranks, ZeRO stage and config of a checkpoint;\n"
+           "          exit 3 when a rank file is missing (incomplete)\n"
+           "  verify  every rank file, checksum, shape and finite value against the index;\n"
+           "          exit 3 naming the file and dataset otherwise\n");
     return 0;
   }
   if (argc >= 2 && strcmp(argv[1], "info") && strcmp(argv[1], "verify")) {
@@ -114,6 +116,10 @@ static int cmd_ckpt(int argc, char **argv) {
          "  written by %d rank%s at ZeRO stage %d\n  config %s\n",
          dir, (long long)meta.step, (long long)meta.tokens_seen, (long long)meta.data_position,
          meta.world_size, meta.world_size == 1 ? "" : "s", meta.zero_stage, meta.config_json);
+  fflush(stdout);
+  /* info too: a rank file missing is silent NaN through index.h5. */
+  if (strcmp(argv[1], "info") == 0 && st_ckpt_check_files(dir))
+    return st_cli_fail(ST_EXIT_CHECKPOINT);
   if (strcmp(argv[1], "verify") == 0) {
     st_model_config cfg;
     st_param_table tab;
@@ -122,7 +128,8 @@ static int cmd_ckpt(int argc, char **argv) {
     int rc = st_ckpt_verify(dir, &tab);
     st_param_table_free(&tab);
     if (rc) return st_cli_fail(ST_EXIT_CHECKPOINT);
-    printf("  verify: OK (all rank files present, checksums good, shapes match the config)\n");
+    printf("  verify: OK (all rank files present, checksums good, values finite, shapes match "
+           "the config)\n");
   }
   return 0;
 }

@@ -15,6 +15,8 @@ void st_faults_read(st_faults *f) {
   f->oom_rank = -1;
   f->oom_step = -1;
   f->alloc_step = -1;
+  f->nan_rank = -1;
+  f->nan_step = -1;
   const char *s = getenv("ST_FAULT_STALL");
   if (s && sscanf(s, "%d:%lld:%lf", &f->stall_rank, &f->stall_step, &f->stall_s) != 3)
     f->stall_rank = -1;
@@ -23,6 +25,12 @@ void st_faults_read(st_faults *f) {
     const int n = sscanf(s, "%lld:%lld", &a, &b);
     if (n == 2) f->oom_rank = (int)a, f->oom_step = b;
     else if (n == 1) f->oom_step = a;
+  }
+  if ((s = getenv("ST_FAULT_NAN_STEP"))) {
+    long long a = -1, b = -1;
+    const int n = sscanf(s, "%lld:%lld", &a, &b);
+    if (n == 2) f->nan_rank = (int)a, f->nan_step = b;
+    else if (n == 1) f->nan_step = a;
   }
   f->overflow = getenv("ST_FAULT_OVERFLOW");
   if ((s = getenv("ST_FAULT_ALLOC"))) f->alloc_step = atoll(s);
@@ -59,6 +67,10 @@ void st_faults_step(const st_faults *f, const st_ops *ops, int rank, long long s
     memcpy(p, &chain, sizeof chain);
     chain = p;
   }
+}
+
+int st_faults_nan_at(const st_faults *f, int rank, long long step) {
+  return f->nan_step >= 0 && f->nan_step == step && (f->nan_rank < 0 || f->nan_rank == rank);
 }
 
 int st_faults_overflow_at(const st_faults *f, long long step) {

@@ -15,6 +15,12 @@
  *                                     step (test_no_alloc_after_setup.py)
  *   ST_FAULT_LEAK_KIB=N               N KiB of host memory leaked every step
  *                                     (tests/e2e/test_memory_flat.py)
+ *   ST_FAULT_NAN_STEP=STEP or RANK:STEP  after that step's update, the first
+ *                                     fp32 weight of that rank's partition
+ *                                     (every rank's without RANK) is NaN, as
+ *                                     a diverged run's would be: the save
+ *                                     refuses it (tests/e2e/test_nonfinite.py).
+ *                                     Test-only, like every ST_FAULT_*.
  */
 #ifndef ST_FAULTS_H
 #define ST_FAULTS_H
@@ -30,6 +36,8 @@ typedef struct {
   const char *overflow;     /* the step list as given; NULL: none */
   long long alloc_step;     /* -1: none */
   long long leak_kib;       /* 0: none */
+  int nan_rank;             /* -1: every rank */
+  long long nan_step;       /* -1: none */
 } st_faults;
 
 /* Read every ST_FAULT_* variable; a malformed one is treated as unset. */
@@ -39,6 +47,9 @@ void st_faults_read(st_faults *f);
  * allocation (oom, exits 7 through st_oom_fatal), allocate and free
  * (alloc), leak (leak_kib), as configured. */
 void st_faults_step(const st_faults *f, const st_ops *ops, int rank, long long step);
+
+/* Whether ST_FAULT_NAN_STEP poisons a weight of `rank` after `step`. */
+int st_faults_nan_at(const st_faults *f, int rank, long long step);
 
 /* Whether ST_FAULT_OVERFLOW lists `step`. */
 int st_faults_overflow_at(const st_faults *f, long long step);

@@ -31,6 +31,7 @@
 #include "rank/trainer_state.h"
 #include "util/bytes.h"
 #include "util/error.h"
+#include "util/fsutil.h"
 
 /* All ranks learn whether any failed; the lowest failing rank prints its
  * message once. Returns that rank's exit code, or 0 when none failed. */
@@ -103,6 +104,47 @@ static void prune_checkpoints(trainer *tr) {
     printf("checkpoint: removed %s (--keep-last %d)\n", removed, tr->rc->keep_last);
 }
 
+/* How many values of this rank's share of the checkpoint (fp32 weights
+ * [part.begin, part.end) of hp, Adam m and v in hm, hv) are NaN or inf, and
+ * where the first is. One pass over host memory, cheap next to writing it. */
+static int64_t count_nonfinite(const trainer *tr, const float *hp, const float *hm,
+                               const float *hv, const char **group, const char **tensor) {
+  static const char *const k_group[3] = {"params", "adam_m", "adam_v"};
+  const int64_t b = tr->part.begin, n = tr->part.end - tr->part.begin;
+  const float *const src[3] = {hp + b, hm, hv};
+  int64_t count = 0, first = -1;
+  for (int g = 0; g < 3; g++)
+    for (int64_t i = 0; i < n; i++)
+      if (!isfinite(src[g][i]) && count++ == 0) {
+        *group = k_group[g];
+        first = b + i;
+      }
+  const st_param_table *tab = &tr->model.tab;
+  for (int t = 0; first >= 0 && t < tab->n; t++)
+    if (first >= tab->t[t].offset && first < tab->t[t].offset + tab->t[t].numel)
+      *tensor = tab->t[t].name;
+  return count;
+}
+
+/* A diverged run must not replace its last good checkpoint: every rank
+ * checks its share, and if any holds a NaN or inf nobody writes (exit 1). */
+static int refuse_nonfinite(trainer *tr, const float *hp, const float *hm, const float *hv) {
+  const char *group = "?", *tensor = "?";
+  int64_t bad = count_nonfinite(tr, hp, hm, hv, &group, &tensor);
+  if (bad > 0) {
+    char latest[1200], name[256] = "";
+    snprintf(latest, sizeof latest, "%s/ckpt/latest", tr->rc->out);
+    if (!st_path_exists(latest) || st_read_small_file(latest, name, sizeof name) != 0)
+      snprintf(name, sizeof name, "nothing (no earlier checkpoint)");
+    st_error_setc(ST_EXIT_ERROR, "the run diverged: %lld NaN or inf value(s) in the weights or "
+                  "Adam moments at step %lld, the first in %s/%s; checkpoint step %lld was not "
+                  "written and ckpt/latest still names %s (resume from it with a lower --lr or "
+                  "a --grad-clip)", (long long)bad, (long long)tr->step, group, tensor,
+                  (long long)tr->step, name);
+  }
+  return st_trainer_agree(tr, bad > 0);
+}
+
 static int save_checkpoint(trainer *tr) {
   st_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
@@ -137,20 +179,26 @@ static int save_checkpoint(trainer *tr) {
   if (!staged)
     st_error_set("cannot allocate host memory to stage checkpoint step %lld", (long long)tr->step);
   int code = st_trainer_agree(tr, !staged); /* collective: no rank enters the save alone */
-  if (code) {
+  if (code || !staged) { /* !staged implies code; said for the analyzer */
+    free(hp);
+    free(hm);
+    free(hv);
+    return code ? code : ST_EXIT_ERROR;
+  }
+  fp32_weights_to_host(tr, hp, tr->part.begin, tr->part.end);
+  tr->ops->to_host(hm, tr->adam_m + off, nm * sizeof(float));
+  tr->ops->to_host(hv, tr->adam_v + off, nm * sizeof(float));
+  if ((code = refuse_nonfinite(tr, hp, hm, hv))) {
     free(hp);
     free(hm);
     free(hv);
     return code;
   }
-  fp32_weights_to_host(tr, hp, tr->part.begin, tr->part.end);
-  tr->ops->to_host(hm, tr->adam_m + off, nm * sizeof(float));
-  tr->ops->to_host(hv, tr->adam_v + off, nm * sizeof(float));
   int rc = st_ckpt_save(tr->rc->out, tr->comm, &tr->model.tab, &tr->part, hp, hm, hv, &meta);
   free(hp);
   free(hm);
   free(hv);
-  if (rc) st_error_code(ST_EXIT_CHECKPOINT);
+  if (rc) st_error_code(ST_EXIT_ERROR); /* writing --out failed: README "Exit codes" */
   code = st_trainer_agree(tr, rc != 0);
   if (!code && tr->comm->rank == 0) {
     printf("checkpoint: %s/ckpt/step_%08lld (latest)\n", tr->rc->out, (long long)tr->step);
@@ -166,6 +214,19 @@ static void fault_overflow(trainer *tr, const float *g) {
   if (tr->part.end <= tr->part.begin || !st_faults_overflow_at(&tr->faults, tr->step + 1)) return;
   const float inf = INFINITY;
   tr->ops->to_device((float *)g, &inf, sizeof inf);
+}
+
+/* ST_FAULT_NAN_STEP (rank/faults.h): this rank's first fp32 weight becomes
+ * NaN after the update, as a diverged run's would; the weights the save
+ * stages (fp32_weights_to_host) are the ones poisoned. */
+static void fault_nan(trainer *tr) {
+  if (tr->part.end <= tr->part.begin ||
+      !st_faults_nan_at(&tr->faults, tr->comm->rank, tr->step + 1))
+    return;
+  const float nan = NAN;
+  float *w = tr->master ? tr->master + (tr->part.begin - tr->opt_part.begin)
+                        : (float *)tr->model.params + tr->part.begin;
+  tr->ops->to_device(w, &nan, sizeof nan);
 }
 
 /* A gradient or parameter collective failed or its watchdog fired. The
@@ -384,6 +445,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   if (tr->ops->timeline_step_end) tr->ops->timeline_step_end(tr->step + 1, c->rank);
   tr->timing.compute =
       tr->timing.total - tr->timing.data - tr->timing.comm - tr->timing.optimizer;
+  fault_nan(tr);
   tr->data_pos = pos + tr->step_tokens;
   tr->tokens_seen += tr->step_tokens;
   tr->step++;
