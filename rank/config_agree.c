@@ -43,6 +43,14 @@ void st_agree_add(st_agree_list *l, const char *name, int code, const char *fix,
   }
 }
 
+void st_agree_add_float(st_agree_list *l, const char *name, int code, const char *fix, double x) {
+  st_agree_add(l, name, code, fix, "%g", x);
+  if (l->dropped) return;
+  char exact[64];
+  snprintf(exact, sizeof exact, "%a", x);
+  l->hash[l->n - 1] = fnv1a(exact, FNV_BASIS);
+}
+
 void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   static const char *const fix = "every rank must get the same flags";
   const int U = ST_EXIT_USAGE;
@@ -50,7 +58,7 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   const st_optim_config *o = &rc->optim;
   /* Primary flags before the ones derived from them (--lr-decay-steps
    * follows --steps, --model turns "custom" with a shape flag), so the
-   * message names the flag the user gave. Floats as %.9g: exact for float. */
+   * message names the flag the user gave. */
   st_agree_add(l, "--layers", U, fix, "%d", m->n_layer);
   st_agree_add(l, "--heads", U, fix, "%d", m->n_head);
   st_agree_add(l, "--dim", U, fix, "%d", m->n_embd);
@@ -61,7 +69,7 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add(l, "--global-batch", U, fix, "%d", rc->global_batch);
   st_agree_add(l, "--zero", U, fix, "%d", rc->zero_stage);
   st_agree_add(l, "--precision", U, fix, "%s", rc->precision);
-  st_agree_add(l, "--loss-scale-max", U, fix, "%.9g", rc->loss_scale_max);
+  st_agree_add_float(l, "--loss-scale-max", U, fix, rc->loss_scale_max);
   st_agree_add(l, "--recompute", U, fix, "%s", rc->recompute);
   st_agree_add(l, "--attention", U, fix, "%s", rc->attention);
   st_agree_add(l, "--device", U, fix, "%s", rc->device);
@@ -77,25 +85,25 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add(l, "--val-seqs", U, fix, "%d", rc->val_seqs);
   st_agree_add(l, "--log-every", U, fix, "%d", rc->log_every);
   st_agree_add(l, "--seed", U, fix, "%llu", (unsigned long long)rc->seed);
-  st_agree_add(l, "--lr", U, fix, "%.9g", o->lr);
-  st_agree_add(l, "--min-lr-frac", U, fix, "%.9g", o->min_lr_frac);
+  st_agree_add_float(l, "--lr", U, fix, o->lr);
+  st_agree_add_float(l, "--min-lr-frac", U, fix, o->min_lr_frac);
   st_agree_add(l, "--warmup", U, fix, "%d", o->warmup_steps);
   st_agree_add(l, "--lr-decay-steps", U, fix, "%lld", (long long)o->total_steps);
-  st_agree_add(l, "--beta1", U, fix, "%.9g", o->beta1);
-  st_agree_add(l, "--beta2", U, fix, "%.9g", o->beta2);
-  st_agree_add(l, "--eps", U, fix, "%.9g", o->eps);
-  st_agree_add(l, "--weight-decay", U, fix, "%.9g", o->weight_decay);
-  st_agree_add(l, "--grad-clip", U, fix, "%.9g", o->grad_clip);
+  st_agree_add_float(l, "--beta1", U, fix, o->beta1);
+  st_agree_add_float(l, "--beta2", U, fix, o->beta2);
+  st_agree_add_float(l, "--eps", U, fix, o->eps);
+  st_agree_add_float(l, "--weight-decay", U, fix, o->weight_decay);
+  st_agree_add_float(l, "--grad-clip", U, fix, o->grad_clip);
   st_agree_add(l, "--auto-fit/--auto-fit-zero", U, fix, "%s",
                rc->auto_fit == 2 ? "--auto-fit-zero" : rc->auto_fit ? "--auto-fit" : "neither");
   st_agree_add(l, "--gpu-mem", U, fix, "%llu bytes", (unsigned long long)rc->gpu_mem);
   st_agree_add(l, "--enforce-gpu-mem", U, fix, "%s", rc->enforce_gpu_mem ? "given" : "not given");
-  st_agree_add(l, "--headroom", U, fix, "%.9g", rc->headroom_pct);
+  st_agree_add_float(l, "--headroom", U, fix, rc->headroom_pct);
   st_agree_add(l, "--gpu-stats-every", U, fix, "%d", rc->gpu_stats_every);
-  st_agree_add(l, "--mem-warn-fraction", U, fix, "%.9g", rc->mem_warn_fraction);
+  st_agree_add_float(l, "--mem-warn-fraction", U, fix, rc->mem_warn_fraction);
   st_agree_add(l, "--json", U, fix, "%s", rc->json ? "given" : "not given");
   st_agree_add(l, "--step-timing", U, fix, "%s", rc->step_timing ? "given" : "not given");
-  st_agree_add(l, "--nccl-timeout", U, fix, "%.17g", rc->nccl_timeout_s);
+  st_agree_add_float(l, "--nccl-timeout", U, fix, rc->nccl_timeout_s);
   st_agree_add(l, "--nccl-buffsize", U, fix, "%lld", rc->nccl_buffsize);
   st_agree_add(l, "--nccl-cga", U, fix, "%d", rc->nccl_cga);
   st_agree_add(l, "--nccl-min-ctas", U, fix, "%d", rc->nccl_min_ctas);

@@ -43,6 +43,9 @@ typedef struct {
 void st_agree_add(st_agree_list *l, const char *name, int code, const char *fix,
                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* A float field: compared bit for bit (hashed as %a), shown as %g. */
+void st_agree_add_float(st_agree_list *l, const char *name, int code, const char *fix, double x);
+
 /* Every flag that reaches the run configuration, by flag name, as this
  * rank holds it (after resume merged the checkpoint's settings, when it
  * has). Flags: exit class ST_EXIT_USAGE. */
