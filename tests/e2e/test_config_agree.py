@@ -9,6 +9,7 @@ ranks, and nothing is trained (no checkpoint, no metrics).
 """
 import os
 import shutil
+import signal
 import subprocess
 
 from common import check, corpus, parse_args, run
@@ -19,7 +20,7 @@ W = lambda n: os.path.join(a.work, n)
 other = W("other.h5")
 shutil.copy(data, other)
 base = ["--data", data, "--model", "tiny", "--seq-len", 32, "--micro-batch", 2,
-        "--global-batch", 4, "--val-seqs", 4, "--steps", 4, "--lr", 1e-3, "--warmup", 2,
+        "--global-batch", 24, "--val-seqs", 4, "--steps", 4, "--lr", 1e-3, "--warmup", 2,
         "--zero", 1, "--device", "cpu"]
 
 
@@ -40,10 +41,16 @@ def mpirun_contexts(contexts, timeout=90):
             cmd.append(":")
         cmd += ["-np", str(np), a.bin, "train"] + [str(x) for x in args]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    # its own process group: a hung job is killed whole, no rank left behind
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         check(False, f"{' '.join(cmd)} finished within {timeout} s (it hung)")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 # (flag, value on the odd rank out, words the message must hold)

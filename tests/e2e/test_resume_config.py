@@ -101,9 +101,13 @@ check("nothing to train: --stop-after 6 is at or below the checkpoint's step 6" 
       "--stop-after at the checkpoint's step is named as the reason")
 
 # 5. Settings that change the function the weights compute are refused.
-for extra, flag in ((["--heads", 8], "--heads 8"), (["--seq-len", 16], "--seq-len 16"),
-                    (["--vocab-size", 512], "--vocab-size 512"), (["--model", "small"], "--model small"),
-                    (["--heads", 2, "--layers", 2], "--heads 2")):
+# The rest of the shape given too, so that only the one setting differs
+# (before this check, --heads 8 with the same tensor shapes resumed silently).
+tiny = ["--model", "tiny", "--seq-len", 32]
+for extra, flag in ((tiny + ["--heads", 8], "--heads 8"), (["--heads", 8], "--heads 8"),
+                    (["--model", "tiny", "--seq-len", 16], "--seq-len 16"),
+                    (tiny + ["--vocab-size", 512], "--vocab-size 512"),
+                    (["--model", "small", "--seq-len", 32], "--model small")):
     r = train(a, 1, ["--data", data, "--out", run_dir, "--steps", 9] + extra, expect_rc=None)
     check(r.returncode == 3, f"{flag} on resume: exit {r.returncode} == 3")
     check(flag in r.stderr and "differ" in r.stderr and "--model/--layers" not in r.stderr,
