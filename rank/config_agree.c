@@ -167,7 +167,6 @@ static int report(st_comm *c, const st_agree_list *l, int i, const uint64_t *h) 
   for (int g = 0; g < ngroups && len < sizeof msg; g++) {
     if (g == 4) {
       snprintf(msg + len, sizeof msg - len, ", and %d other values", ngroups - 4);
-      len = strlen(msg);
       break;
     }
     int first = 0;

@@ -29,7 +29,9 @@ typedef struct {
 #define F(flag, sec, key, k, member, cls) \
   {flag, sec, key, k, offsetof(st_run_config, member), sizeof(((st_run_config *)0)->member), cls}
 
-/* The settings the checkpoint's config holds. A setting that later changes
+/* The settings the checkpoint's config holds (--attention is written but
+ * not taken: which kernel runs is the machine's choice, cuDNN exists only
+ * on GPUs, and both compute the same function). A setting that later changes
  * the function the weights compute (positional scheme, norm type,
  * tokenizer) is one more ARCH line here, once the config writes it. */
 static const field k_fields[] = {
@@ -43,7 +45,6 @@ static const field k_fields[] = {
     F("--zero", "train", "zero_stage", K_INT, zero_stage, FIT_ZERO),
     F("--precision", "train", "precision", K_STR, precision, INHERIT),
     F("--recompute", "train", "recompute", K_STR, recompute, FIT),
-    F("--attention", "train", "attention", K_STR, attention, INHERIT),
     F("--loss-scale-max", "train", "loss_scale_max", K_FLOAT, loss_scale_max, INHERIT),
     F("--steps", "train", "steps", K_I64, steps, INHERIT),
     F("--lr", "train", "lr", K_FLOAT, optim.lr, INHERIT),

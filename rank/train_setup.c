@@ -65,6 +65,16 @@ static int setup_backend(trainer *tr) {
     tr->omp_auto = 1;
   }
   if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
+  if (!cuda && strcmp(rc->precision, "fp32") != 0 && tr->resume_found &&
+      !st_run_config_given(rc, "--precision")) {
+    /* the checkpoint's precision, from a GPU run: its weights are stored in
+     * fp32, so the CPU continues in fp32, and says so */
+    size_t n = strlen(tr->resume_note.text);
+    snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n, "  notice     the "
+             "checkpoint trained in %s; the CPU backend runs fp32 (its weights are stored in "
+             "fp32, nothing is lost)\n", rc->precision);
+    snprintf(rc->precision, sizeof rc->precision, "fp32");
+  }
   if (!cuda && strcmp(rc->precision, "fp32") != 0)
     return st_error_set("--precision %s: the CPU backend is the fp32 reference; use --precision "
                         "fp32 (or auto) on the CPU, or run on GPUs for bf16/fp16",

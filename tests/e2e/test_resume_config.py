@@ -100,6 +100,19 @@ r = train(a, 1, ["--data", data, "--out", copy("stop"), "--steps", 9, "--stop-af
 check("nothing to train: --stop-after 6 is at or below the checkpoint's step 6" in r.stdout,
       "--stop-after at the checkpoint's step is named as the reason")
 
+# 4b. A GPU run's checkpoint (bf16 in its config; the weights are fp32 on
+#     disk) resumes on the CPU without --precision: the CPU runs fp32, says so.
+import h5py
+gpu = copy("gpu")
+idx = os.path.join(gpu, "ckpt", open(os.path.join(gpu, "ckpt", "latest")).read().strip(), "index.h5")
+with h5py.File(idx, "r+") as f:
+    cfg = json.loads(f.attrs["config"])
+    cfg["train"]["precision"] = "bf16"
+    f.attrs["config"] = json.dumps(cfg)
+r = train(a, 1, ["--data", data, "--out", gpu, "--steps", 7])
+check("the checkpoint trained in bf16; the CPU backend runs fp32" in r.stdout,
+      "a bf16 checkpoint resumes on the CPU in fp32, with a notice")
+
 # 5. Settings that change the function the weights compute are refused.
 # The rest of the shape given too, so that only the one setting differs
 # (before this check, --heads 8 with the same tensor shapes resumed silently).
