@@ -33,13 +33,13 @@ def with_flag(args, flag, value):
     return args + [flag, str(value)]
 
 
-def mpirun_contexts(contexts, timeout=90):
+def mpirun_contexts(contexts, timeout=90, command=("train",)):
     """contexts: [(np, args), ...] as one mpirun of app contexts."""
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
     for i, (np, args) in enumerate(contexts):
         if i:
             cmd.append(":")
-        cmd += ["-np", str(np), a.bin, "train"] + [str(x) for x in args]
+        cmd += ["-np", str(np), a.bin] + list(command) + [str(x) for x in args]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     # its own process group: a hung job is killed whole, no rank left behind
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -113,3 +113,11 @@ mine = base + ["--out", out, "--resume", "none"]
 r = mpirun_contexts([(1, mine), (1, mine + ["--lr", "fast"])])
 check(r.returncode == 2 and "(rank 1): --lr expects" in r.stderr and
       r.stderr.count("shardtrain: error") == 1, "a bad flag on rank 1 only: its message, once")
+
+# bench collectives: another --max-bytes on one rank hung in the first size
+# the other rank did not run; now it is named, exit 2.
+bench = ["--device", "cpu", "--min-bytes", "1KiB", "--iters", 2, "--warmup", 1]
+r = mpirun_contexts([(1, bench + ["--max-bytes", "4KiB"]), (1, bench + ["--max-bytes", "64KiB"])],
+                    command=("bench", "collectives"))
+check(r.returncode == 2 and "--max-bytes differs between ranks: 4096 on rank 0, 65536 on rank 1"
+      in r.stderr, "bench collectives: another --max-bytes on one rank is named, exit 2")
