@@ -248,7 +248,7 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
                (long long)old_horizon);
     size_t n = strlen(tx);
     snprintf(tx + n, cap - n, "  notice     the cosine schedule now ends at step %lld, not %lld "
-             "(%s): step %lld trains at lr %.2e, where the checkpoint's schedule gives %.2e%s\n",
+             "(%s): step %lld trains at lr %.2e, where the checkpoint's horizon gives %.2e%s\n",
              (long long)rc->optim.total_steps, (long long)old_horizon,
              given ? "--lr-decay-steps" : "the horizon follows --steps", (long long)meta->step + 1,
              lr_new, lr_old, keep);
@@ -256,8 +256,8 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
     cJSON_AddNumberToObject(s, "lr_decay_steps_checkpoint", (double)old_horizon);
     cJSON_AddNumberToObject(s, "lr_decay_steps_now", (double)rc->optim.total_steps);
     cJSON_AddNumberToObject(s, "next_step", (double)meta->step + 1);
-    cJSON_AddNumberToObject(s, "lr_checkpoint_schedule", lr_old);
-    cJSON_AddNumberToObject(s, "lr_now", lr_new);
+    cJSON_AddNumberToObject(s, "lr_checkpoint_schedule", dec(lr_old));
+    cJSON_AddNumberToObject(s, "lr_now", dec(lr_new));
   }
   note->json = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);

@@ -71,7 +71,7 @@ j = resume_line(bare)["resume"]
 check(j["step"] == 6 and list(j["overrides"]) == ["--steps"] and j["schedule"]["lr_decay_steps_checkpoint"] == 6
       and j["schedule"]["lr_decay_steps_now"] == 9, "metrics.jsonl: the resume, its one override, the schedule")
 sch = j["schedule"]
-check(f"step 7 trains at lr {sch['lr_now']:.2e}, where the checkpoint's schedule gives "
+check(f"step 7 trains at lr {sch['lr_now']:.2e}, where the checkpoint's horizon gives "
       f"{sch['lr_checkpoint_schedule']:.2e}" in out and sch["lr_now"] > sch["lr_checkpoint_schedule"],
       "the lr of step 7 under the new and the old schedule")
 
