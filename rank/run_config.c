@@ -106,25 +106,6 @@ char *st_run_config_to_json(const st_run_config *rc) {
   return s;
 }
 
-void st_run_config_diff(const char *old_json, const char *new_json, char *out, size_t cap) {
-  out[0] = 0;
-  cJSON *a = cJSON_Parse(old_json), *b = cJSON_Parse(new_json);
-  cJSON *ta = cJSON_GetObjectItem(a, "train"), *tb = cJSON_GetObjectItem(b, "train");
-  size_t len = 0;
-  cJSON *it;
-  cJSON_ArrayForEach(it, tb) {
-    cJSON *old = cJSON_GetObjectItem(ta, it->string);
-    if (!old || cJSON_Compare(old, it, 1)) continue;
-    char *vo = cJSON_PrintUnformatted(old), *vn = cJSON_PrintUnformatted(it);
-    int n = snprintf(out + len, cap - len, "%s%s %s -> %s", len ? ", " : "", it->string, vo, vn);
-    if (n > 0 && (size_t)n < cap - len) len += (size_t)n;
-    cJSON_free(vo);
-    cJSON_free(vn);
-  }
-  cJSON_Delete(a);
-  cJSON_Delete(b);
-}
-
 int st_run_overlap_ctas(const st_run_config *rc) {
   if (rc->zero_stage == 0) return 0;
   int n = rc->nccl_overlap_ctas;

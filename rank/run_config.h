@@ -92,11 +92,6 @@ void st_run_config_schedule(st_run_config *rc);
  * the caller frees it. */
 char *st_run_config_to_json(const st_run_config *rc);
 
-/* Describe how the "train" settings of two run-config JSON strings differ,
- * as "global_batch 32 -> 36, steps 30 -> 40" in out (empty when equal or
- * when either string does not parse). */
-void st_run_config_diff(const char *old_json, const char *new_json, char *out, size_t cap);
-
 /* CTAs of the gradient-overlap communicator this run makes on GPUs: 0 at
  * ZeRO 0 (its gradients are reduced after backward, nothing overlaps),
  * else --nccl-overlap-ctas, at most --nccl-max-ctas when that is set. */
