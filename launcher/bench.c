@@ -16,6 +16,7 @@
 #include "kernels/ops.h"
 #include "launcher/cli.h"
 #include "launcher/env.h"
+#include "rank/config_agree.h"
 #include "rank/device_select.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -464,6 +465,30 @@ int st_cmd_bench(int argc, char **argv) {
   st_comm mpi, nccl, *dcomm = NULL;
   memset(&nccl, 0, sizeof nccl);
   if (st_comm_mpi_init(&mpi)) return ST_EXIT_ERROR;
+  /* Another --max-bytes or --ops on one rank (an mpirun app context) would
+   * size the collectives differently: the ranks agree on every option first,
+   * in fixed-size exchanges (rank/config_agree.h). */
+  st_agree_list agree;
+  memset(&agree, 0, sizeof agree);
+  const char *fix = "every rank must get the same flags";
+  char oplist[128] = "";
+  for (int k = 0; k < o.nops; k++)
+    snprintf(oplist + strlen(oplist), sizeof oplist - strlen(oplist), "%s%s", k ? "," : "",
+             st_coll_name(o.ops[k]));
+  st_agree_add(&agree, "--device", ST_EXIT_USAGE, fix, "%s", o.device);
+  st_agree_add(&agree, "--min-bytes", ST_EXIT_USAGE, fix, "%llu", (unsigned long long)o.min_bytes);
+  st_agree_add(&agree, "--max-bytes", ST_EXIT_USAGE, fix, "%llu", (unsigned long long)o.max_bytes);
+  st_agree_add(&agree, "--ops", ST_EXIT_USAGE, fix, "%s", oplist);
+  st_agree_add(&agree, "--iters", ST_EXIT_USAGE, fix, "%d", o.iters);
+  st_agree_add(&agree, "--warmup", ST_EXIT_USAGE, fix, "%d", o.warmup);
+  st_agree_add(&agree, "--timing", ST_EXIT_USAGE, fix, "%s", o.blocking ? "blocking" : "pipelined");
+  st_agree_add_float(&agree, "--nccl-timeout", ST_EXIT_USAGE, fix, o.nccl_timeout_s);
+  st_agree_add(&agree, "--json", ST_EXIT_USAGE, fix, "%s", o.json ? "given" : "not given");
+  if (st_agree_check(&mpi, &agree)) {
+    if (rank == 0) fprintf(stderr, "shardtrain: error: %s\n", st_error_msg());
+    st_comm_mpi_free(&mpi);
+    return st_error_exit_code();
+  }
   const st_ops *ops = NULL;
   char where[768];
   int rc = setup(&o, &env, &mpi, &nccl, &dcomm, &ops, where, sizeof where);

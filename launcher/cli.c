@@ -3,6 +3,7 @@
 #include "launcher/cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +29,10 @@ static int parse_float(const char *flag, const char *v, double lo, double hi, fl
   char *end;
   errno = 0;
   double x = strtod(v, &end);
-  if (errno || *end || end == v || x < lo || x > hi) {
+  /* NaN fails no comparison, so the range test alone would let it through */
+  if (errno || *end || end == v || !isfinite(x) || x < lo || x > hi) {
     st_error_code(ST_EXIT_USAGE);
-    return st_error_set("%s expects a number in [%g, %g], got '%s'", flag, lo, hi, v);
+    return st_error_set("%s expects a finite number in [%g, %g], got '%s'", flag, lo, hi, v);
   }
   *out = (float)x;
   return 0;
@@ -243,6 +245,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
   long long x;
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
+    if (strncmp(f, "--", 2) == 0 && st_cli_is_train_flag(f)) st_run_config_mark_given(rc, f);
     if (strcmp(f, "--json") == 0) { rc->json = 1; continue; }
     if (strcmp(f, "--step-timing") == 0) { rc->step_timing = 1; continue; }
     if (strcmp(f, "--enforce-gpu-mem") == 0) { rc->enforce_gpu_mem = 1; continue; }
@@ -330,6 +333,11 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     STR_FLAG("--data", rc->data)
     STR_FLAG("--val-data", rc->val_data)
     STR_FLAG("--out", rc->out)
+    if (strcmp(f, "--resume") == 0 && !v[0]) {
+      st_error_code(ST_EXIT_USAGE);
+      return st_error_set("--resume needs a value: auto (the run's latest checkpoint), none (a "
+                          "fresh start) or a step directory; got an empty string");
+    }
     STR_FLAG("--resume", rc->resume)
     STR_FLAG("--dump-params", rc->dump_params)
 #undef INT_FLAG
@@ -349,11 +357,8 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     return st_error_set("--auto-fit-zero chooses the ZeRO stage, and --zero %d fixes it: drop "
                         "one (--auto-fit keeps the given or default --zero)", rc->zero_stage);
   }
-  if (!lr_set_total) rc->optim.total_steps = rc->steps;
-  if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps) {
-    rc->warmup_capped_from = rc->optim.warmup_steps; /* said in the config block */
-    rc->optim.warmup_steps = (int)rc->optim.total_steps;
-  }
+  rc->lr_decay_fixed = lr_set_total;
+  st_run_config_schedule(rc); /* again on resume, once the checkpoint's settings are in */
   if (!rc->data[0]) {
     st_error_code(ST_EXIT_USAGE);
     return st_error_set("--data is required: a token file from `shardtrain prep` (.h5) or an "

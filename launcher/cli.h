@@ -6,13 +6,17 @@
 
 #include "rank/run_config.h"
 
-/* Which of the shared flags were given. */
+/* Which of the shared flags were given (plan's; train records every flag
+ * in st_run_config.given). */
 typedef struct {
   int preset, shape, zero, micro_batch, recompute, device;
 } st_cli_seen;
 
-/* Parse flags (argv[0] is the subcommand). Unknown flags and bad values give
- * -1 with st_error naming the flag and st_error_code(ST_EXIT_USAGE). */
+/* Parse flags (argv[0] is the subcommand). Every flag given is recorded in
+ * rc->given (st_run_config_given), so that a resume can tell a flag from a
+ * default. Unknown flags, bad values (NaN and inf included), and an empty
+ * --resume give -1 with st_error naming the flag and
+ * st_error_code(ST_EXIT_USAGE). */
 int st_cli_parse_train(int argc, char **argv, st_run_config *rc);
 
 /* " (did you mean --x?)" naming the flag of cands (NULL-terminated) closest

@@ -20,6 +20,7 @@
 #include "launcher/env.h"
 #include "launcher/plan.h"
 #include "launcher/signals.h"
+#include "rank/config_agree.h"
 #include "rank/trainer.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -151,13 +152,28 @@ static int cmd_train(int argc, char **argv) {
   }
   st_run_config rc;
   st_run_config_defaults(&rc);
-  if (st_cli_parse_train(argc, argv, &rc)) {
-    if (env.rank == 0) st_cli_fail(st_error_exit_code());
-    return st_error_exit_code();
-  }
+  const int parse_failed = st_cli_parse_train(argc, argv, &rc) != 0;
   if (st_comm_mpi_init(&comm)) return st_cli_fail(ST_EXIT_ERROR);
+  /* Before any collective whose size depends on the flags: every rank
+   * parsed its own command line (an app context can give each another),
+   * so they first agree that all parsed, then that all parsed the same
+   * (rank/config_agree.h). Both exchanges have fixed sizes. */
+  int code = st_agree_failure(&comm, parse_failed);
+  if (!code) {
+    st_agree_list flags;
+    memset(&flags, 0, sizeof flags);
+    st_agree_run_config(&flags, &rc);
+    if (st_agree_check(&comm, &flags)) {
+      code = st_error_exit_code();
+      if (comm.rank == 0) st_cli_fail(code); /* the same message on every rank: print it once */
+    }
+  }
+  if (code) {
+    st_comm_mpi_free(&comm);
+    return code;
+  }
   st_signals_install();
-  int code = st_train(&rc, &env, &comm);
+  code = st_train(&rc, &env, &comm);
   st_comm_mpi_free(&comm);
   return code;
 }

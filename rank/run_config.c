@@ -45,6 +45,30 @@ void st_run_config_defaults(st_run_config *rc) {
   rc->nccl_overlap_ctas = 4;
 }
 
+int st_run_config_given(const st_run_config *rc, const char *flag) {
+  char key[80];
+  snprintf(key, sizeof key, " %s ", flag);
+  return strstr(rc->given, key) != NULL;
+}
+
+void st_run_config_mark_given(st_run_config *rc, const char *flag) {
+  if (st_run_config_given(rc, flag)) return;
+  size_t n = strlen(rc->given), k = strlen(flag);
+  if (n == 0 && k + 2 < sizeof rc->given) rc->given[n++] = ' ';
+  if (n + k + 2 > sizeof rc->given) return;
+  memcpy(rc->given + n, flag, k);
+  rc->given[n + k] = ' ';
+  rc->given[n + k + 1] = 0;
+}
+
+void st_run_config_schedule(st_run_config *rc) {
+  if (!rc->lr_decay_fixed) rc->optim.total_steps = rc->steps;
+  if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps) {
+    rc->warmup_capped_from = rc->optim.warmup_steps; /* said in the config block */
+    rc->optim.warmup_steps = (int)rc->optim.total_steps;
+  }
+}
+
 char *st_run_config_to_json(const st_run_config *rc) {
   cJSON *o = cJSON_CreateObject();
   cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -69,28 +93,17 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddNumberToObject(t, "grad_clip", dec(rc->optim.grad_clip));
   cJSON_AddNumberToObject(t, "seed", (double)rc->seed);
   cJSON_AddStringToObject(t, "data", rc->data);
+  /* Read back on resume (rank/resume_config.c) for the flags not given. */
+  cJSON_AddStringToObject(t, "val_data", rc->val_data);
+  cJSON_AddNumberToObject(t, "ckpt_every", rc->ckpt_every);
+  cJSON_AddNumberToObject(t, "val_every", rc->val_every);
+  cJSON_AddNumberToObject(t, "val_seqs", rc->val_seqs);
+  cJSON_AddNumberToObject(t, "log_every", rc->log_every);
+  cJSON_AddNumberToObject(t, "loss_scale_max", dec(rc->loss_scale_max));
+  cJSON_AddStringToObject(t, "attention", rc->attention);
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;
-}
-
-void st_run_config_diff(const char *old_json, const char *new_json, char *out, size_t cap) {
-  out[0] = 0;
-  cJSON *a = cJSON_Parse(old_json), *b = cJSON_Parse(new_json);
-  cJSON *ta = cJSON_GetObjectItem(a, "train"), *tb = cJSON_GetObjectItem(b, "train");
-  size_t len = 0;
-  cJSON *it;
-  cJSON_ArrayForEach(it, tb) {
-    cJSON *old = cJSON_GetObjectItem(ta, it->string);
-    if (!old || cJSON_Compare(old, it, 1)) continue;
-    char *vo = cJSON_PrintUnformatted(old), *vn = cJSON_PrintUnformatted(it);
-    int n = snprintf(out + len, cap - len, "%s%s %s -> %s", len ? ", " : "", it->string, vo, vn);
-    if (n > 0 && (size_t)n < cap - len) len += (size_t)n;
-    cJSON_free(vo);
-    cJSON_free(vn);
-  }
-  cJSON_Delete(a);
-  cJSON_Delete(b);
 }
 
 int st_run_overlap_ctas(const st_run_config *rc) {

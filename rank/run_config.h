@@ -65,19 +65,33 @@ typedef struct {
    * runs; 0 = the main one (docs/benchmarks.md, "Overlap without starving
    * the GEMMs") */
   int nccl_overlap_ctas;
+  /* The flags the command line gave, each as " --flag " (launcher/cli.c
+   * marks them): on resume, a setting not given comes from the checkpoint
+   * (rank/resume_config.h), and one given overrides it. */
+  char given[1024];
+  /* --lr-decay-steps was given, or came from a checkpoint that had it apart
+   * from --steps: the cosine horizon does not follow --steps. */
+  int lr_decay_fixed;
 } st_run_config;
 
 /* Defaults: the "small" preset, T=128, micro-batch 8, global batch 16. */
 void st_run_config_defaults(st_run_config *rc);
 
+/* 1 when flag ("--lr") was given on the command line (rc->given). */
+int st_run_config_given(const st_run_config *rc, const char *flag);
+/* Record flag as given (at most once; a full list drops it, which only
+ * loses the flag's override on resume). */
+void st_run_config_mark_given(st_run_config *rc, const char *flag);
+
+/* The schedule's derived settings, after --steps is final (the flags, and on
+ * resume the checkpoint's config): the cosine horizon is --steps unless
+ * lr_decay_fixed, and a warmup longer than the horizon is capped (said in
+ * the configuration block through warmup_capped_from). */
+void st_run_config_schedule(st_run_config *rc);
+
 /* The run config as a malloc'ed JSON object string (model shape + training);
  * the caller frees it. */
 char *st_run_config_to_json(const st_run_config *rc);
-
-/* Describe how the "train" settings of two run-config JSON strings differ,
- * as "global_batch 32 -> 36, steps 30 -> 40" in out (empty when equal or
- * when either string does not parse). */
-void st_run_config_diff(const char *old_json, const char *new_json, char *out, size_t cap);
 
 /* CTAs of the gradient-overlap communicator this run makes on GPUs: 0 at
  * ZeRO 0 (its gradients are reduced after backward, nothing overlaps),

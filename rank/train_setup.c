@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/checkpoint.h"
@@ -18,6 +19,7 @@
 #include "kernels/ops_cuda.h"
 #endif
 #include "kernels/profile.h"
+#include "rank/config_agree.h"
 #include "rank/device_select.h"
 #include "rank/memory_fit.h"
 #include "rank/trainer_state.h"
@@ -64,6 +66,16 @@ static int setup_backend(trainer *tr) {
     tr->omp_auto = 1;
   }
   if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
+  if (!cuda && strcmp(rc->precision, "fp32") != 0 && tr->resume_found &&
+      !st_run_config_given(rc, "--precision")) {
+    /* the checkpoint's precision, from a GPU run: its weights are stored in
+     * fp32, so the CPU continues in fp32, and says so */
+    size_t n = strlen(tr->resume_note.text);
+    snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n, "  notice     the "
+             "checkpoint trained in %s; the CPU backend runs fp32 (its weights are stored in "
+             "fp32, nothing is lost)\n", rc->precision);
+    snprintf(rc->precision, sizeof rc->precision, "fp32");
+  }
   if (!cuda && strcmp(rc->precision, "fp32") != 0)
     return st_error_set("--precision %s: the CPU backend is the fp32 reference; use --precision "
                         "fp32 (or auto) on the CPU, or run on GPUs for bf16/fp16",
@@ -145,8 +157,11 @@ static int setup_batch(trainer *tr) {
                         "(%d + 1); lower --seq-len or prepare with a larger --val-fraction",
                         st_tokens_path(tr->val), (long long)tr->nval, T);
   }
+  /* a shape the flags cannot make (--heads 5 --dim 64) is a bad flag
+   * combination, as plan says too */
+  if (st_model_validate(&rc->model)) return -1;
   st_error_code(ST_EXIT_ERROR);
-  return st_model_validate(&rc->model);
+  return 0;
 }
 
 /* --attention: which attention the CUDA tables run for the training shape.
@@ -657,12 +672,16 @@ static int set_weights(trainer *tr, const float *host) {
   return 0;
 }
 
-/* Resume from a checkpoint or initialise fresh weights. */
-static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
+/* What --resume names, before anything depends on the settings: the
+ * checkpoint's config fills every setting the flags did not give
+ * (rank/resume_config.h), so that the batch, the model, the memory plan and
+ * the schedule are those of the run being continued, and a setting that
+ * would change the function its weights compute is refused here, before
+ * any compute or allocation. Reads only. */
+static int setup_checkpoint(trainer *tr) {
   st_run_config *rc = tr->rc;
-  int found = 0;
-  *resumed = 0;
-  st_rng_seed(&tr->rng, rc->seed);
+  tr->resume_found = 0;
+  tr->resume_from[0] = 0;
   if (strcmp(rc->resume, "none") == 0) {
     char latest[1200];
     snprintf(latest, sizeof latest, "%s/ckpt/latest", rc->out);
@@ -672,11 +691,64 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
                           "--resume auto to continue that run, or choose a new --out so "
                           "nothing is overwritten", rc->out, latest);
     }
-  } else if (st_ckpt_resolve(rc->out, rc->resume, from, cap, &found)) {
+    return 0;
+  }
+  if (st_ckpt_resolve(rc->out, rc->resume, tr->resume_from, (int)sizeof tr->resume_from,
+                      &tr->resume_found)) {
     st_error_code(ST_EXIT_CHECKPOINT);
     if (strncmp(st_error_msg(), "--resume", 8) == 0) return -1; /* it names the flag already */
     return st_error_prefix("--resume %s", rc->resume);
   }
+  if (!tr->resume_found) return 0;
+  if (st_ckpt_read_meta(tr->resume_from, &tr->resume_meta)) {
+    st_error_code(ST_EXIT_CHECKPOINT);
+    return st_error_prefix("--resume %s", rc->resume);
+  }
+  return st_resume_config_apply(rc, &tr->resume_meta, tr->resume_from, tr->comm->world,
+                                &tr->resume_note);
+}
+
+/* "N bytes" for a file, "missing" when it cannot be read. */
+static void file_size_field(st_agree_list *l, const char *name, const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0)
+    st_agree_add(l, name, ST_EXIT_DATA, "every rank must read the same file (a path on a "
+                 "filesystem every node mounts, or identical copies)", "%s: %lld bytes", path,
+                 (long long)st.st_size);
+  else
+    st_agree_add(l, name, ST_EXIT_DATA, "every rank must read the same file (a path on a "
+                 "filesystem every node mounts, or identical copies)", "%s: missing", path);
+}
+
+/* After the checkpoint's settings are in: every rank holds the same
+ * settings (flags that merely repeat a default on one rank can differ in
+ * effect on resume), resumes the same checkpoint, and reads data files of
+ * the same size. Collective, of fixed size (rank/config_agree.h). */
+static int setup_agree_resolved(trainer *tr) {
+  const st_run_config *rc = tr->rc;
+  st_agree_list l;
+  memset(&l, 0, sizeof l);
+  st_agree_run_config(&l, rc);
+  if (tr->resume_found)
+    st_agree_add(&l, "the checkpoint to resume", ST_EXIT_CHECKPOINT, "every rank must see the "
+                 "same run directory (--out on a filesystem every node mounts)", "%s (step %lld)",
+                 tr->resume_from, (long long)tr->resume_meta.step);
+  else
+    st_agree_add(&l, "the checkpoint to resume", ST_EXIT_CHECKPOINT, "every rank must see the "
+                 "same run directory (--out on a filesystem every node mounts)", "none");
+  file_size_field(&l, "the --data file", rc->data);
+  if (rc->val_data[0]) file_size_field(&l, "the --val-data file", rc->val_data);
+  return st_agree_check(tr->comm, &l);
+}
+
+/* Resume from the checkpoint setup_checkpoint found, or initialise fresh
+ * weights. */
+static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
+  st_run_config *rc = tr->rc;
+  const int found = tr->resume_found;
+  *resumed = 0;
+  st_rng_seed(&tr->rng, rc->seed);
+  snprintf(from, (size_t)cap, "%s", tr->resume_from);
   if (!found) {
     size_t np = (size_t)tr->model.padded_total;
     float *host = malloc(np * sizeof(float));
@@ -705,12 +777,6 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   st_error_code(ST_EXIT_CHECKPOINT);
   if (rc_load) return -1;
   st_error_code(ST_EXIT_ERROR);
-  if (meta.step > rc->steps) {
-    st_error_code(ST_EXIT_USAGE);
-    return st_error_set("--steps %lld is below the step of the checkpoint %s (%lld); pass "
-                        "--steps above %lld to train further", (long long)rc->steps, from,
-                        (long long)meta.step, (long long)meta.step);
-  }
   snprintf(tr->ckpt_config, sizeof tr->ckpt_config, "%s", meta.config_json);
   tr->step = meta.step;
   tr->data_pos = meta.data_position;
@@ -753,13 +819,22 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
   if (tr->dcomm == &tr->nccl) printf("  nccl       %s\n", st_comm_nccl_describe(tr->dcomm));
 #endif
   printf("  attention  %s\n", tr->attn_note);
-  printf("  zero       stage %d: %s\n", rc->zero_stage,
-         rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
-         : rc->zero_stage == 2
-             ? "each block's gradients reduce-scattered as its backward ends (two one-block "
-               "buckets), gradient and Adam m/v shards of 1/N per rank, all-gather parameters"
-                             : "reduce-scatter gradients, Adam m/v for 1/N of the parameters "
-                               "per rank, all-gather parameters");
+  if (tr->comm->world == 1) { /* nothing to reduce or gather: say what one rank does */
+    printf("  zero       stage %d on one rank: no reduce-scatter or all-gather (one rank holds "
+           "everything: the whole gradient and Adam m/v for every parameter)%s\n",
+           rc->zero_stage,
+           rc->zero_stage == 2 ? "; gradients still pass block by block through two one-block "
+                                 "buckets, as on several ranks"
+                               : "");
+  } else {
+    printf("  zero       stage %d: %s\n", rc->zero_stage,
+           rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
+           : rc->zero_stage == 2
+               ? "each block's gradients reduce-scattered as its backward ends (two one-block "
+                 "buckets), gradient and Adam m/v shards of 1/N per rank, all-gather parameters"
+               : "reduce-scatter gradients, Adam m/v for 1/N of the parameters per rank, "
+                 "all-gather parameters");
+  }
   {
     const st_memory_plan *p = &tr->plan;
     char a[32], b[32], c[32], d[32], g[32], h[32];
@@ -789,7 +864,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     printf("warns once above %g of the total (--mem-warn-fraction)\n", rc->mem_warn_fraction);
   else printf("no warning (--mem-warn-fraction 0)\n");
   printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
-  if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
+  if (tr->val && strcmp(st_tokens_path(tr->val), rc->data) == 0)
+    printf(", %lld val tokens (its /val split)", (long long)tr->nval);
+  else if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
   else printf(", no validation split");
   printf("\n  optimizer  AdamW lr %g (warmup %d, cosine to %g by step %lld), wd %g, betas "
          "(%g, %g), clip %g\n", rc->optim.lr, rc->optim.warmup_steps,
@@ -805,10 +882,8 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
   printf("  run        %s, %lld steps, seed %llu; ", rc->out, (long long)rc->steps,
          (unsigned long long)rc->seed);
   if (resumed) {
-    char diff[2048];
     printf("resumed from %s at step %lld\n", from, (long long)tr->step);
-    st_run_config_diff(tr->ckpt_config, tr->config_json, diff, sizeof diff);
-    if (diff[0]) printf("  notice     settings differ from the checkpoint's: %s\n", diff);
+    printf("%s", tr->resume_note.text);
   }
   else if (strcmp(rc->resume, "none") == 0) printf("fresh start (--resume none)\n");
   else printf("fresh start (no checkpoint in %s/ckpt)\n", rc->out);
@@ -817,6 +892,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
 
 int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   int code;
+  /* The checkpoint's settings first: everything after depends on them. */
+  if ((code = st_trainer_agree(tr, setup_checkpoint(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_agree_resolved(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_backend(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_collectives(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_data(tr) != 0))) return code;

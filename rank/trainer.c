@@ -693,7 +693,11 @@ static int train_loop(trainer *tr) {
     fflush(stdout);
   }
   if (!tr->trained) {
-    if (tr->comm->rank == 0)
+    if (tr->comm->rank == 0 && stop == rc->stop_after)
+      printf("nothing to train: --stop-after %d is at or below the checkpoint's step %lld "
+             "(raise --stop-after above %lld, or drop it to train to --steps %lld)\n",
+             rc->stop_after, (long long)tr->step, (long long)tr->step, (long long)rc->steps);
+    else if (tr->comm->rank == 0)
       printf("nothing to train: the checkpoint is at step %lld and training stops at step %lld "
              "(raise --steps to continue)\n", (long long)tr->step, (long long)stop);
     return st_trainer_agree(tr, dump_params(tr) != 0);
@@ -728,6 +732,7 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
     if (tr.metrics && tr.plan_json) { /* this invocation's plan, before its steps */
       fprintf(tr.metrics, "{\"memory_plan\":%s", tr.plan_json);
       if (tr.auto_fit_json) fprintf(tr.metrics, ",\"auto_fit\":%s", tr.auto_fit_json);
+      if (resumed && tr.resume_note.json) fprintf(tr.metrics, ",\"resume\":%s", tr.resume_note.json);
       cJSON *mon = cJSON_CreateObject();
       cJSON_AddStringToObject(mon, "source", tr.mon.source);
       cJSON_AddBoolToObject(mon, "nvml", tr.mon.have_nvml);
@@ -798,6 +803,7 @@ done:
   free(tr.config_json);
   free(tr.plan_json);
   cJSON_free(tr.auto_fit_json);
+  cJSON_free(tr.resume_note.json);
   st_gpu_monitor_close(&tr.mon);
   return code;
 }

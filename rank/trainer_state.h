@@ -16,6 +16,7 @@
 #include "rank/memory_plan.h"
 #include "rank/model.h"
 #include "rank/partition.h"
+#include "rank/resume_config.h"
 #include "rank/rng.h"
 #include "rank/run_config.h"
 
@@ -69,6 +70,13 @@ typedef struct {
   int64_t step, data_pos, tokens_seen, epoch;
   char *config_json;
   char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
+  /* What --resume names, resolved and read before the settings are used
+   * (train_setup.c, setup_checkpoint): found, its step directory, its
+   * metadata, and what its config changed (rank/resume_config.h). */
+  int resume_found;
+  char resume_from[1200];
+  st_ckpt_meta resume_meta;
+  st_resume_note resume_note;
   int trained, validated;  /* did this invocation train / validate at all */
   long long val_step;      /* the step of the latest validation (val_loss) */
   FILE *metrics;

@@ -1,0 +1,172 @@
+/* test_resume_config.c - what a resume takes from the checkpoint's config
+ * (rank/resume_config.c), from the real flag parser (launcher/cli.c) and
+ * the real config writer (rank/run_config.c): settings not given come from
+ * the checkpoint, given ones override and are listed, the cosine horizon
+ * follows --steps unless it was set apart, model-defining settings are
+ * refused with exit 3 naming the flag, auto-fit keeps choosing what it
+ * chooses, and --steps below the checkpoint's step is a usage error.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "launcher/cli.h"
+#include "rank/resume_config.h"
+#include "util/error.h"
+
+/* rc from a command line given as one string of space-separated words. */
+static void parse(const char *line, st_run_config *rc) {
+  char buf[1024], *argv[64];
+  int argc = 0;
+  snprintf(buf, sizeof buf, "train %s", line);
+  for (char *t = strtok(buf, " "); t && argc < 64; t = strtok(NULL, " ")) argv[argc++] = t;
+  st_run_config_defaults(rc);
+  assert_int_equal(st_cli_parse_train(argc, argv, rc), 0);
+}
+
+/* The checkpoint a run of `line` writes at `step` on `world` ranks (the
+ * vocabulary as the data file gives it). */
+static void written(const char *line, int64_t step, int world, st_ckpt_meta *meta) {
+  st_run_config rc;
+  parse(line, &rc);
+  rc.model.vocab_size = 256;
+  rc.model.padded_vocab_size = 256;
+  memset(meta, 0, sizeof *meta);
+  char *j = st_run_config_to_json(&rc);
+  snprintf(meta->config_json, sizeof meta->config_json, "%s", j);
+  free(j);
+  meta->step = step;
+  meta->world_size = world;
+  meta->zero_stage = rc.zero_stage;
+}
+
+static const char *k_run = "--data d.h5 --model tiny --seq-len 32 --micro-batch 2 "
+                           "--global-batch 8 --lr 2e-3 --warmup 3 --steps 6 --zero 2 --seed 7";
+
+static void test_settings_not_given_come_from_the_checkpoint(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  written(k_run, 6, 2, &meta);
+  st_run_config rc;
+  parse("--data d.h5 --steps 9", &rc);
+  st_resume_note note;
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "R/ckpt/step_00000006", 1, &note), 0);
+  assert_int_equal(rc.model.n_layer, 2);
+  assert_int_equal(rc.model.n_head, 4);
+  assert_int_equal(rc.model.n_embd, 64);
+  assert_int_equal(rc.model.block_size, 32);
+  assert_int_equal(rc.model.vocab_size, 256);
+  assert_string_equal(rc.model_name, "tiny");
+  assert_int_equal(rc.micro_batch, 2);
+  assert_int_equal(rc.global_batch, 8);
+  assert_int_equal(rc.zero_stage, 2);
+  assert_true(rc.optim.lr == 2e-3f);
+  assert_int_equal(rc.optim.warmup_steps, 3);
+  assert_int_equal((int)rc.seed, 7);
+  assert_int_equal((int)rc.steps, 9);
+  assert_int_equal((int)rc.optim.total_steps, 9); /* follows --steps: it did in the run */
+  assert_non_null(strstr(note.text, "overridden on the command line: --steps 6 -> 9\n"));
+  assert_non_null(strstr(note.text, "rank count 2 -> 1"));
+  assert_non_null(strstr(note.text, "ends at step 9, not 6"));
+  assert_non_null(strstr(note.text, "--lr-decay-steps 6"));
+  assert_non_null(strstr(note.json, "\"lr_decay_steps_checkpoint\":6"));
+  free(note.json);
+}
+
+static void test_given_settings_override_and_are_listed(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  written(k_run, 6, 1, &meta);
+  st_run_config rc;
+  parse("--data d.h5 --lr 1e-3 --micro-batch 4", &rc);
+  st_resume_note note;
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, &note), 0);
+  assert_true(rc.optim.lr == 1e-3f);
+  assert_int_equal(rc.micro_batch, 4);
+  assert_int_equal((int)rc.steps, 6); /* not given: the checkpoint's */
+  assert_non_null(strstr(note.text, "--micro-batch 2 -> 4, --lr 0.002 -> 0.001\n"));
+  assert_null(strstr(note.text, "rank count"));
+  assert_null(strstr(note.text, "cosine"));
+  assert_non_null(strstr(note.json, "\"--lr\":{\"checkpoint\":0.002,\"now\":0.001}"));
+  free(note.json);
+}
+
+static void test_a_horizon_set_apart_is_kept(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  char line[512];
+  snprintf(line, sizeof line, "%s --lr-decay-steps 20", k_run);
+  written(line, 6, 1, &meta);
+  st_run_config rc;
+  parse("--data d.h5 --steps 12", &rc);
+  st_resume_note note;
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, &note), 0);
+  assert_int_equal((int)rc.optim.total_steps, 20);
+  assert_null(strstr(note.text, "cosine"));
+  free(note.json);
+}
+
+static void expect_refused(const char *line, const char *words) {
+  st_ckpt_meta meta;
+  written(k_run, 6, 1, &meta);
+  st_run_config rc;
+  parse(line, &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), -1);
+  assert_int_equal(st_error_exit_code(), ST_EXIT_CHECKPOINT);
+  if (!strstr(st_error_msg(), words)) fail_msg("'%s' not in: %s", words, st_error_msg());
+}
+
+static void test_model_defining_settings_are_refused(void **state) {
+  (void)state;
+  expect_refused("--data d.h5 --heads 8", "--heads 8 differs from the checkpoint S");
+  expect_refused("--data d.h5 --heads 2 --layers 2 --dim 64", "--heads 2 differs");
+  expect_refused("--data d.h5 --seq-len 64", "--seq-len 64 differs");
+  expect_refused("--data d.h5 --vocab-size 512", "--vocab-size 512 differs");
+  expect_refused("--data d.h5 --model small", "--model small sets --layers 4");
+  /* the checkpoint's own shape, given again, is not a difference */
+  st_ckpt_meta meta;
+  written(k_run, 6, 1, &meta);
+  st_run_config rc;
+  parse("--data d.h5 --model tiny --heads 4 --seq-len 32 --vocab-size 256", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+}
+
+static void test_auto_fit_chooses_again(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  written(k_run, 6, 1, &meta);
+  st_run_config rc;
+  parse("--data d.h5 --auto-fit-zero", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  assert_int_equal(rc.micro_batch, 8);  /* the default: auto-fit's bound, not the checkpoint's */
+  assert_int_equal(rc.zero_stage, 1);   /* the default; --auto-fit-zero picks */
+  assert_int_equal(rc.global_batch, 8); /* still the checkpoint's */
+}
+
+static void test_steps_below_the_checkpoint(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  written(k_run, 6, 1, &meta);
+  st_run_config rc;
+  parse("--data d.h5 --steps 4", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), -1);
+  assert_int_equal(st_error_exit_code(), ST_EXIT_USAGE);
+  assert_non_null(strstr(st_error_msg(), "--steps 4 is below the step of the checkpoint S (6)"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_settings_not_given_come_from_the_checkpoint),
+      cmocka_unit_test(test_given_settings_override_and_are_listed),
+      cmocka_unit_test(test_a_horizon_set_apart_is_kept),
+      cmocka_unit_test(test_model_defining_settings_are_refused),
+      cmocka_unit_test(test_auto_fit_chooses_again),
+      cmocka_unit_test(test_steps_below_the_checkpoint),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
