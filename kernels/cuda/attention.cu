@@ -40,6 +40,7 @@
 #include "kernels/ops_cuda.h"
 
 extern "C" {
+#include "util/envparse.h"
 #include "util/error.h"
 }
 
@@ -399,7 +400,11 @@ static int use_tc(int C, int NH) {
   if (sizeof(S) != 2) return 0;
   if (g_force_simt < 0) {
     const char *e = getenv("ST_ATTENTION_KERNEL");
-    g_force_simt = e && strcmp(e, "simt") == 0;
+    const int k = st_envparse_attention_kernel(e);
+    if (k < 0)
+      fprintf(stderr, "shardtrain: warning: ST_ATTENTION_KERNEL=%s is not simt or auto; the "
+              "normal choice of kernel is kept\n", e);
+    g_force_simt = k > 0;
   }
   return !g_force_simt && cuda_attention_tc_supported(C, NH, st_storage_dtype<S>());
 }
