@@ -125,11 +125,13 @@ int st_coll_measure(st_comm *c, const st_ops *ops, void *send, void *recv, st_co
     if (fill(ops, send, nf, c->rank == 0 ? 0 : 7, 0)) return -1;
     rc = call(c, op, send, recv, count);
     if (!rc) { /* every rank must now hold root 0's bytes */
-      unsigned char *h = malloc(count), *r = malloc(nf * sizeof(float));
-      float *p = (float *)r;
+      /* r holds root 0's pattern as floats; h the first count bytes that
+       * arrived, compared byte for byte. */
+      unsigned char *h = malloc(count);
+      float *r = malloc(nf * sizeof *r);
       if (!h || !r) ok = 0;
       else {
-        for (size_t i = 0; i < nf; i++) p[i] = pattern(0, i);
+        for (size_t i = 0; i < nf; i++) r[i] = pattern(0, i);
         ops->to_host(h, send, count);
         ok = memcmp(h, r, count) == 0;
       }

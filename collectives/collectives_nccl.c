@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "kernels/cuda/timeline.h"
+#include "rank/nccl_buffsize.h"
 #include "util/error.h"
 
 /* The MPI communicator comes first: the MPI implementation's host operations
@@ -266,6 +267,10 @@ static void set_env_default(const char *name, long long v) {
 }
 
 int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
+  /* Before NCCL reads it: a value it and the memory plan would read
+   * differently (or not at all) is refused, on every rank (exit 2). */
+  long long user_bs;
+  if (st_nccl_buffsize_env(&user_bs)) return -1;
   /* Start from the MPI implementation (host operations, rank, world), then
    * move its communicator into our state and replace the device collectives. */
   if (st_comm_mpi_init(c)) return -1;
@@ -313,14 +318,17 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
     if (wait_done(c, "init of the overlap communicator", 0, 0)) return -1;
   }
 
-  const char *bs = getenv("NCCL_BUFFSIZE");
+  long long bs_now = 0; /* ours (set above) when the user set none */
+  st_nccl_buffsize_env(&bs_now);
+  char bs[32] = "default";
+  if (bs_now > 0) snprintf(bs, sizeof bs, "%lld", bs_now);
   char overlap[96] = "";
   if (n->bg)
     snprintf(overlap, sizeof overlap, "; gradient buckets on a split communicator of %d CTAs",
              o->overlap_max_ctas);
   snprintf(n->describe, sizeof n->describe,
            "NCCL %d.%d.%d, non-blocking init, watchdog %.0f s, NCCL_BUFFSIZE=%s, cgaClusterSize=%s, "
-           "CTAs %d..%d%s", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, o->timeout_s, bs ? bs : "default",
+           "CTAs %d..%d%s", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, o->timeout_s, bs,
            o->cga_cluster_size >= 0 ? "set" : "default", o->min_ctas, o->max_ctas, overlap);
   c->all_reduce_sum = nccl_all_reduce_sum;
   c->reduce_scatter_sum = nccl_reduce_scatter_sum;

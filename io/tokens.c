@@ -272,9 +272,12 @@ static int read_bin(st_token_source *s, int64_t pos, int64_t n, int *out) {
     if (got != k * 2)
       return data_error("data file %s shrank while open (short read at token %lld); "
                         "another process is rewriting it", s->path, (long long)(pos + done));
-    for (int64_t i = 0; i < k; i++)
+    /* Decode only the whole tokens pread_full says it read, never bytes of
+     * buf it did not fill (the bound is got, not the k asked for). */
+    const int64_t have = (int64_t)got / 2;
+    for (int64_t i = 0; i < have; i++)
       out[done + i] = (int)buf[2 * i] | (int)buf[2 * i + 1] << 8;
-    done += k;
+    done += have;
   }
   return 0;
 }

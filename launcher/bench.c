@@ -136,11 +136,13 @@ static int iters_for(const bench_opts *o, uint64_t bytes) {
 /* Backend and communicator, as train picks them (rank/device_select.h). */
 static int setup(bench_opts *o, const st_env *env, st_comm *mpi, st_comm *nccl, st_comm **dcomm,
                  const st_ops **ops, char *where, size_t cap) {
-  st_device dev;
-  if (st_device_select(o->device, env, &dev)) return -1;
+  /* The outputs are set before anything can fail, so a caller never sees
+   * them unset. */
   *ops = st_ops_cpu();
   *dcomm = mpi;
   snprintf(where, cap, "mpi on cpu");
+  st_device dev;
+  if (st_device_select(o->device, env, &dev)) return -1;
   if (!o->max_bytes) o->max_bytes = dev.index >= 0 ? (4ull << 30) : (64ull << 20);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (dev.index >= 0) {
@@ -494,7 +496,7 @@ int st_cmd_bench(int argc, char **argv) {
   int rc = setup(&o, &env, &mpi, &nccl, &dcomm, &ops, where, sizeof where);
   int bad = rc != 0;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (!bad) rc = run(&o, dcomm, ops, where);
+  if (!bad && rc == 0) rc = run(&o, dcomm, ops, where);
   int code = rc ? (bad ? st_error_exit_code() : ST_EXIT_COLLECTIVE) : 0;
   if (rc && st_error_msg()[0]) fprintf(stderr, "shardtrain: error (rank %d): %s\n", rank,
                                        st_error_msg());

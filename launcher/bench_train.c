@@ -139,10 +139,16 @@ static int parse_modes(const char *v, bt_opts *o) {
 
 /* The default launcher: $ST_MPIRUN, else srun inside a Slurm allocation,
  * else mpirun. */
-static void default_launcher(bt_opts *o) {
+static int default_launcher(bt_opts *o) {
   const char *env = getenv("ST_MPIRUN");
   if (env && *env) {
-    snprintf(o->launcher, sizeof o->launcher, "%s", env);
+    /* A value of blanks only would leave run_one no program to start. */
+    if (snprintf(o->launcher, sizeof o->launcher, "%s", env) >= (int)sizeof o->launcher ||
+        !strpbrk(env, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")) {
+      st_error_set("ST_MPIRUN='%.60s': give the launcher's command, e.g. \"mpirun "
+                   "--oversubscribe\", or unset it (the rank count is added)", env);
+      return -1;
+    }
     o->launcher_from = "ST_MPIRUN";
   } else if (getenv("SLURM_JOB_ID") && *getenv("SLURM_JOB_ID")) {
     snprintf(o->launcher, sizeof o->launcher, "srun --mpi=pmix");
@@ -151,6 +157,7 @@ static void default_launcher(bt_opts *o) {
     snprintf(o->launcher, sizeof o->launcher, "mpirun");
     o->launcher_from = "default";
   }
+  return 0;
 }
 
 /* Bench flags up to "--", then train's flags, checked with train's own
@@ -222,7 +229,7 @@ static int parse(int argc, char **argv, bt_opts *o) {
                  "(e.g. -- --data data/kjv.h5 --model tiny --steps 20)");
     return usage_error();
   }
-  if (!have_launcher) default_launcher(o);
+  if (!have_launcher && default_launcher(o)) return usage_error();
 
   /* Train's flags: refuse those the bench sets per run, keep the rest
    * (--micro-batch is read here and given to each run as it needs). */
@@ -365,6 +372,9 @@ static int run_one(const bt_opts *o, const char *exe, const char *mode, int n, i
       return st_error_set("--launcher has more than %d words", MAX_LAUNCHER_WORDS);
     av[ac++] = w;
   }
+  if (ac == 0) /* parse refuses a launcher without a word; never start av[0] unset */
+    return st_error_set("the launcher '%s' (%s) has no command word", o->launcher,
+                        o->launcher_from);
   const char *prog = strrchr(av[0], '/') ? strrchr(av[0], '/') + 1 : av[0];
   char ns[16], mbs[16], gbs[16];
   snprintf(ns, sizeof ns, "%d", n);
@@ -495,13 +505,17 @@ static int read_run(const char *dir, int n, bt_row *r) {
   }
   free(line);
   fclose(f);
-  if (rc) st_error_set("out of host memory reading %s", path);
-  else if (!have_plan)
-    rc = st_error_set("%s has no memory_plan line with the model and batch", path);
-  else if (cnt == 0)
-    rc = st_error_set("%s has no timed steps (t_step_ms): was the run made with --step-timing?",
-                      path);
-  if (rc == 0) {
+  if (rc) {
+    st_error_set("out of host memory reading %s", path);
+  } else if (!have_plan) {
+    st_error_set("%s has no memory_plan line with the model and batch", path);
+    rc = -1;
+  } else if (cnt == 0) {
+    st_error_set("%s has no timed steps (t_step_ms): was the run made with --step-timing?", path);
+    rc = -1;
+  }
+  /* cnt > 0 here: every v[k] holds cnt values (median sorts them). */
+  if (rc == 0 && cnt > 0) {
     const int skip = cnt > 1; /* the first step warms caches and allocators */
     double med[5];
     for (int k = 0; k < 5; k++) med[k] = median(v[k] + skip, cnt - skip);

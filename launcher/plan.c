@@ -9,6 +9,7 @@
 
 #include "launcher/cli.h"
 #include "rank/memory_fit.h"
+#include "rank/nccl_buffsize.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -247,6 +248,8 @@ int st_cmd_plan(int argc, char **argv) {
   memset(&in, 0, sizeof in);
   if (st_model_validate(&rc->model)) return st_cli_fail(ST_EXIT_USAGE);
   resolve_backend(&o, &in);
+  long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */
+  if (st_nccl_buffsize_env(&nccl_bs)) return st_cli_fail(ST_EXIT_USAGE);
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   /* train measures cuDNN's workspace at setup; plan uses the formula */
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/envparse.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "kernels/ops_cuda.h"
@@ -20,10 +21,11 @@ int st_device_select(const char *device, const st_env *env, st_device *out) {
   const int U = ST_EXIT_USAGE;
   if (strcmp(device, "cuda") == 0 && ngpu == 0) {
 #ifdef SHARDTRAIN_HAVE_CUDA
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    char vis[96];
+    st_envparse_cuda_visible(getenv("CUDA_VISIBLE_DEVICES"), vis, sizeof vis);
     return st_error_setc(U, "--device cuda, but no CUDA device is visible on %s "
-                            "(CUDA_VISIBLE_DEVICES=%s); use --device cpu, or run where a GPU is",
-                         env->hostname, vis ? vis : "unset");
+                            "(CUDA_VISIBLE_DEVICES %s); use --device cpu, or run where a GPU is",
+                         env->hostname, vis);
 #else
     return st_error_setc(U, "--device cuda: this build has no CUDA backend (it was configured "
                             "without a CUDA toolkit); use --device cpu, or rebuild where nvcc is");

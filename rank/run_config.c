@@ -1,5 +1,6 @@
 /* run_config.c - run configuration defaults and JSON (see run_config.h). */
 #include "rank/run_config.h"
+#include "rank/nccl_buffsize.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -123,8 +124,8 @@ void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dty
   in->dtype = dt;
   in->recompute = st_recompute_parse(rc->recompute);
   in->backend = be;
-  const char *bs = getenv("NCCL_BUFFSIZE");
-  in->nccl_buffsize = bs ? atoll(bs) : rc->nccl_buffsize;
+  long long bs; /* strict; train and plan refused a bad value before (st_nccl_buffsize_env) */
+  in->nccl_buffsize = st_nccl_buffsize_env(&bs) == 0 && bs > 0 ? bs : rc->nccl_buffsize;
   in->nccl_channels = rc->nccl_max_ctas;
   in->nccl_overlap_channels = st_run_overlap_ctas(rc);
   in->headroom_pct = rc->headroom_pct;

@@ -22,6 +22,7 @@
 #include "rank/config_agree.h"
 #include "rank/device_select.h"
 #include "rank/memory_fit.h"
+#include "rank/nccl_buffsize.h"
 #include "rank/trainer_state.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -52,6 +53,8 @@ static int setup_backend(trainer *tr) {
   }
 #endif
   st_error_code(ST_EXIT_USAGE);
+  long long nccl_bs; /* every rank, before NCCL's init reads it (exit 2) */
+  if (st_nccl_buffsize_env(&nccl_bs)) return -1;
   snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
   if (getenv("ST_PROFILE_OPS")) { /* diagnostics: docs/benchmarks.md */
     tr->ops = st_ops_profiled(tr->ops);
@@ -876,6 +879,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     printf("  notice     the warmup (--warmup %d) is longer than the %lld-step schedule: it is %d steps "
            "(raise --steps or --lr-decay-steps for the full warmup)\n", rc->warmup_capped_from,
            (long long)rc->optim.total_steps, rc->optim.warmup_steps);
+  if (getenv("NCCL_BUFFSIZE") && tr->device_index < 0)
+    printf("  notice     NCCL_BUFFSIZE is set, but the CPU backend's collectives are MPI's: it "
+           "is ignored\n");
   if (getenv("ST_TIMELINE") && !tr->ops->timeline_mark)
     printf("  notice     ST_TIMELINE is set, but the %s backend records no GPU timeline: it is "
            "ignored (docs/benchmarks.md)\n", tr->ops->name);

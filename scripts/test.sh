@@ -2,9 +2,22 @@
 # Install dependencies, build, and run the whole ctest suite: unit tests,
 # the Hugging Face golden test, multi-rank runs under mpirun -np 1/2/4,
 # checkpoint round trips and fault tests. GPU tests skip cleanly without a GPU.
+# Then static analysis (clang-tidy's clang-analyzer over every C file,
+# scripts/static_analysis.sh) and the AddressSanitizer + UBSan build of the
+# CPU backend running the unit and multi-rank tests (scripts/sanitizers.sh).
+# Each stage prints its wall time. ST_SKIP_ANALYSIS=1 or ST_SKIP_SANITIZERS=1
+# leaves a stage out (for a quick local run; CI runs all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
-bash scripts/build.sh
-cd build
-ctest --output-on-failure -j 1 "$@"
+stage() { # name command...: run, time, and fail the script on failure
+  local name=$1 t0=$SECONDS; shift
+  echo "== $name"
+  "$@"
+  echo "== $name: done in $((SECONDS - t0)) s"
+}
+stage deps bash scripts/deps.sh
+stage build bash scripts/build.sh
+stage ctest bash -c 'cd build && ctest --output-on-failure -j 1 "$@"' ctest "$@"
+[ "${ST_SKIP_ANALYSIS:-0}" = "1" ] || stage static-analysis bash scripts/static_analysis.sh
+[ "${ST_SKIP_SANITIZERS:-0}" = "1" ] || stage sanitizers bash scripts/sanitizers.sh
+echo "== all stages passed in $SECONDS s"

@@ -34,12 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_choice.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops_cuda.h"
 
 extern "C" {
+#include "util/envparse.h"
 #include "util/error.h"
 }
 
@@ -399,7 +401,11 @@ static int use_tc(int C, int NH) {
   if (sizeof(S) != 2) return 0;
   if (g_force_simt < 0) {
     const char *e = getenv("ST_ATTENTION_KERNEL");
-    g_force_simt = e && strcmp(e, "simt") == 0;
+    const int k = st_envparse_attention_kernel(e);
+    if (k < 0)
+      fprintf(stderr, "shardtrain: warning: ST_ATTENTION_KERNEL=%s is not simt or auto; the "
+              "normal choice of kernel is kept\n", e);
+    g_force_simt = k > 0;
   }
   return !g_force_simt && cuda_attention_tc_supported(C, NH, st_storage_dtype<S>());
 }
@@ -450,6 +456,14 @@ extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int
   const char *ours = dt == ST_FP32 || !cuda_attention_tc_supported(C, NH, dt)
                          ? "our flash attention (fp32 arithmetic, attention.cu)"
                          : "our tensor-core FlashAttention-2 (attention_tc.cu)";
+  /* Where ours run, a head size they lack is refused here, at setup, not by
+   * st_cuda_fail inside the first step. */
+  const int ours_take = st_attention_simt_tile(C, NH) > 0 || st_attention_tc_takes(C, NH, dt);
+  const int hs = NH > 0 ? C / NH : 0;
+  if (!ours_take && (want == ST_ATTENTION_FLASH || dt == ST_FP32))
+    return st_error_setc(ST_EXIT_USAGE, "--heads/--dim: head size %d (width %d / %d heads) has "
+                         "no attention kernel of ours (head sizes 1 to 128); use more heads%s",
+                         hs, C, NH, dt == ST_FP32 ? "" : ", or --attention auto|cudnn");
   if (want == ST_ATTENTION_FLASH) {
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention flash)", ours);
     return 0;
@@ -469,6 +483,10 @@ extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int
     if (want == ST_ATTENTION_CUDNN)
       return st_error_set("--attention cudnn: %s; use --attention flash (or auto, which falls "
                           "back to it)", cuda_attention_cudnn_error());
+    if (!ours_take)
+      return st_error_setc(ST_EXIT_USAGE, "--heads/--dim: head size %d (width %d / %d heads): "
+                           "cuDNN has no plan (%.120s) and our kernels take head sizes 1 to "
+                           "128; use more heads", hs, C, NH, cuda_attention_cudnn_error());
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: cuDNN has no "
              "plan here: %.120s)", ours, cuda_attention_cudnn_error());
     return 0;
@@ -501,11 +519,11 @@ void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int
   S *out = (S *)out_;
   const S *qkv = (const S *)qkv_;
   if ((int64_t)B * T * C == 0) return;
-  const int hs = C / NH;
+  const int hs = C / NH, tile = st_attention_simt_tile(C, NH);
   const float scale = 1.0f / sqrtf((float)hs);
-  if (hs <= 32) fa_forward<32>(out, att, qkv, B, T, C, NH, scale);
-  else if (hs <= 64) fa_forward<64>(out, att, qkv, B, T, C, NH, scale);
-  else if (hs <= 128) fa_forward<128>(out, att, qkv, B, T, C, NH, scale);
+  if (tile == 32) fa_forward<32>(out, att, qkv, B, T, C, NH, scale);
+  else if (tile == 64) fa_forward<64>(out, att, qkv, B, T, C, NH, scale);
+  else if (tile == 128) fa_forward<128>(out, att, qkv, B, T, C, NH, scale);
   else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
 
@@ -525,11 +543,11 @@ void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const 
   S *dqkv = (S *)dqkv_;
   const S *dout = (const S *)dout_, *qkv = (const S *)qkv_, *out = (const S *)out_;
   if ((int64_t)B * T * C == 0) return;
-  const int hs = C / NH;
+  const int hs = C / NH, tile = st_attention_simt_tile(C, NH);
   const float scale = 1.0f / sqrtf((float)hs);
-  if (hs <= 32) fa_backward<32>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
-  else if (hs <= 64) fa_backward<64>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
-  else if (hs <= 128) fa_backward<128>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
+  if (tile == 32) fa_backward<32>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
+  else if (tile == 64) fa_backward<64>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
+  else if (tile == 128) fa_backward<128>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
   else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
 

@@ -74,6 +74,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/attention_choice.h"
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -693,10 +694,7 @@ static void tc_backward(void *dqkv, float *D, const void *dout, const void *qkv,
 }
 
 int cuda_attention_tc_supported(int C, int NH, st_dtype dt) {
-  if (dt != ST_BF16 && dt != ST_FP16) return 0;
-  if (C <= 0 || NH <= 0 || C % NH != 0) return 0;
-  const int hs = C / NH;
-  return hs == 32 || hs == 64 || hs == 128;
+  return st_attention_tc_takes(C, NH, dt); /* the rule, unit-tested on the CPU */
 }
 
 void cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,

@@ -9,6 +9,7 @@
 #include "kernels/cuda/timeline.h"
 
 extern "C" {
+#include "util/envparse.h"
 #include "util/error.h"
 }
 
@@ -94,10 +95,10 @@ extern "C" int st_cuda_device_count(void) {
 extern "C" int st_cuda_bind_device(int local_rank, char *name, size_t cap) {
   int n = st_cuda_device_count();
   if (n == 0) {
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    return st_error_set("no CUDA device is visible (CUDA_VISIBLE_DEVICES=%s); check nvidia-smi "
-                        "and the job's GPU request, or use --device cpu",
-                        vis ? vis : "unset");
+    char vis[96];
+    st_envparse_cuda_visible(getenv("CUDA_VISIBLE_DEVICES"), vis, sizeof vis);
+    return st_error_set("no CUDA device is visible (CUDA_VISIBLE_DEVICES %s); check nvidia-smi "
+                        "and the job's GPU request, or use --device cpu", vis);
   }
   if (local_rank < 0) local_rank = 0;
   int dev = local_rank % n;

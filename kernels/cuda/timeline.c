@@ -1,6 +1,8 @@
 /* timeline.c - event timestamps of a step (see timeline.h). */
 #include "kernels/cuda/timeline.h"
 
+#include "util/envparse.h"
+
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,19 +23,11 @@ static long long from = 5, to = 7;
 int st_timeline_enabled(void) {
   if (enabled < 0) {
     const char *e = getenv("ST_TIMELINE");
-    enabled = 0;
-    if (e && *e) {
-      char end;
-      if (sscanf(e, "%lld:%lld%c", &from, &to, &end) == 2) {
-        enabled = 1;
-      } else if (sscanf(e, "%lld%c", &from, &end) == 1) {
-        to = from;
-        enabled = 1;
-      } else {
-        fprintf(stderr, "shardtrain: warning: ST_TIMELINE=%s is not FROM:TO or STEP (steps); "
-                "no timeline is printed\n", e);
-      }
-    }
+    const int r = st_envparse_step_range(e, &from, &to); /* unset: 0, never parses NULL */
+    enabled = r > 0;
+    if (r < 0)
+      fprintf(stderr, "shardtrain: warning: ST_TIMELINE=%s is not FROM:TO or STEP (steps, "
+              "FROM <= TO); no timeline is printed\n", e);
   }
   return enabled;
 }

@@ -112,3 +112,26 @@ r = run([a.bin, "train"] + [str(x) for x in base + steps] + ["--out", W("env")],
 check(r.returncode == 2 and "SLURM_PROCID=1" in r.stderr and "rank 0" in r.stderr,
       "Slurm rank that disagrees with MPI: exit 2 naming SLURM_PROCID")
 check(not os.path.exists(W("env")), "launcher mismatch: no run directory was created")
+# 14. NCCL_BUFFSIZE is read strictly: train (every rank, before any collective
+#     or NCCL's init) and plan refuse a value NCCL and the memory plan would
+#     read differently, with exit 2 and one line naming it; nothing is made.
+for v in ["abc", "4MiB", "1.5", "", "-1", "0", "9223372036854775808"]:
+    r = train(a, 2, base + steps + ["--out", W("bs")], expect_rc=None, env={"NCCL_BUFFSIZE": v})
+    check(r.returncode == 2 and "NCCL_BUFFSIZE" in r.stderr
+          and r.stderr.count("shardtrain: error") == 1,
+          f"train with NCCL_BUFFSIZE='{v}': exit 2, one error line naming the variable")
+    r = run([a.bin, "plan", "--model", "tiny", "--micro-batch", "2", "--global-batch", "4"],
+            expect_rc=None, env={"NCCL_BUFFSIZE": v})
+    check(r.returncode == 2 and "NCCL_BUFFSIZE" in r.stderr,
+          f"plan with NCCL_BUFFSIZE='{v}': exit 2 naming the variable")
+check(not os.path.exists(W("bs")), "bad NCCL_BUFFSIZE: no run directory was created")
+# A good value trains on the CPU and is said to be ignored there, once (rank 0).
+r = train(a, 2, base + ["--steps", 2, "--out", W("bs_ok")], env={"NCCL_BUFFSIZE": "8388608"})
+check(r.stdout.count("NCCL_BUFFSIZE is set, but the CPU backend") == 1,
+      "NCCL_BUFFSIZE on the CPU: one notice that it is ignored")
+# 15. bench train with an ST_MPIRUN of blanks: a usage error naming it, not a
+#     launch of an unset program name (clang-analyzer's finding in bench_train.c)
+r = run([a.bin, "bench", "train", "--ranks", "1", "--out", W("bt"), "--", "--data", data,
+         "--model", "tiny", "--steps", "2"], expect_rc=None, env={"ST_MPIRUN": "   "})
+check(r.returncode == 2 and "ST_MPIRUN" in r.stderr and r.stderr.count("shardtrain: error") == 1,
+      "bench train with ST_MPIRUN of blanks: exit 2 naming ST_MPIRUN")

@@ -1,0 +1,16 @@
+# Sanitizer run-time options, sourced by scripts/sanitizers.sh and by the
+# self-test tests/sanitizers/self_test.sh (so both run under the same ones).
+# abort_on_error: a finding ends the process with SIGABRT (exit 134), never
+# the exit 1 an error-path test expects. Leaks are checked at exit; Open
+# MPI's are suppressed by library name (lsan.supp), which needs whole stacks
+# (fast_unwind_on_malloc=0: Open MPI is built without frame pointers) and its
+# plugins still mapped at exit (disable_dlclose), else their frames print as
+# "<unknown module>" and no suppression can match. allocator_may_return_null:
+# an allocation too big to make returns NULL, as glibc's does, so the out-of-
+# memory paths (e2e_oom's injected allocation of 2^62 bytes) run as in
+# production instead of ASan aborting at the request.
+_st_san_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1:fast_unwind_on_malloc=0:allocator_may_return_null=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+export LSAN_OPTIONS="suppressions=$_st_san_dir/lsan.supp:print_suppressions=0"
+export OMPI_MCA_mca_base_component_disable_dlclose=1

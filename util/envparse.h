@@ -1,0 +1,38 @@
+/* envparse.h - strict parsers of the environment variables the backends
+ * read (ST_TIMELINE, ST_ATTENTION_KERNEL, CUDA_VISIBLE_DEVICES, and the
+ * integer of NCCL_BUFFSIZE). Pure functions of the string, no getenv and no
+ * error state, so the CUDA backend calls them and CPU unit tests
+ * (tests/test_envparse.c) check them. Built into st_kernels_cpu, the library
+ * both backends link. */
+#ifndef ST_ENVPARSE_H
+#define ST_ENVPARSE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A whole number written in decimal digits only ("4194304"): no sign, no
+ * blanks, no unit suffix, no fraction, no exponent, at most `max`.
+ * 0 with *out set, or -1 (NULL, empty, any other character, or a value past
+ * max, overflow of 2^63 included; *out untouched). */
+int st_envparse_uint(const char *s, long long max, long long *out);
+
+/* ST_TIMELINE: "FROM:TO" or "STEP" (steps, 0 <= FROM <= TO). 1 with the
+ * range set: enabled; 0 for NULL or "" (unset: disabled, range untouched);
+ * -1 for anything else (range untouched). */
+int st_envparse_step_range(const char *s, long long *from, long long *to);
+
+/* ST_ATTENTION_KERNEL: 1 for "simt" (force the fp32-arithmetic kernels),
+ * 0 for NULL, "" or "auto" (the normal choice), -1 for anything else. */
+int st_envparse_attention_kernel(const char *s);
+
+/* CUDA_VISIBLE_DEVICES as a phrase for a "no CUDA device" message: "unset",
+ * "set but empty, which hides every GPU", "'-1', which hides every GPU"
+ * (CUDA stops at the first invalid entry), or "'0,1'". Into buf[cap];
+ * returns buf. */
+char *st_envparse_cuda_visible(const char *s, char *buf, unsigned long cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
