@@ -159,7 +159,9 @@ static void remove_stale(const st_run_lock *lk, const st_run_lock *stale, const 
   if (rename(lk->path, aside) != 0) return; /* gone already: the next link decides */
   st_run_lock got;
   if (read_lock(aside, &got) == 0 && strcmp(got.run_id, stale->run_id) != 0)
-    (void)link(aside, lk->path); /* EEXIST: a third job holds it now; it stays the holder */
+    if (link(aside, lk->path) != 0) {
+      /* EEXIST: a third job holds it now; it stays the holder */
+    }
   unlink(aside);
 }
 
