@@ -412,10 +412,11 @@ static int publish(const save_paths *p) {
  * The collective save
  * --------------------------------------------------------------------- */
 
-/* One line: the cause first, then what the user still has. Exit 1 (an I/O
- * error writing --out, README "Exit codes"); 3 is for checkpoints that
- * cannot be read. */
-static int save_failed(const save_paths *p, st_comm *comm, int remove_tmp, int64_t step) {
+/* One line: the cause first, then what the user still has. Exit code class
+ * `code`: 1 for an I/O error writing --out (README "Exit codes"), 3 for a
+ * refusal to overwrite a complete checkpoint. */
+static int save_failed_code(const save_paths *p, st_comm *comm, int remove_tmp, int64_t step,
+                            int code) {
   char msg[1536], latest[4200], name[256] = "";
   snprintf(msg, sizeof msg, "%s", st_error_msg());
   /* Every rank has passed the agreement, so no file in tmp is still open. */
@@ -428,8 +429,12 @@ static int save_failed(const save_paths *p, st_comm *comm, int remove_tmp, int64
   else
     st_error_set("%s; checkpoint step %lld was not saved (no earlier checkpoint)", msg,
                  (long long)step);
-  st_error_code(ST_EXIT_ERROR);
+  st_error_code(code);
   return -1;
+}
+
+static int save_failed(const save_paths *p, st_comm *comm, int remove_tmp, int64_t step) {
+  return save_failed_code(p, comm, remove_tmp, step, ST_EXIT_ERROR);
 }
 
 int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
@@ -447,8 +452,16 @@ int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
     return save_failed(&p, comm, 0, meta->step);
   meta = &m;
   int bad = make_paths(run_dir, meta->step, &p) != 0 || check_args(comm, tab, part, meta) != 0;
-  if (!bad && comm->rank == 0) bad = make_tmp_dir(run_dir, &p) != 0;
-  if (agree(comm, bad) != 0) return save_failed(&p, comm, 0, meta->step);
+  int refused = 0;
+  if (!bad && comm->rank == 0) {
+    refused = refuse_complete(&p) != 0;
+    bad = refused || make_tmp_dir(run_dir, &p) != 0;
+  }
+  if (agree(comm, bad) != 0) {
+    /* every rank is here: tell them whether it was the refusal (exit 3) */
+    if (comm->all_reduce_int_max(comm, &refused, 1) != 0) refused = 0;
+    return save_failed_code(&p, comm, 0, meta->step, refused ? ST_EXIT_CHECKPOINT : ST_EXIT_ERROR);
+  }
 
   bad = write_rank_file(&p, tab, part, src, meta) != 0;
   if (agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
