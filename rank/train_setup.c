@@ -386,19 +386,45 @@ static int setup_memory_check(trainer *tr) {
  * st_trainer_setup's agreement tells every rank the outcome. A holder that
  * is gone (dead pid on this host, reused pid, the same Slurm job requeued)
  * is taken over with a notice. */
-static int setup_outdir(trainer *tr) {
-  const char *out = tr->rc->out;
-  if (tr->comm->rank != 0) return 0;
-  st_error_code(ST_EXIT_ERROR);
-  if (st_mkdir_p(out))
-    return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
-                           "is writable)", out);
+/* Rank 0 takes RUN/run.lock (io/run_lock.h), printing the notice of a
+ * stale holder replaced. */
+static int take_run_lock(trainer *tr) {
   char notice[1600];
-  if (st_run_lock_acquire(out, &tr->lock, notice, sizeof notice)) return -1;
+  st_error_code(ST_EXIT_ERROR);
+  if (st_run_lock_acquire(tr->rc->out, &tr->lock, notice, sizeof notice)) return -1;
   if (notice[0]) {
     printf("%s\n", notice);
     fflush(stdout);
   }
+  return 0;
+}
+
+/* An --out that exists is locked before its checkpoints are read, so a
+ * second job never resolves `latest` while the holder is writing a save
+ * (it met a half-written step directory and exited 3). One that does not
+ * exist yet is locked in setup_outdir, after the memory checks, so that a
+ * run stopped before then creates no directory. */
+static int setup_lock_existing(trainer *tr) {
+  if (tr->comm->rank != 0 || !st_is_dir(tr->rc->out)) return 0;
+  return take_run_lock(tr);
+}
+
+static int setup_outdir(trainer *tr) {
+  const char *out = tr->rc->out;
+  if (tr->comm->rank != 0 || tr->lock.held) return 0;
+  st_error_code(ST_EXIT_ERROR);
+  if (st_mkdir_p(out))
+    return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
+                           "is writable)", out);
+  if (take_run_lock(tr)) return -1;
+  /* --out did not exist when the checkpoints were resolved: if another job
+   * made it and saved since (and has ended, or we would not hold the lock),
+   * what was resolved is stale. */
+  char ckpt[1100];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt", out);
+  if (!tr->resume_found && st_is_dir(ckpt))
+    return st_error_set("--out %s: another job wrote checkpoints there while this one started; "
+                        "run again to resume them (--resume auto) or choose another --out", out);
   return 0;
 }
 
@@ -899,6 +925,7 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
 int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   int code;
   /* The checkpoint's settings first: everything after depends on them. */
+  if ((code = st_trainer_agree(tr, setup_lock_existing(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_checkpoint(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_agree_resolved(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_backend(tr) != 0))) return code;

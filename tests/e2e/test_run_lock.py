@@ -57,7 +57,10 @@ def write_lock(out, host, pid, pid_start, job=""):
 # --- two jobs racing on one --out ------------------------------------------
 for race in range(8):
     out = W("race%d" % race)
-    jobs = [mpirun(2, ["--steps", 40, "--ckpt-every", 10, "--out", out]) for _ in range(2)]
+    # 200 steps (about 4 s here) outlast the ~2 s a live holder is looked at
+    # again before a refusal: with 40 steps the first job ended inside that
+    # window and the second, finding the run done, also exited 0.
+    jobs = [mpirun(2, ["--steps", 200, "--ckpt-every", 50, "--out", out]) for _ in range(2)]
     res = [(p.wait(timeout=300),) + p.communicate() for p in jobs]
     rcs = sorted(r[0] for r in res)
     check(rcs == [0, 1], "race %d: one job exits 0, the other 1 (got %s)" % (race, rcs))
@@ -67,19 +70,19 @@ for race in range(8):
     check(len(msg) == 1 and "is in use by another job: host %s, pid " % socket.gethostname()
           in msg[0] and "since " in msg[0] and "run.lock" in msg[0],
           "race %d: the refused job names the holder in one line" % race)
-    check("done: step 40" in won[1] and "done:" not in lost[1] and "checkpoint:" not in lost[1],
+    check("done: step 200" in won[1] and "done:" not in lost[1] and "checkpoint:" not in lost[1],
           "race %d: exactly one trained" % race)
-    check(open(os.path.join(out, "ckpt", "latest")).read().strip() == "step_00000040",
-          "race %d: latest names step 40" % race)
+    check(open(os.path.join(out, "ckpt", "latest")).read().strip() == "step_00000200",
+          "race %d: latest names step 200" % race)
     run([a.bin, "ckpt", "verify", out])
-    check(sorted(losses(out)) == list(range(1, 41)) and
-          sum(1 for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l) == 40,
-          "race %d: metrics.jsonl holds steps 1-40 once each" % race)
+    check(sorted(losses(out)) == list(range(1, 201)) and
+          sum(1 for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l) == 200,
+          "race %d: metrics.jsonl holds steps 1-200 once each" % race)
     check(not os.path.exists(os.path.join(out, "run.lock")), "race %d: the lock is released" % race)
 print("ok: the refusal reads: " + msg[0])
 
 # --- released at an error exit and at preemption -----------------------------
-out = W("race0")  # latest is step 40: --steps 20 is below it (exit 2, after the lock)
+out = W("race0")  # latest is step 200: --steps 20 is below it (exit 2, after the lock)
 r = train(a, 2, base + ["--steps", 20, "--out", out], expect_rc=2)
 check("--steps 20 is below" in r.stderr and not os.path.exists(os.path.join(out, "run.lock")),
       "an error exit after the lock was taken releases it")
