@@ -450,7 +450,8 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
 
 void st_cli_print_plan_usage(void) {
   printf(
-      "usage: shardtrain plan [flags]   (one process; prints the per-GPU memory of a train config)\n"
+      "usage: shardtrain plan [flags]   (one process; prints the memory per GPU, or per CPU rank\n"
+      "                               with --device cpu, of a train config)\n"
       "  model   --model tiny|small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m  (default small)\n"
       "          --layers N --heads N --dim N   --seq-len T (default 128)\n"
       "          --vocab-size V (default 50257, GPT-2's; byte tokens from prep: 256)\n"
@@ -461,8 +462,9 @@ void st_cli_print_plan_usage(void) {
       "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"
       "          --nccl-buffsize BYTES  --nccl-max-ctas N  --nccl-overlap-ctas N\n"
       "          (inputs of the NCCL estimate)\n"
-      "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's total)\n"
-      "          --headroom PCT (percent of the GPU kept free, default 5)\n"
+      "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's\n"
+      "          total; on --device cpu nothing is checked without it)\n"
+      "          --headroom PCT (percent of the budget kept free, default 5)\n"
       "  --fit   choose for --global-batch the micro-batch (dividing it, at most --micro-batch\n"
       "          when given), recompute (from --recompute when given) and, when --zero is not\n"
       "          given, ZeRO stage with the lowest estimated step time that fits (the same\n"
