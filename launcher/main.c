@@ -105,8 +105,24 @@ static int cmd_ckpt(int argc, char **argv) {
                  "wrote it) or a step directory such as RUN/ckpt/step_00001000", argv[2]);
     return st_cli_fail(ST_EXIT_CHECKPOINT);
   }
-  if (st_ckpt_resolve(argv[2], probe ? "auto" : argv[2], dir, sizeof dir, &found))
+  if (probe) {
+    /* The step `latest` names, and no other: resume may fall back to an
+     * older complete step (with a notice), but a check of the run must
+     * fail when the checkpoint `latest` points at is not usable. */
+    char name[256] = "";
+    if (st_read_small_file(latest, name, (int)sizeof name) != 0) name[0] = 0;
+    name[strcspn(name, " \t\r\n")] = 0;
+    snprintf(dir, sizeof dir, "%s/ckpt/%s", argv[2], name);
+    if (!name[0] || strchr(name, '/') || !st_path_exists(dir)) {
+      st_error_set("%s names '%s', which is not a step directory of %s/ckpt; train --resume "
+                   "auto falls back to the newest complete one (give its step directory here "
+                   "to check it)", latest, name, argv[2]);
+      return st_cli_fail(ST_EXIT_CHECKPOINT);
+    }
+    found = 1;
+  } else if (st_ckpt_resolve(argv[2], argv[2], dir, sizeof dir, &found)) {
     return st_cli_fail(ST_EXIT_CHECKPOINT);
+  }
   if (!found) {
     st_error_set("no checkpoint at %s", argv[2]);
     return st_cli_fail(ST_EXIT_CHECKPOINT);

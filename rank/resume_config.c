@@ -59,6 +59,7 @@ static const field k_fields[] = {
     F("--data", "train", "data", K_STR, data, INHERIT),
     F("--val-data", "train", "val_data", K_STR, val_data, INHERIT),
     F("--ckpt-every", "train", "ckpt_every", K_INT, ckpt_every, INHERIT),
+    F("--keep-last", "train", "keep_last", K_INT, keep_last, INHERIT),
     F("--val-every", "train", "val_every", K_INT, val_every, INHERIT),
     F("--val-seqs", "train", "val_seqs", K_INT, val_seqs, INHERIT),
     F("--log-every", "train", "log_every", K_INT, log_every, INHERIT),

@@ -97,6 +97,7 @@ char *st_run_config_to_json(const st_run_config *rc) {
   /* Read back on resume (rank/resume_config.c) for the flags not given. */
   cJSON_AddStringToObject(t, "val_data", rc->val_data);
   cJSON_AddNumberToObject(t, "ckpt_every", rc->ckpt_every);
+  cJSON_AddNumberToObject(t, "keep_last", rc->keep_last);
   cJSON_AddNumberToObject(t, "val_every", rc->val_every);
   cJSON_AddNumberToObject(t, "val_seqs", rc->val_seqs);
   cJSON_AddNumberToObject(t, "log_every", rc->log_every);

@@ -43,6 +43,16 @@ check("incomplete" in r.stderr and "rank_00000.h5" in r.stderr and "rank_00002.h
       "ckpt info names both missing rank files and says incomplete")
 check(len(r.stderr.strip().splitlines()) == 1, "one line on stderr")
 
+# ckpt info|verify RUN_DIR checks the step `latest` names, with no fallback
+# to an older one: a run whose latest is incomplete fails the check (exit 3).
+train(a, 3, base + ["--steps", 4, "--ckpt-every", 2, "--out", W("runlatest")])
+os.remove(os.path.join(W("runlatest"), "ckpt", "step_00000004", "rank_00001.h5"))
+for action in ("info", "verify"):
+    r = run([a.bin, "ckpt", action, W("runlatest")], expect_rc=None)
+    check(r.returncode == 3 and "step_00000004" in r.stderr and "rank_00001.h5" in r.stderr,
+          f"ckpt {action} RUN_DIR with an incomplete latest exits 3 naming it (got "
+          f"{r.returncode}: {r.stderr.strip()[:200]})")
+
 # 2. h5py reads NaN silently; the README's check finds the missing file
 with h5py.File(os.path.join(inc, "index.h5"), "r") as f:
     x = f["params/wte.weight"][...]

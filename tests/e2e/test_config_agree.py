@@ -59,6 +59,7 @@ cases = [
     ("--zero", 2, ["--zero differs between ranks", "1 on rank 0", "2 on rank 1"]),
     ("--steps", 6, ["--steps differs between ranks", "4 on rank 0", "6 on rank 1"]),
     ("--ckpt-every", 2, ["--ckpt-every differs between ranks"]),
+    ("--keep-last", 1, ["--keep-last differs between ranks", "0 on rank 0", "1 on rank 1"]),
     ("--dim", 32, ["--dim differs between ranks", "64 on rank 0", "32 on rank 1"]),
     ("--seq-len", 16, ["--seq-len differs between ranks", "32 on rank 0", "16 on rank 1"]),
     ("--data", other, ["--data differs between ranks", "other.h5 on rank 1"]),
