@@ -129,6 +129,11 @@ check(open(os.path.join(out, "ckpt", "latest")).read().strip() == "step_00000012
 for n in left:
     verify(os.path.join(out, "ckpt", n))
 print("ok: every remaining checkpoint verifies")
+# A resume without the flag keeps the run's --keep-last (the checkpoint's config).
+r = train(a, 2, base + ["--steps", 16, "--ckpt-every", 2, "--out", out])
+left = sorted(n for n in os.listdir(os.path.join(out, "ckpt")) if n.startswith("step_"))
+check(left == ["step_00000002", "step_00000014", "step_00000016"],
+      "a resume without --keep-last keeps the checkpoint's --keep-last 2: %s" % left)
 r = train(a, 2, base + ["--keep-last", -1, "--out", W("bad")], expect_rc=2)
 check("--keep-last" in r.stderr, "--keep-last -1 is a usage error")
 
