@@ -23,6 +23,7 @@
 #include "rank/device_select.h"
 #include "rank/memory_fit.h"
 #include "rank/nccl_buffsize.h"
+#include "rank/run_dir_setup.h"
 #include "rank/trainer_state.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -381,160 +382,6 @@ static int setup_memory_check(trainer *tr) {
                       st_format_bytes(f.choice.plan.total, c, sizeof c), alt);
 }
 
-/* The run directory belongs to one job at a time (io/run_lock.h): rank 0
- * creates it and takes RUN/run.lock before anything else is written there;
- * st_trainer_setup's agreement tells every rank the outcome. A holder that
- * is gone (dead pid on this host, reused pid, the same Slurm job requeued)
- * is taken over with a notice. */
-/* Rank 0 takes RUN/run.lock (io/run_lock.h), printing the notice of a
- * stale holder replaced. */
-static int take_run_lock(trainer *tr) {
-  char notice[1600];
-  st_error_code(ST_EXIT_ERROR);
-  if (st_run_lock_acquire(tr->rc->out, &tr->lock, notice, sizeof notice)) return -1;
-  if (notice[0]) {
-    printf("%s\n", notice);
-    fflush(stdout);
-  }
-  return 0;
-}
-
-/* An --out that exists is locked before its checkpoints are read, so a
- * second job never resolves `latest` while the holder is writing a save
- * (it met a half-written step directory and exited 3). One that does not
- * exist yet is locked in setup_outdir, after the memory checks, so that a
- * run stopped before then creates no directory. */
-static int setup_lock_existing(trainer *tr) {
-  if (tr->comm->rank != 0 || !st_is_dir(tr->rc->out)) return 0;
-  return take_run_lock(tr);
-}
-
-static int setup_outdir(trainer *tr) {
-  const char *out = tr->rc->out;
-  if (tr->comm->rank != 0 || tr->lock.held) return 0;
-  st_error_code(ST_EXIT_ERROR);
-  if (st_mkdir_p(out))
-    return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
-                           "is writable)", out);
-  if (take_run_lock(tr)) return -1;
-  /* --out did not exist when the checkpoints were resolved: if another job
-   * made it and saved since (and has ended, or we would not hold the lock),
-   * what was resolved is stale. */
-  char ckpt[1100];
-  snprintf(ckpt, sizeof ckpt, "%s/ckpt", out);
-  if (!tr->resume_found && st_is_dir(ckpt))
-    return st_error_set("--out %s: another job wrote checkpoints there while this one started; "
-                        "run again to resume them (--resume auto) or choose another --out", out);
-  return 0;
-}
-
-/* 0 when a file can be created in dir, else -1 naming dir and what the run
- * writes there. As root, permission bits do not stop us, so only creating
- * a file tells (a read-only mount, an immutable directory, a full quota). */
-static int probe_dir(const char *dir, const char *what, int rank) {
-  char probe[1300];
-  snprintf(probe, sizeof probe, "%s/.write_probe_%d", dir, rank);
-  FILE *f = fopen(probe, "w");
-  if (!f)
-    return st_error_set("--out: directory %s is not writable (%s); the run writes %s there: make "
-                        "it writable or choose another --out", dir, strerror(errno), what);
-  fclose(f);
-  unlink(probe);
-  return 0;
-}
-
-/* Every directory the run will write, checked before any compute is spent,
- * not at the first save: --out (metrics.jsonl, run.lock), --out/ckpt (every
- * rank's checkpoint files), an existing metrics.jsonl (appended to), and
- * the directory of --dump-params. Also gives every rank the run identity
- * rank 0's lock holds, which each checkpoint file carries. Collective. */
-static int check_outdir_writable(trainer *tr) {
-  st_run_config *rc = tr->rc;
-  const int r = tr->comm->rank;
-  st_error_code(ST_EXIT_ERROR);
-  if (tr->comm->broadcast(tr->comm, tr->lock.run_id, sizeof tr->lock.run_id, 0))
-    return st_error_set("cannot share the run identity between ranks");
-  char ckpt[1100], metrics[1100];
-  snprintf(ckpt, sizeof ckpt, "%s/ckpt", rc->out);
-  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", rc->out);
-  /* each rank makes it too: on nodes that do not share --out, rank 0's is
-   * invisible here, which check_outdir_shared then names */
-  if (st_mkdir_p(rc->out))
-    return st_error_prefix("--out %s is not usable (choose a directory whose parent exists and "
-                           "is writable)", rc->out);
-  if (probe_dir(rc->out, "metrics.jsonl and run.lock", r)) return -1;
-  if (st_mkdir_p(ckpt))
-    return st_error_prefix("--out %s: cannot create its checkpoint directory", rc->out);
-  if (probe_dir(ckpt, "its checkpoints", r)) return -1;
-  if (r == 0 && st_path_exists(metrics)) {
-    FILE *f = fopen(metrics, "a");
-    if (!f)
-      return st_error_set("--out: %s cannot be appended to (%s); make it writable or choose "
-                          "another --out", metrics, strerror(errno));
-    fclose(f);
-  }
-  if (r == 0 && rc->dump_params[0]) {
-    char dir[1100];
-    snprintf(dir, sizeof dir, "%s", rc->dump_params);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    if (probe_dir(slash ? (dir[0] ? dir : "/") : ".", "--dump-params", r)) return -1;
-  }
-  return 0;
-}
-
-/* After resume: say what --resume auto had to work around (a missing or
- * damaged latest; rank 0), and refuse to start a run whose saves would
- * land on a complete checkpoint newer than its starting point (a --resume
- * PATH of an earlier step, --resume none, or a fresh start over step
- * directories whose latest is gone and which do not verify): a complete
- * checkpoint is never overwritten. */
-static int check_no_overwrite(trainer *tr) {
-  const char *notice = st_ckpt_resolve_notice();
-  if (tr->comm->rank == 0 && notice[0]) {
-    printf("%s\n", notice);
-    fflush(stdout);
-  }
-  char name[64];
-  int64_t newest;
-  st_ckpt_newest_complete(tr->rc->out, name, sizeof name, &newest);
-  if (newest <= tr->step) return 0;
-  return st_error_setc(ST_EXIT_CHECKPOINT, "%s/ckpt/%s is a complete checkpoint of a later step "
-                       "than this run starts from (%s%lld); training on would overwrite it. "
-                       "Resume from it with --resume auto, move it away, or choose a new --out",
-                       tr->rc->out, name, tr->step ? "step " : "a fresh start, step ",
-                       (long long)tr->step);
-}
-
-/* On several nodes the run directory must be one shared filesystem, or each
- * node would write rank files the others (and the index) cannot see. Each
- * node's first rank leaves a marker; every node's first rank looks for all
- * of them. Collective; 0 or -1 with st_error. */
-static int check_outdir_shared(trainer *tr) {
-  const st_env *e = tr->env;
-  if (e->node_count < 2) return 0;
-  char mine[1200], other[1200];
-  snprintf(mine, sizeof mine, "%s/.node_probe_%d", tr->rc->out, e->node_id);
-  int failed = 0;
-  if (e->local_rank == 0) {
-    FILE *f = fopen(mine, "w");
-    if (!f || fprintf(f, "%s\n", e->hostname) < 0 || fclose(f) != 0)
-      failed = st_error_set("--out %s: cannot write on node %s: %s", tr->rc->out, e->hostname,
-                            strerror(errno)) != 0;
-  }
-  tr->comm->barrier(tr->comm);
-  for (int n = 0; n < e->node_count && e->local_rank == 0 && !failed; n++) {
-    snprintf(other, sizeof other, "%s/.node_probe_%d", tr->rc->out, n);
-    if (!st_path_exists(other))
-      failed = st_error_set("--out %s is not shared between nodes: node %d (%s) cannot see the "
-                            "file node %d wrote there. Put the run directory on a filesystem "
-                            "every node mounts (a cluster home or Lustre/NFS path), not /tmp or "
-                            "node-local scratch", tr->rc->out, e->node_id, e->hostname, n) != 0;
-  }
-  tr->comm->barrier(tr->comm);
-  if (e->local_rank == 0) unlink(mine);
-  return failed ? -1 : 0;
-}
 
 int st_trainer_alloc_state(trainer *tr) {
   st_run_config *rc = tr->rc;
@@ -823,109 +670,11 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   return 0;
 }
 
-void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
-  st_run_config *rc = tr->rc;
-  const st_model_config *m = &rc->model;
-  const st_env *e = tr->env;
-  if (tr->comm->rank != 0) return;
-  printf("shardtrain %s | train\n", SHARDTRAIN_VERSION);
-  printf("  model      %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
-         rc->model_name, m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size,
-         m->padded_vocab_size);
-  printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
-         tr->model.tab.total / 1e6);
-  printf("  batch      micro-batch %d x grad-accum %d x %d rank%s = global batch %d sequences "
-         "x %d = %lld tokens\n", rc->micro_batch, tr->accum, tr->comm->world,
-         tr->comm->world == 1 ? "" : "s", rc->global_batch,
-         m->block_size, (long long)tr->step_tokens);
-  printf("  ranks      %d on %d node(s), launched by %s; backend %s on %s", tr->comm->world,
-         e->node_count, e->launcher, tr->model.ops->name, tr->device_name);
-  if (tr->device_index < 0)
-    printf(" (%d OpenMP threads/rank%s)", omp_get_max_threads(),
-           tr->omp_auto ? ": cores / ranks on the node, as OMP_NUM_THREADS is unset" : "");
-  printf("; collectives %s\n", tr->dcomm->backend);
-#ifdef SHARDTRAIN_HAVE_CUDA
-  if (tr->dcomm == &tr->nccl) printf("  nccl       %s\n", st_comm_nccl_describe(tr->dcomm));
-#endif
-  printf("  attention  %s\n", tr->attn_note);
-  if (tr->comm->world == 1) { /* nothing to reduce or gather: say what one rank does */
-    printf("  zero       stage %d on one rank: no reduce-scatter or all-gather (one rank holds "
-           "everything: the whole gradient and Adam m/v for every parameter)%s\n",
-           rc->zero_stage,
-           rc->zero_stage == 2 ? "; gradients still pass block by block through two one-block "
-                                 "buckets, as on several ranks"
-                               : "");
-  } else {
-    printf("  zero       stage %d: %s\n", rc->zero_stage,
-           rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
-           : rc->zero_stage == 2
-               ? "each block's gradients reduce-scattered as its backward ends (two one-block "
-                 "buckets), gradient and Adam m/v shards of 1/N per rank, all-gather parameters"
-               : "reduce-scatter gradients, Adam m/v for 1/N of the parameters per rank, "
-                 "all-gather parameters");
-  }
-  {
-    const st_memory_plan *p = &tr->plan;
-    char a[32], b[32], c[32], d[32], g[32], h[32];
-    printf("  memory     planned %s per %s (weights %s, gradients %s, optimizer %s, activations "
-           "%s, other %s); ", st_format_bytes(p->total, a, sizeof a),
-           tr->device_index >= 0 ? "GPU" : "rank",
-           st_format_bytes(p->weights, b, sizeof b), st_format_bytes(p->grads, g, sizeof g),
-           st_format_bytes(p->grad_shard + p->master + p->adam_m + p->adam_v, h, sizeof h),
-           st_format_bytes(p->acts.total, c, sizeof c),
-           st_format_bytes(p->tokens + p->cublaslt + p->scratch + p->attn_workspace + p->nccl +
-                               p->context, d, sizeof d));
-    if (p->fits < 0) printf("not checked (no --gpu-mem on the CPU)\n");
-    else printf("fits %s less %g%% with %s to spare\n", tr->plan_source, rc->headroom_pct,
-                st_format_bytes((uint64_t)p->spare, a, sizeof a));
-    if (tr->have_dev_mem) /* rank 0's GPU */
-      printf("  device     %s: %s free of %s before allocation, %s free after setup (%s taken)\n",
-             tr->device_name, st_format_bytes(tr->dev_free_before, a, sizeof a),
-             st_format_bytes(tr->dev_total, b, sizeof b),
-             st_format_bytes(tr->dev_free_after, c, sizeof c),
-             st_format_bytes(tr->dev_free_before > tr->dev_free_after
-                                 ? tr->dev_free_before - tr->dev_free_after : 0, d, sizeof d));
-  }
-  if (tr->auto_fit_text[0]) printf("%s", tr->auto_fit_text);
-  printf("  monitor    every %d step(s) and at each epoch's end, into metrics.jsonl: %s; ",
-         tr->stats_every, tr->mon.source);
-  if (rc->mem_warn_fraction > 0)
-    printf("warns once above %g of the total (--mem-warn-fraction)\n", rc->mem_warn_fraction);
-  else printf("no warning (--mem-warn-fraction 0)\n");
-  printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
-  if (tr->val && strcmp(st_tokens_path(tr->val), rc->data) == 0)
-    printf(", %lld val tokens (its /val split)", (long long)tr->nval);
-  else if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
-  else printf(", no validation split");
-  printf("\n  optimizer  AdamW lr %g (warmup %d, cosine to %g by step %lld), wd %g, betas "
-         "(%g, %g), clip %g\n", rc->optim.lr, rc->optim.warmup_steps,
-         rc->optim.lr * rc->optim.min_lr_frac, (long long)rc->optim.total_steps,
-         rc->optim.weight_decay, rc->optim.beta1, rc->optim.beta2, rc->optim.grad_clip);
-  if (rc->warmup_capped_from > 0)
-    printf("  notice     the warmup (--warmup %d) is longer than the %lld-step schedule: it is %d steps "
-           "(raise --steps or --lr-decay-steps for the full warmup)\n", rc->warmup_capped_from,
-           (long long)rc->optim.total_steps, rc->optim.warmup_steps);
-  if (getenv("NCCL_BUFFSIZE") && tr->device_index < 0)
-    printf("  notice     NCCL_BUFFSIZE is set, but the CPU backend's collectives are MPI's: it "
-           "is ignored\n");
-  if (getenv("ST_TIMELINE") && !tr->ops->timeline_mark)
-    printf("  notice     ST_TIMELINE is set, but the %s backend records no GPU timeline: it is "
-           "ignored (docs/benchmarks.md)\n", tr->ops->name);
-  printf("  run        %s, %lld steps, seed %llu; ", rc->out, (long long)rc->steps,
-         (unsigned long long)rc->seed);
-  if (resumed) {
-    printf("resumed from %s at step %lld\n", from, (long long)tr->step);
-    printf("%s", tr->resume_note.text);
-  }
-  else if (strcmp(rc->resume, "none") == 0) printf("fresh start (--resume none)\n");
-  else printf("fresh start (no checkpoint in %s/ckpt)\n", rc->out);
-  fflush(stdout);
-}
 
 int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   int code;
   /* The checkpoint's settings first: everything after depends on them. */
-  if ((code = st_trainer_agree(tr, setup_lock_existing(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_lock_existing(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_checkpoint(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_agree_resolved(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_backend(tr) != 0))) return code;
@@ -937,11 +686,11 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   /* Memory before the run directory: an out-of-memory here writes nothing. */
   if ((code = st_trainer_agree(tr, setup_arena(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_state(tr) != 0))) return code;
-  if ((code = st_trainer_agree(tr, setup_outdir(tr) != 0))) return code;
-  if ((code = st_trainer_agree(tr, check_outdir_writable(tr) != 0))) return code;
-  if ((code = st_trainer_agree(tr, check_outdir_shared(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_prepare(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_check_writable(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_check_shared(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0))) return code;
-  if ((code = st_trainer_agree(tr, check_no_overwrite(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_check_no_overwrite(tr) != 0))) return code;
   setup_done(tr);
   return 0;
 }
