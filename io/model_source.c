@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "io/hf_arch.h"
+#include "io/llmc_model.h"
 #include "rank/partition.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -49,6 +51,29 @@ int st_model_source_open(const char *src, st_model_source *s) {
   snprintf(probe, sizeof probe, "%s/ckpt", src);
   is_ckpt = is_ckpt || st_path_exists(probe);
   if (is_ckpt) return open_ckpt(src, s);
+  if (st_hf_is_dir(src)) {
+    const st_hf_arch *arch;
+    if (st_hf_read_config(src, &arch, &s->cfg)) return coded(-1);
+    /* The stored dtype: that of the first tensor (the shape is checked on read). */
+    st_sf_set set;
+    memset(&set, 0, sizeof set);
+    int rc = st_sf_open_dir(src, &set);
+    if (!rc) snprintf(s->dtype, sizeof s->dtype, "%s", set.n ? st_dtype_name(set.t[0].dtype) : "fp32");
+    st_sf_close(&set);
+    if (rc) return coded(-1);
+    snprintf(s->path, sizeof s->path, "%s", src);
+    s->kind = ST_MODEL_SRC_HF;
+    if (st_hf_has_tokenizer(src)) snprintf(s->tokenizer_dir, sizeof s->tokenizer_dir, "%s", src);
+    return 0;
+  }
+  if (st_llmc_is_model(src)) {
+    st_dtype dt;
+    if (st_llmc_read_header(src, &s->cfg, &dt)) return coded(-1);
+    snprintf(s->dtype, sizeof s->dtype, "%s", st_dtype_name(dt));
+    snprintf(s->path, sizeof s->path, "%s", src);
+    s->kind = ST_MODEL_SRC_LLMC;
+    return 0;
+  }
   if (!st_path_exists(src))
     return st_error_setc(ST_EXIT_CHECKPOINT, "model source %s does not exist; give a run or "
                          "step directory, a Hugging Face model directory or an llm.c model file",
@@ -66,6 +91,7 @@ int st_model_source_read(const st_model_source *s, const st_param_table *tab, fl
     st_ckpt_meta meta;
     return coded(st_ckpt_load(s->path, tab, &none, params, NULL, NULL, &meta));
   }
-  return st_error_setc(ST_EXIT_CHECKPOINT, "%s: reading this kind of model source is not "
-                       "built yet", s->path);
+  if (s->kind == ST_MODEL_SRC_HF) return coded(st_hf_read_dir(s->path, &s->cfg, tab, params));
+  if (s->kind == ST_MODEL_SRC_LLMC) return coded(st_llmc_read(s->path, &s->cfg, tab, params));
+  return st_error_setc(ST_EXIT_CHECKPOINT, "%s: unknown kind of model source", s->path);
 }
