@@ -89,6 +89,7 @@ static char *import_config(const st_model_source *s, const char *src) {
   st_run_config rc;
   st_run_config_defaults(&rc);
   rc.model = s->cfg;
+  rc.seq_len = s->cfg.block_size;
   snprintf(rc.model_name, sizeof rc.model_name, "imported");
   rc.zero_stage = 0;
   char *js = st_run_config_to_json(&rc);

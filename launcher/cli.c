@@ -120,7 +120,11 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     dst = x;                                                 \
     return 1;                                                \
   }
-  INT_FLAG("--seq-len", 1, 1 << 20, rc->model.block_size)
+  if (strcmp(f, "--seq-len") == 0) { /* a fresh model's positions are T */
+    if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
+    rc->seq_len = rc->model.block_size = (int)x;
+    return 1;
+  }
   INT_FLAG("--vocab-size", 2, 65536, rc->model.vocab_size)
   INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
   INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
@@ -141,7 +145,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
 static const char *const k_flags[] = {
     "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
     "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--global-batch", "--gpu-mem", "--gpu-stats-every",
-    "--grad-clip", "--headroom", "--heads", "--json", "--keep-last", "--layers", "--log-every", "--loss-scale-max",
+    "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
     "--nccl-timeout",
@@ -340,6 +344,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     }
     STR_FLAG("--resume", rc->resume)
     STR_FLAG("--dump-params", rc->dump_params)
+    STR_FLAG("--init-from", rc->init_from)
 #undef INT_FLAG
 #undef FLOAT_FLAG
 #undef STR_FLAG

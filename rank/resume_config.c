@@ -38,7 +38,10 @@ static const field k_fields[] = {
     F("--layers", "model", "n_layer", K_INT, model.n_layer, ARCH),
     F("--heads", "model", "n_head", K_INT, model.n_head, ARCH),
     F("--dim", "model", "n_embd", K_INT, model.n_embd, ARCH),
-    F("--seq-len", "model", "block_size", K_INT, model.block_size, ARCH),
+    /* T, and the positions apart from it (no flag sets them on resume:
+     * older checkpoints wrote the same number for both) */
+    F("--seq-len", "train", "seq_len", K_INT, seq_len, ARCH),
+    F("(positions)", "model", "block_size", K_INT, model.block_size, ARCH),
     F("--vocab-size", "model", "vocab_size", K_INT, model.vocab_size, ARCH),
     F("--micro-batch", "train", "micro_batch", K_INT, micro_batch, FIT),
     F("--global-batch", "train", "global_batch", K_INT, global_batch, INHERIT),
