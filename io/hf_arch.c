@@ -73,9 +73,9 @@ int st_hf_read_config(const char *dir, const st_hf_arch **arch, st_model_config 
 
 int st_hf_read_dir(const char *dir, const st_model_config *cfg, const st_param_table *tab,
                    float *params) {
-  const st_hf_arch *arch;
+  const st_hf_arch *arch = NULL;
   st_model_config file_cfg;
-  if (st_hf_read_config(dir, &arch, &file_cfg)) return -1;
+  if (st_hf_read_config(dir, &arch, &file_cfg) || !arch) return -1;
   st_sf_set set;
   memset(&set, 0, sizeof set);
   int rc = st_sf_open_dir(dir, &set);

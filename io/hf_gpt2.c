@@ -138,7 +138,7 @@ static int gpt2_read(const char *dir, const st_sf_set *set, const st_model_confi
     }
     used[t - set->t] = 1;
     /* Expected HF shape. */
-    int64_t want[2] = {p->shape[0], p->shape[1]};
+    int64_t want[ST_SF_MAX_DIM] = {p->shape[0], p->shape[1]};
     const int is_wte = strcmp(p->name, "wte.weight") == 0;
     if (is_wte) want[0] = cfg->vocab_size;
     if (e.transpose) {

@@ -51,6 +51,7 @@ static int read_hdr(const char *path, int32_t h[256], FILE **fp) {
 
 int st_llmc_read_header(const char *path, st_model_config *cfg, st_dtype *dt) {
   int32_t h[256];
+  memset(h, 0, sizeof h);
   if (read_hdr(path, h, NULL)) return -1;
   memset(cfg, 0, sizeof *cfg);
   cfg->block_size = h[2];
@@ -81,6 +82,7 @@ static int read_elems(FILE *f, const char *path, const char *what, st_dtype dt, 
 int st_llmc_read(const char *path, const st_model_config *cfg, const st_param_table *tab,
                  float *params) {
   int32_t h[256];
+  memset(h, 0, sizeof h);
   FILE *f = NULL;
   if (read_hdr(path, h, &f)) return -1;
   if (h[2] != cfg->block_size || h[3] != cfg->vocab_size || h[4] != cfg->n_layer ||

@@ -34,6 +34,7 @@ int main(int argc, char **argv) {
   }
   if (T > s.cfg.block_size) {
     fprintf(stderr, "hf_logits: T %d > the model's %d positions\n", T, s.cfg.block_size);
+    st_param_table_free(&tab);
     return 2;
   }
   int *ids = malloc(sizeof(int) * (size_t)B * (size_t)T);
@@ -46,9 +47,9 @@ int main(int argc, char **argv) {
   if (!ok) {
     fprintf(stderr, "hf_logits: cannot read %d ids < %d from %s\n", B * T, s.cfg.vocab_size,
             argv[2]);
-    return 2;
   }
-  int rc = 3;
+  int rc = ok ? 3 : 2;
+  if (!ok) goto out;
   if (st_model_source_read(&s, &tab, w) ||
       st_model_init(&m, &s.cfg, st_ops_cpu(), B, T, 1, ST_RECOMPUTE_NONE)) {
     fprintf(stderr, "hf_logits: %s\n", st_error_msg());
