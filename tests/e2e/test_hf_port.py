@@ -249,4 +249,30 @@ r = run([a.bin, "ckpt", "import", d, "--out", d + "_run"], expect_rc=3)
 check("model-00003-of-00004.safetensors" in r.stderr and "does not exist" in r.stderr
       and "is mapped to" in r.stderr, "sharded: a tensor mapped to a missing file names both: "
       + r.stderr.strip())
+# tokenizer files travel: source dir -> RUN/tokenizer -> export
+d = W("with_tok")
+shutil.copytree(os.path.join(HF, "tiny"), d)
+tok = {"vocab.json": '{"a": 0}', "merges.txt": "#version: 0.2\n", "tokenizer_config.json": "{}"}
+for k, v in tok.items():
+    open(os.path.join(d, k), "w").write(v)
+run([a.bin, "ckpt", "import", d, "--out", W("run_tok")])
+run([a.bin, "ckpt", "export", W("run_tok"), "--out", W("exp_tok")])
+check(all(open(os.path.join(W("run_tok"), "tokenizer", k)).read() == v and
+          open(os.path.join(W("exp_tok"), k)).read() == v for k, v in tok.items()),
+      "the source's tokenizer files are copied to RUN/tokenizer/ and travel with the export")
+
+# an llm.c file padded to another multiple (Vp 1100): its first V rows are read
+hdr = np.frombuffer(raw[:1024], dtype=np.int32).copy()
+hdr[7] = 1100
+wte = np.zeros((1100, C), np.float32)
+wte[:V] = p["wte"].reshape(Vp, C)[:V]
+open(W("vp1100.llmc"), "wb").write(hdr.tobytes() + wte.tobytes() + raw[1024 + 4 * Vp * C:])
+run([a.bin, "ckpt", "import", W("vp1100.llmc"), "--out", W("run_vp")])
+run([a.bin, "ckpt", "export", W("run_vp"), "--out", W("exp_vp")])
+got = read_st(os.path.join(W("exp_vp"), "model.safetensors"))
+check(all(got[k][1].tobytes() == src[k][1].tobytes() for k in src),
+      "an llm.c file with padded_vocab_size 1100 imports to the same weights")
+open(W("short.llmc"), "wb").write(raw[:-4])
+r = run([a.bin, "ckpt", "import", W("short.llmc"), "--out", W("run_short")], expect_rc=3)
+check("truncated" in r.stderr, "a truncated llm.c file: exit 3 (" + r.stderr.strip() + ")")
 print("all ckpt import/export checks passed")
