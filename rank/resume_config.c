@@ -66,6 +66,8 @@ static const field k_fields[] = {
     F("--val-every", "train", "val_every", K_INT, val_every, INHERIT),
     F("--val-seqs", "train", "val_seqs", K_INT, val_seqs, INHERIT),
     F("--log-every", "train", "log_every", K_INT, log_every, INHERIT),
+    /* where the weights first came from: kept in later checkpoints' configs */
+    F("--init-from", "train", "init_from", K_STR, init_from, INHERIT),
 };
 #undef F
 

@@ -557,6 +557,8 @@ static int set_weights(trainer *tr, const float *host) {
 static int setup_init_from(trainer *tr) {
   st_run_config *rc = tr->rc;
   if (!rc->init_from[0]) return 0;
+  /* inherited from the checkpoint's config: the source is not needed (it may be gone) */
+  if (tr->resume_found && !st_run_config_given(rc, "--init-from")) return 0;
   st_model_source s;
   if (st_model_source_open(rc->init_from, &s)) return st_error_prefix("--init-from");
   const st_model_config *c = &s.cfg;

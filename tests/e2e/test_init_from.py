@@ -103,4 +103,11 @@ check(cfg["model"]["block_size"] == 64 and cfg["train"]["seq_len"] == T
       and cfg["train"]["init_from"] == TINY and cfg["model"]["name"] == "imported",
       "the checkpoint keeps 64 positions, seq_len 16 and where it came from")
 run([a.bin, "ckpt", "verify", W("full_z2")])
+# a resume without --init-from (the source may be gone): the config keeps where it came from
+train("split_z1", ["--steps", 8])
+cfg = json.loads(run([a.bin, "ckpt", "info", W("split_z1")]).stdout.split("config ", 1)[1]
+                 .splitlines()[0])
+check(cfg["train"]["init_from"] == TINY and cfg["train"]["seq_len"] == T and
+      losses(W("split_z1"))[8] > 0, "resuming without --init-from continues, and the config "
+      "still names the source")
 print("all --init-from checks passed")
