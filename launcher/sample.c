@@ -108,7 +108,7 @@ static int parse_ids(const char *s, int vocab, int **ids, int *n) {
   *n = 0;
   *ids = malloc((size_t)cap * sizeof **ids);
   if (!*ids) return st_error_set("out of host memory for the prompt");
-  const char *p = s;
+  const char *p = s ? s : "";
   while (*p) {
     char *end = NULL;
     long v = strtol(p, &end, 10);
@@ -172,10 +172,13 @@ static void summary(const sample_flags *f, const st_loaded_model *lm, int P, int
   const double dec_rate = N > 1 && decode_s > 0 ? (N - 1) / decode_s : 0.0;
   const double total = prefill_s + decode_s;
   if (!f->json) {
+    const char *why = !strcmp(stop, "eot")          ? "the end-of-text token"
+                      : !strcmp(stop, "block-size") ? "the model's block size (its positions)"
+                                                    : "--max-new";
     fprintf(stderr, "sample: %d prompt + %d new tokens on %s %s; prefill %.2f ms (%.0f tokens/s), "
             "decode %.1f tokens/s, %.1f tokens/s overall; stopped at %s\n", P, N, lm->device,
             lm->precision, prefill_s * 1e3, prefill_s > 0 ? P / prefill_s : 0.0, dec_rate,
-            total > 0 ? N / total : 0.0, stop);
+            total > 0 ? N / total : 0.0, why);
     return;
   }
   cJSON *o = cJSON_CreateObject();
@@ -287,11 +290,14 @@ int st_cmd_sample(int argc, char **argv) {
     size_t n = 0;
     rc = st_tokenizer_encode(tok, f.prompt, strlen(f.prompt), 1, &ids, &n);
     if (!rc && n == 0) rc = st_error_setc(ST_EXIT_USAGE, "--prompt is empty: give some text");
-    if (!rc && n > (size_t)lm.src.cfg.block_size) P = lm.src.cfg.block_size + 1; /* refused */
-    else if (!rc) P = (int)n;
-    prompt = rc ? NULL : malloc((size_t)(P ? P : 1) * sizeof *prompt);
-    if (!rc && !prompt) rc = st_error_set("out of host memory for the prompt");
-    for (int i = 0; !rc && i < P && (size_t)i < n; i++) prompt[i] = (int)ids[i];
+    if (!rc) {
+      /* a prompt past the block size is refused by run(), which names it */
+      P = n > (size_t)lm.src.cfg.block_size ? lm.src.cfg.block_size + 1 : (int)n;
+      prompt = malloc((size_t)P * sizeof *prompt);
+      if (!prompt) rc = st_error_set("out of host memory for the prompt");
+      else
+        for (int i = 0; i < P; i++) prompt[i] = (int)ids[i];
+    }
     free(ids);
   } else if (!rc) {
     rc = parse_ids(f.prompt_ids, lm.src.cfg.vocab_size, &prompt, &P);
