@@ -8,7 +8,7 @@ A random GPT-2 124M (GPT2Config() defaults, torch.manual_seed(0), the
 library's own init) is saved with save_pretrained into WORK/gpt2-124m, and
 both sides load that directory. Batch 1, a 16-token prompt, greedy
 (do_sample=False), use_cache=True, exactly 256 new tokens (no end-of-text
-stop: eos_token_id None and min_new_tokens 256 on the HF side, --ignore-eot
+stop: eos_token_id None on the HF side, --ignore-eot
 on ours), in bf16 and fp32 on both sides. HF is timed around generate()
 with torch.cuda.synchronize(), best of --reps after one warm-up; ours from
 the --json summary of `sample` (the process start and the weight load are
@@ -37,7 +37,7 @@ def make_model(path):
 def hf_rate(path, prompt, dtype, reps):
     model = GPT2LMHeadModel.from_pretrained(path, dtype=dtype).cuda().eval()
     inp = torch.tensor([prompt], device="cuda")
-    kw = dict(do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW, use_cache=True,
+    kw = dict(do_sample=False, max_new_tokens=NEW, use_cache=True,
               eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(inp))
     best = float("inf")
     with torch.no_grad():

@@ -61,7 +61,7 @@ def ours(a, path, prompt, prec, n):
 
 def hf_greedy(model, prompt, n):
     inp = torch.tensor([prompt], device="cuda")
-    out = model.generate(inp, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+    out = model.generate(inp, do_sample=False, max_new_tokens=n,
                          use_cache=True, eos_token_id=None, pad_token_id=0,
                          attention_mask=torch.ones_like(inp))
     return out[0, len(prompt):].tolist()
