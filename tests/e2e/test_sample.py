@@ -109,6 +109,10 @@ def ids(*args):
 
 g = ids("--temperature", 0, "--max-new", 30)
 check(len(g) == 30 and ids("--temperature", 0, "--max-new", 30) == g, "greedy repeats, 30 ids")
+step_dir = W("run/ckpt/step_00000040")
+r = run([a.bin, "sample", "--init", step_dir, "--device", "cpu", "--prompt-ids",
+         ",".join(map(str, PROMPT)), "--print-ids", "--temperature", "0", "--max-new", "30"])
+check([int(x) for x in r.stdout.strip().split(",")] == g, "a step directory samples as its run")
 s7 = ids("--seed", 7, "--max-new", 30)
 check(ids("--seed", 7, "--max-new", 30) == s7, "the same seed repeats exactly")
 check(ids("--seed", 8, "--max-new", 30) != s7, "another seed gives another sample")
