@@ -121,6 +121,18 @@ typedef struct {
                              const void *qkv, const void *out, const float *att,
                              int B, int T, int C, int NH);
 
+  /* Inference (rank/infer.h): causal attention of n_new new positions over a
+   * KV cache. kcache and vcache [B, maxT, C] (storage dtype) hold the keys
+   * and values of positions 0 .. pos0-1 of each sequence; the op first
+   * writes the new rows' keys and values (from qkv[B, n_new, 3C], q|k|v per
+   * row as in attention_forward) at positions pos0 .. pos0+n_new-1, then
+   * out[B, n_new, C] gets the attention of the query at position pos0+i over
+   * keys 0 .. pos0+i. pos0 + n_new <= maxT. With pos0 = 0 and n_new = T the
+   * rows equal attention_forward's; each later call costs n_new positions,
+   * not a re-run of the prefix. Keeps no softmax state (no backward). */
+  void (*attention_decode)(void *out, void *kcache, void *vcache, const void *qkv, int B,
+                           int n_new, int pos0, int maxT, int C, int NH);
+
   /* GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2). */
   void (*gelu_forward)(void *out, const void *inp, int64_t n);
   void (*gelu_backward)(void *dinp, const void *inp, const void *dout, int64_t n);

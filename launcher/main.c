@@ -6,6 +6,8 @@
  *   shardtrain bench  collectives [flags]              (under mpirun/srun)
  *   shardtrain bench  train --ranks LIST -- TRAIN_FLAGS (one process; starts the runs)
  *   shardtrain plan   [flags] [--fit] [--json]         (one process, no MPI)
+ *   shardtrain sample --init SRC --prompt TEXT [flags] (one process, no MPI)
+ *   shardtrain eval   --init SRC --data FILE [flags]   (one process, no MPI)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -19,7 +21,9 @@
 #include "launcher/ckpt_port.h"
 #include "launcher/cli.h"
 #include "launcher/env.h"
+#include "launcher/eval.h"
 #include "launcher/plan.h"
+#include "launcher/sample.h"
 #include "launcher/signals.h"
 #include "rank/config_agree.h"
 #include "rank/trainer.h"
@@ -41,7 +45,11 @@ static void usage(void) {
          "                   not under mpirun: it starts the runs)\n"
          "  shardtrain plan  [train's model/batch/system flags] [--ranks N] [--gpu-mem SIZE]\n"
          "                   [--fit] [--json]   (memory per GPU or CPU rank; see shardtrain "
-         "plan --help)\n",
+         "plan --help)\n"
+         "  shardtrain sample --init SRC --prompt TEXT [flags]   (continue a prompt, KV cache;\n"
+         "                   one process: see shardtrain sample --help)\n"
+         "  shardtrain eval  --init SRC --data FILE [flags]   (loss, perplexity, tokens; one\n"
+         "                   process: see shardtrain eval --help)\n",
          SHARDTRAIN_VERSION);
 }
 
@@ -215,6 +223,8 @@ int main(int argc, char **argv) {
     return st_cmd_ckpt_export(argc - 2, argv + 2);
   if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 1, argv + 1);
+  if (strcmp(cmd, "sample") == 0) return st_cmd_sample(argc - 1, argv + 1); /* one process */
+  if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 1, argv + 1);     /* one process */
   if (strcmp(cmd, "train") == 0) {
     MPI_Init(&argc, &argv);
     int code = cmd_train(argc - 1, argv + 1);
@@ -235,7 +245,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return code;
   }
-  st_error_set("unknown command '%s'; commands: prep, train, ckpt, bench, plan (see shardtrain "
-               "--help)", cmd);
+  st_error_set("unknown command '%s'; commands: prep, train, ckpt, bench, plan, sample, eval "
+               "(see shardtrain --help)", cmd);
   return st_cli_fail(ST_EXIT_USAGE);
 }

@@ -64,6 +64,7 @@ static const st_ops k_cpu_ops = {
     .attention_state_floats = cpu_attention_state_floats,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .attention_decode = cpu_attention_decode,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .residual_forward = cpu_residual_forward,

@@ -57,6 +57,7 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.attention_state_floats = cuda_attention_state_floats;
   t.attention_forward = cuda_attention_forward<S>;
   t.attention_backward = cuda_attention_backward<S>;
+  t.attention_decode = cuda_attention_decode<S>;
   t.gelu_forward = cuda_gelu_forward<S>;
   t.gelu_backward = cuda_gelu_backward<S>;
   t.residual_forward = cuda_residual_forward<S>;

@@ -14,7 +14,8 @@
 #    with exit 2 (cuDNN's fused attention is bf16/fp16 only);
 # 4. stops a run with --stop-after, resumes it and checks that the resumed
 #    losses equal an uninterrupted run's exactly, then `ckpt verify`;
-# 5. ST_TIMELINE and --gpu-stats-every once each (the GPU-only code paths).
+# 5. ST_TIMELINE and --gpu-stats-every once each (the GPU-only code paths);
+#    sample and eval on CUDA against the CPU (greedy ids, eval loss).
 #
 # Exits non-zero on any failure and ends with one line:
 #   smoke: N passed, M failed (GPU, tree DIGEST, seconds)
@@ -226,6 +227,35 @@ for spec in "bf16 cudnn 1 none" "bf16 flash 2 selective" "fp16 cudnn 0 full" "fp
   check "$name" 6 "$B" train "${G124[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
 done
+
+# sample and eval on CUDA against the CPU, from a tiny run trained above:
+# greedy ids in fp32 equal the CPU's (KV cache on both), eval's loss within
+# 1e-5 relative in fp32 and 2e-2 in bf16; sample runs in bf16.
+sample_eval() {
+  local run=$W/tiny-fp32-flash-z0 name=sample-eval-cuda
+  local ids=(--prompt-ids 73,110,32,116,104,101 --max-new 40 --temperature 0 --print-ids)
+  local c g b
+  c=$("$B" sample --init "$run" --device cpu "${ids[@]}" 2>> "$W/$name.log")
+  g=$("$B" sample --init "$run" --device cuda --precision fp32 "${ids[@]}" 2>> "$W/$name.log")
+  b=$("$B" sample --init "$run" --device cuda --precision bf16 "${ids[@]}" 2>> "$W/$name.log")
+  if [ -z "$c" ] || [ "$c" != "$g" ] || [ -z "$b" ]; then
+    bad "$name" "greedy ids: cpu '$c' cuda fp32 '$g' bf16 '$b' (see $W/$name.log)"; return
+  fi
+  local verdict
+  verdict=$(for d in "cpu fp32" "cuda fp32" "cuda bf16"; do
+      set -- $d
+      "$B" eval --init "$run" --data "$DATA" --max-windows 64 --device $1 --precision $2 --json
+    done 2>> "$W/$name.log" | python3 -c '
+import json, sys
+c, f, b = (json.loads(l)["loss"] for l in sys.stdin)
+ok = abs(f - c) <= 1e-5 * c and abs(b - c) <= 2e-2 * c
+print(("ok " if ok else "") + f"eval loss cpu {c:.6f}, cuda fp32 {f:.6f}, bf16 {b:.6f}")' 2>&1)
+  case "$verdict" in
+    ok*) ok "$name" "40 greedy ids equal the CPU's; ${verdict#ok }" ;;
+    *) bad "$name" "$verdict" ;;
+  esac
+}
+sample_eval
 
 # 4. Stop, resume, verify: the resumed run's losses equal an uninterrupted
 # run's, bit for bit (deterministic kernels, restored data position and RNG).
