@@ -23,8 +23,15 @@
 #include "io/bpe_gpt2.h"
 #include "util/error.h"
 
+/* GPT-2's pattern, with one change: PCRE2 counts U+180E (Mongolian vowel
+ * separator) as \s (its \h list keeps Unicode 6.2's White_Space), tiktoken's
+ * and HF's regex engines do not (Unicode 6.3 on: a format character). So
+ * "space" below is [^\S\x{180e}] and U+180E joins the punctuation class;
+ * every other code point is classified alike (tests/e2e/test_tokenizer_parity.py
+ * sweeps them all against tiktoken). */
 static const char k_pattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?(?:[^\\s\\p{L}\\p{N}]|\\x{180e})+"
+    "|[^\\S\\x{180e}]+(?![\\S\\x{180e}])|[^\\S\\x{180e}]+";
 
 /* ---- cache --------------------------------------------------------------- */
 

