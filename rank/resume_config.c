@@ -63,6 +63,11 @@ static const field k_fields[] = {
     F("--val-every", "train", "val_every", K_INT, val_every, INHERIT),
     F("--val-seqs", "train", "val_seqs", K_INT, val_seqs, INHERIT),
     F("--log-every", "train", "log_every", K_INT, log_every, INHERIT),
+    /* No flag sets these (never "given"): always the checkpoint's, and
+     * train_setup.c refuses data of another tokenizer. */
+    F("(tokenizer)", "tokenizer", "name", K_STR, tokenizer_name, ARCH),
+    F("(tokenizer digest)", "tokenizer", "digest", K_STR, tokenizer_digest, ARCH),
+    F("(tokenizer vocabulary)", "tokenizer", "vocab_size", K_INT, tokenizer_vocab, ARCH),
 };
 #undef F
 
