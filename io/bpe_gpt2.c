@@ -125,6 +125,7 @@ typedef struct {
 } ids_out;
 
 static int push(ids_out *o, const uint32_t *ids, size_t k) {
+  if (k == 0) return 0;
   if (o->n + k > o->cap) {
     size_t cap = o->cap ? o->cap : 1024;
     while (cap < o->n + k) cap *= 2;

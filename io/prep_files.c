@@ -129,7 +129,7 @@ static int tokenize_docs(const doc_list *docs, const st_tokenizer *t, uint32_t *
     free(text);
     if (rc != 0) return st_error_prefix("tokenizing %s", docs->path[i]);
     size_t need = *n + k + 1;
-    if (need > cap) {
+    if (need > cap || !*all) {
       size_t c = cap ? cap : 1 << 20;
       while (c < need) c *= 2;
       uint32_t *p = realloc(*all, c * sizeof *p);
@@ -141,7 +141,7 @@ static int tokenize_docs(const doc_list *docs, const st_tokenizer *t, uint32_t *
       cap = c;
     }
     if (i > 0 && eot >= 0) (*all)[(*n)++] = (uint32_t)eot;
-    memcpy(*all + *n, ids, k * sizeof *ids);
+    if (k) memcpy(*all + *n, ids, k * sizeof *ids);
     *n += k;
     free(ids);
   }

@@ -180,6 +180,7 @@ int st_cmd_tokenize(int argc, char **argv) {
   char *text = NULL;
   size_t len = 0;
   rc = read_stdin(&text, &len);
+  if (!rc && !text) rc = -1; /* read_stdin sets it on success */
   if (!rc && decode) rc = decode_stdin(t, text);
   else if (!rc) {
     uint32_t *ids;
