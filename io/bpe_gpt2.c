@@ -30,7 +30,7 @@
  * every other code point is classified alike (tests/e2e/test_tokenizer_parity.py
  * sweeps them all against tiktoken). */
 static const char k_pattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?(?:[^\\s\\p{L}\\p{N}]|\\x{180e})+"
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?(?:[^\\s\\p{L}\\p{N}]|\\x{180e})++"
     "|[^\\S\\x{180e}]+(?![\\S\\x{180e}])|[^\\S\\x{180e}]+";
 
 /* ---- cache --------------------------------------------------------------- */
@@ -59,6 +59,9 @@ static uint64_t fnv(const unsigned char *s, size_t n) {
 /* ---- pair ranks ------------------------------------------------------------ */
 
 #define NO_RANK UINT32_MAX
+/* Pieces longer than this merge through a heap (bpe_long_piece): the plain
+ * scan is quicker for words, quadratic for runs of thousands of bytes. */
+#define LONG_PIECE 64
 
 static uint64_t mix(uint64_t k) {
   k ^= k >> 33;
@@ -164,6 +167,82 @@ static size_t bpe_piece(const st_tokenizer *t, const unsigned char *s, size_t n,
   return n;
 }
 
+/* The same merges for a long piece (a run of thousands of letters, spaces
+ * or symbols), in O(n log n) rather than bpe_piece's O(n^2): a min-heap of
+ * (rank << 32 | left position) over a linked list of the ids. An entry is
+ * current when its left node lives and the pair it starts has that rank
+ * (a rank names one pair, so an entry for a pair since changed fails the
+ * test); the least current entry is the lowest rank, leftmost, as in
+ * bpe_piece. ids has room for n; returns the count or -1 (memory). */
+static void heap_push(uint64_t *h, size_t *len, uint64_t v) {
+  size_t i = (*len)++;
+  while (i > 0 && h[(i - 1) / 2] > v) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *len) {
+  uint64_t top = h[0], v = h[--*len];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= *len) break;
+    if (c + 1 < *len && h[c + 1] < h[c]) c++;
+    if (h[c] >= v) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*len) h[i] = v;
+  return top;
+}
+
+static long bpe_long_piece(const st_tokenizer *t, const unsigned char *s, size_t n, uint32_t *ids) {
+  int64_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
+  uint64_t *heap = malloc(3 * n * sizeof *heap); /* n-1 pairs, 2 more per merge */
+  if (!next || !prev || !heap) {
+    free(next);
+    free(prev);
+    free(heap);
+    return -1;
+  }
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) {
+    ids[i] = (uint32_t)t->byte_id[s[i]];
+    next[i] = i + 1 < n ? (int64_t)i + 1 : -1;
+    prev[i] = (int64_t)i - 1;
+  }
+  for (size_t i = 0; i + 1 < n; i++) {
+    uint32_t r = pair_rank(t, ids[i], ids[i + 1]);
+    if (r != NO_RANK) heap_push(heap, &len, (uint64_t)r << 32 | i);
+  }
+  while (len) {
+    uint64_t e = heap_pop(heap, &len);
+    uint32_t r = (uint32_t)(e >> 32);
+    int64_t i = (int64_t)(e & 0xffffffffu), j = next[i];
+    if (prev[i] == -2 || j < 0 || pair_rank(t, ids[i], ids[j]) != r) continue; /* stale */
+    ids[i] = t->merge[r][2];
+    next[i] = next[j];
+    if (next[j] >= 0) prev[next[j]] = i;
+    prev[j] = -2; /* gone */
+    if (prev[i] >= 0) {
+      uint32_t rl = pair_rank(t, ids[prev[i]], ids[i]);
+      if (rl != NO_RANK) heap_push(heap, &len, (uint64_t)rl << 32 | (uint64_t)prev[i]);
+    }
+    if (next[i] >= 0) {
+      uint32_t rr = pair_rank(t, ids[i], ids[next[i]]);
+      if (rr != NO_RANK) heap_push(heap, &len, (uint64_t)rr << 32 | (uint64_t)i);
+    }
+  }
+  long k = 0;
+  for (int64_t i = 0; i >= 0; i = next[i]) ids[k++] = ids[i];
+  free(next);
+  free(prev);
+  free(heap);
+  return k;
+}
+
 static int encode_piece(const st_tokenizer *t, const unsigned char *s, size_t n, ids_out *o) {
   if (n == 1) {
     uint32_t id = (uint32_t)t->byte_id[s[0]];
@@ -176,17 +255,19 @@ static int encode_piece(const st_tokenizer *t, const unsigned char *s, size_t n,
     c = &t->cache->slot[h & (CACHE_SLOTS - 1)];
     if (c->klen == n && c->h == h && memcmp(c->key, s, n) == 0) return push(o, c->ids, c->nid);
   }
-  uint32_t stack_ids[256], stack_ranks[256];
-  uint32_t *ids = stack_ids, *ranks = stack_ranks;
-  if (n > 256) {
-    ids = malloc(n * sizeof *ids);
-    ranks = malloc(n * sizeof *ranks);
-    if (!ids || !ranks) {
-      free(ids);
-      free(ranks);
-      return st_error_setc(1, "out of memory encoding a piece of %zu bytes", n);
-    }
+  uint32_t stack_ids[LONG_PIECE], stack_ranks[LONG_PIECE];
+  if (n > LONG_PIECE) {
+    if (n >> 32) /* heap entries hold a 32-bit position */
+      return st_error_setc(4, "a run of %zu bytes without a pre-token boundary is too long to "
+                           "encode (at most 4 GiB)", n);
+    uint32_t *ids = malloc(n * sizeof *ids);
+    long k = ids ? bpe_long_piece(t, s, n, ids) : -1;
+    int rc = k < 0 ? st_error_setc(1, "out of memory encoding a piece of %zu bytes", n)
+                   : push(o, ids, (size_t)k);
+    free(ids);
+    return rc;
   }
+  uint32_t *ids = stack_ids, *ranks = stack_ranks;
   size_t k = bpe_piece(t, s, n, ids, ranks);
   int rc = push(o, ids, k);
   if (c && k <= CACHE_IDS) {
@@ -195,10 +276,6 @@ static int encode_piece(const st_tokenizer *t, const unsigned char *s, size_t n,
     c->nid = (uint8_t)k;
     memcpy(c->key, s, n);
     memcpy(c->ids, ids, k * sizeof *ids);
-  }
-  if (ids != stack_ids) {
-    free(ids);
-    free(ranks);
   }
   return rc;
 }

@@ -70,6 +70,9 @@ check(tokenize(G, sample) == golden["sample.txt"]["ordinary"],
       "sample.txt (<|endoftext|> as text) equals the oracles' ids")
 check(tokenize(G, sample, special=True) == golden["sample.txt"]["special"],
       "sample.txt (<|endoftext|> special) equals the oracles' ids")
+long = oracle.long_pieces().encode()
+check(tokenize(G, long) == golden["long_pieces"] and roundtrip(G, long),
+      "pieces of up to 2000 characters (the heap merge) equal the oracles' ids, round trip")
 check(50256 in tokenize(G, b"a<|endoftext|>b", special=True) and
       50256 not in tokenize(G, b"a<|endoftext|>b"), "<|endoftext|> is 50256 only when allowed")
 check(tokenize(G, invalid) == golden["invalid_utf8.bin"]["segmentwise"],
@@ -167,6 +170,9 @@ if have_oracles():
           "sample.txt with specials: ours == tiktoken == GPT2TokenizerFast (live)")
     check(tokenize(G, invalid) == oracle.segmentwise(enc, invalid),
           "invalid UTF-8: ours == tiktoken piecewise (live)")
+    lp = oracle.long_pieces()
+    check(tokenize(G, lp.encode()) == enc.encode_ordinary(lp) == oracle.hf_ordinary(hf, lp),
+          "long pieces: ours == tiktoken == GPT2TokenizerFast (live)")
     if kjv is not None:
         check(tokenize(G, kjv) == enc.encode_ordinary(kjv.decode("utf-8")),
               "whole KJV: ours == tiktoken (live)")

@@ -93,6 +93,21 @@ def segmentwise(enc, data):
     return ids
 
 
+def long_pieces():
+    """Pre-tokens far longer than a word (the heap path of io/bpe_gpt2.c):
+    runs of random letters, digits, symbols, spaces and newlines, and a KJV-like
+    verse run together. Deterministic (seeded)."""
+    import random
+    rng = random.Random(13)
+    parts = []
+    for alphabet in ("etaoinshrdlu", "abcdefghijklmnopqrstuvwxyz", "0123456789", "!?.,;:-=+*#",
+                     "ÄÖÜäöüßéèê", "аеиоуклмн", " ", "\n", " \t"):
+        for n in (65, 300, 2000):
+            parts.append("".join(rng.choice(alphabet) for _ in range(n)))
+    parts.append("And God said Let there be light" .replace(" ", "") * 200)
+    return "|".join(parts) + "\n"
+
+
 def kjv_text():
     """The whole KJV as `bible -f` prints it (bible-kjv), or None."""
     import shutil
@@ -121,6 +136,9 @@ def make_golden(tok_dir, out):
     assert ordinary == hf_ordinary(hf, text), "tiktoken and HF disagree (ordinary)"
     assert special == hf_special(hf, text), "tiktoken and HF disagree (special)"
     g["sample.txt"] = {"ordinary": ordinary, "special": special}
+    long = long_pieces()
+    g["long_pieces"] = enc.encode_ordinary(long)
+    assert g["long_pieces"] == hf_ordinary(hf, long), "tiktoken and HF disagree (long pieces)"
     g["invalid_utf8.bin"] = {"segmentwise": segmentwise(enc, inv),
                              "tiktoken_encode_bytes": enc._encode_bytes(inv)}
     kjv = kjv_text()
