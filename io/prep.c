@@ -295,7 +295,10 @@ fail:
 }
 
 /* Writes whole chunks at a time, so no chunk is ever read back and rewritten. */
-static int write_split(hid_t file, const char *name, const uint32_t *ids, int64_t n, int wide) {
+/* Tokens from ids, or (ids NULL) the byte tokenizer's: the bytes themselves,
+ * so byte prep never holds more than the mapped text and one chunk. */
+static int write_split(hid_t file, const char *name, const uint32_t *ids,
+                       const unsigned char *bytes, int64_t n, int wide) {
   hsize_t dims = (hsize_t)n;
   int rc = -1;
   hid_t space = H5Screate_simple(1, &dims, NULL);
@@ -309,7 +312,8 @@ static int write_split(hid_t file, const char *name, const uint32_t *ids, int64_
   if (dset < 0) goto done;
   for (int64_t off = 0; off < n; off += step) {
     hsize_t start = (hsize_t)off, count = (hsize_t)(n - off < step ? n - off : step);
-    for (hsize_t i = 0; !wide && i < count; i++) buf[i] = (uint16_t)ids[off + (int64_t)i];
+    for (hsize_t i = 0; !wide && i < count; i++)
+      buf[i] = ids ? (uint16_t)ids[off + (int64_t)i] : bytes[off + (int64_t)i];
     hid_t mem = H5Screate_simple(1, &count, NULL);
     herr_t w = -1;
     if (mem >= 0 && H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, NULL, &count, NULL) >= 0)
@@ -333,14 +337,16 @@ done:
 
 /* 0, or -1 with *why (HDF5's reason, one line) and *err (its errno). */
 static int write_token_file(const char *tmp, const char *source, const uint32_t *ids,
+                            const unsigned char *bytes,
                             int64_t train, int64_t val, double vf, const st_tokenizer *t,
                             char *why, size_t cap, int *err) {
   /* uint16 while every id fits, as llm.c and most tools expect; uint32 past */
   const int wide = st_tokenizer_vocab_size(t) > 65536;
   hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   int rc = file < 0 ? -1 : 0;
-  if (rc == 0 && (write_split(file, "/train", ids, train, wide) != 0 ||
-                  write_split(file, "/val", ids + train, val, wide) != 0 ||
+  if (rc == 0 && (write_split(file, "/train", ids, bytes, train, wide) != 0 ||
+                  write_split(file, "/val", ids ? ids + train : NULL, bytes ? bytes + train : NULL,
+                              val, wide) != 0 ||
                   write_attrs(file, source, train, val, vf, t) != 0 ||
                   H5Fflush(file, H5F_SCOPE_LOCAL) < 0))
     rc = -1;
@@ -370,7 +376,8 @@ int st_prep_check_args(const char *out_path, double val_fraction) {
   return check_out_dir(out_path);
 }
 
-int st_prep_write(const char *out_path, const char *label, const uint32_t *ids, int64_t n,
+int st_prep_write(const char *out_path, const char *label, const uint32_t *ids,
+                  const unsigned char *bytes, int64_t n,
                   const st_tokenizer *t, double val_fraction, int64_t *train_tokens,
                   int64_t *val_tokens) {
   char tmp[4200];
@@ -380,7 +387,8 @@ int st_prep_write(const char *out_path, const char *label, const uint32_t *ids, 
   snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
   char why[512] = "";
   int err = 0;
-  int rc = write_token_file(tmp, label, ids, train, val, val_fraction, t, why, sizeof why, &err);
+  int rc = write_token_file(tmp, label, ids, bytes, train, val, val_fraction, t, why, sizeof why,
+                            &err);
   if (rc != 0) {
     unlink(tmp);
     if (err == ENOSPC || err == EDQUOT)
@@ -405,13 +413,10 @@ int st_prep_bytes(const char *input_path, const char *out_path, double val_fract
   const char *label = strcmp(input_path, "-") ? input_path : "stdin";
   if (load_input(input_path, label, &in) != 0) return -1;
   st_tokenizer *t = st_tokenizer_bytes();
-  uint32_t *ids = NULL;
-  size_t n = 0;
-  int rc = t ? st_tokenizer_encode(t, (const char *)in.data, in.n, 0, &ids, &n) : -1;
+  int rc = t ? st_prep_write(out_path, label, NULL, in.data, (int64_t)in.n, t, val_fraction,
+                             train_tokens, val_tokens)
+             : -1;
   free_input(&in);
-  if (rc == 0)
-    rc = st_prep_write(out_path, label, ids, (int64_t)n, t, val_fraction, train_tokens, val_tokens);
-  free(ids);
   st_tokenizer_free(t);
   return rc;
 }

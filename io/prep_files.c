@@ -110,6 +110,28 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The byte tokenizer's tokens are the bytes: the documents joined, as
+ * they are (one byte per token in memory, not four). */
+static int join_docs(const doc_list *docs, unsigned char **all, size_t *n, st_prep_stats *stats) {
+  for (int i = 0; i < docs->n; i++) {
+    char *text = NULL;
+    size_t len = 0;
+    if (read_doc(docs->path[i], &text, &len) != 0) return -1;
+    unsigned char *p = realloc(*all, *n + len + 1);
+    if (!p) {
+      free(text);
+      return st_error_set("out of memory holding %zu bytes of text", *n + len);
+    }
+    *all = p;
+    if (len) memcpy(*all + *n, text, len);
+    *n += len;
+    stats->bytes += (int64_t)len;
+    free(text);
+  }
+  stats->documents = docs->n;
+  return 0;
+}
+
 /* Tokenize the documents and append them, EOT between, to *all. */
 static int tokenize_docs(const doc_list *docs, const st_tokenizer *t, uint32_t **all, size_t *n,
                          st_prep_stats *stats) {
@@ -169,16 +191,32 @@ int st_prep_text(const char *const *inputs, int n_inputs, const char *tokenizer_
   if (rc == 0 && !(t = st_tokenizer_load(tokenizer_path ? tokenizer_path : "bytes")))
     rc = st_error_prefix("--tokenizer");
   uint32_t *ids = NULL;
+  unsigned char *bytes = NULL;
   size_t n = 0;
-  if (rc == 0) rc = tokenize_docs(&docs, t, &ids, &n, stats);
+  const int is_bytes = rc == 0 && !strcmp(st_tokenizer_name(t), "bytes");
+  struct stat one;
+  if (is_bytes && n_inputs == 1 && docs.n == 1 && !stat(inputs[0], &one) && S_ISREG(one.st_mode)) {
+    /* one file: mapped, never copied (prep.c) */
+    st_tokenizer_free(t);
+    for (int i = 0; i < docs.n; i++) free(docs.path[i]);
+    free(docs.path);
+    stats->documents = 1;
+    rc = st_prep_bytes(inputs[0], out_path, val_fraction, &stats->train_tokens,
+                       &stats->val_tokens);
+    stats->bytes = stats->train_tokens + stats->val_tokens;
+    return rc;
+  }
+  if (rc == 0) rc = is_bytes ? join_docs(&docs, &bytes, &n, stats)
+                             : tokenize_docs(&docs, t, &ids, &n, stats);
   char label[1200];
   snprintf(label, sizeof label, "%s%s", n_inputs == 1 && strcmp(inputs[0], "-") ? inputs[0]
                                         : n_inputs == 1 ? "stdin" : inputs[0],
            n_inputs > 1 ? " (and more)" : "");
   if (rc == 0)
-    rc = st_prep_write(out_path, label, ids, (int64_t)n, t, val_fraction, &stats->train_tokens,
-                       &stats->val_tokens);
+    rc = st_prep_write(out_path, label, ids, bytes, (int64_t)n, t, val_fraction,
+                       &stats->train_tokens, &stats->val_tokens);
   free(ids);
+  free(bytes);
   st_tokenizer_free(t);
   for (int i = 0; i < docs.n; i++) free(docs.path[i]);
   free(docs.path);

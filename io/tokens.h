@@ -48,11 +48,13 @@ int st_prep_bytes(const char *input_path, const char *out_path, double val_fract
 
 /* Check prep's --out and --val-fraction before any work. 0 or -1. */
 int st_prep_check_args(const char *out_path, double val_fraction);
-/* Write n ids (from tokenizer t; source label for the attribute) as a
+/* Write n tokens (from tokenizer t; source label for the attribute) as a
  * token file at out_path (temporary file + rename), the last val_fraction
- * as /val. 0 or -1 with st_error. */
+ * as /val: ids, or for the byte tokenizer (ids NULL) the bytes themselves.
+ * 0 or -1 with st_error. */
 struct st_tokenizer;
-int st_prep_write(const char *out_path, const char *label, const uint32_t *ids, int64_t n,
+int st_prep_write(const char *out_path, const char *label, const uint32_t *ids,
+                  const unsigned char *bytes, int64_t n,
                   const struct st_tokenizer *t, double val_fraction, int64_t *train_tokens,
                   int64_t *val_tokens);
 

@@ -71,11 +71,13 @@ int st_cmd_prep(int argc, char **argv) {
   if (st_prep_text(inputs, n_in, tok, out, frac, &s)) return st_cli_fail(st_error_exit_code());
   st_tokenizer *t = st_tokenizer_load(tok); /* for the summary line only */
   double mbs = s.seconds > 0 ? (double)s.bytes / 1e6 / s.seconds : 0.0;
+  char speed[64] = ""; /* the byte tokenizer does no work worth timing */
+  if (mbs > 0) snprintf(speed, sizeof speed, ", %.1f MB/s", mbs);
   printf("prep: %s%s -> %s: %s tokenizer (vocab %d), %d document%s, %lld bytes, %lld train + "
-         "%lld val tokens, %.1f MB/s\n", inputs[0], n_in > 1 ? " ..." : "", out,
+         "%lld val tokens%s\n", inputs[0], n_in > 1 ? " ..." : "", out,
          t ? st_tokenizer_name(t) : tok, t ? st_tokenizer_vocab_size(t) : 0, s.documents,
          s.documents == 1 ? "" : "s", (long long)s.bytes, (long long)s.train_tokens,
-         (long long)s.val_tokens, mbs);
+         (long long)s.val_tokens, speed);
   st_tokenizer_free(t);
   return 0;
 }
