@@ -305,6 +305,30 @@ static int check_pretokenizer(const char *file, const cJSON *pt) {
   return 0;
 }
 
+/* Options that would change the ids GPT-2's algorithm gives: refused, not
+ * ignored (a normalizer, word suffixes, ignore_merges as in Llama 3). */
+static int check_model_options(const char *file, const cJSON *j, const cJSON *model) {
+  const cJSON *norm = cJSON_GetObjectItem(j, "normalizer");
+  if (norm && !cJSON_IsNull(norm))
+    return data_error("%s: has a normalizer (%s); GPT-2's byte-level BPE has none and this "
+                      "tokenizer does not apply one", file,
+                      cJSON_IsString(cJSON_GetObjectItem(norm, "type"))
+                          ? cJSON_GetObjectItem(norm, "type")->valuestring : "unknown type");
+  static const char *const strs[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *v = cJSON_GetObjectItem(model, strs[i]);
+    if (cJSON_IsString(v) && v->valuestring[0])
+      return data_error("%s: model.%s is \"%s\"; only GPT-2-style BPE (none) is supported", file,
+                        strs[i], v->valuestring);
+  }
+  if (cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges")) ||
+      cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback")))
+    return data_error("%s: model.%s is true; only GPT-2-style BPE (false) is supported", file,
+                      cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges")) ? "ignore_merges"
+                                                                              : "byte_fallback");
+  return 0;
+}
+
 static int read_hf_merges(st_tokenizer *t, const char *file, const cJSON *merges) {
   int n = cJSON_GetArraySize(merges);
   if (!cJSON_IsArray(merges))
@@ -380,6 +404,7 @@ static int load_tokenizer_json(st_tokenizer *t, const char *path) {
     rc = data_error("%s: model type is %s; only BPE is supported", path, type->valuestring);
   else
     rc = check_pretokenizer(path, cJSON_GetObjectItem(j, "pre_tokenizer"));
+  if (rc == 0) rc = check_model_options(path, j, model);
   if (rc == 0) rc = read_vocab(t, path, cJSON_GetObjectItem(model, "vocab"), cJSON_GetArraySize(added));
   if (rc == 0) rc = read_added(t, path, added);
   if (rc == 0) rc = st_bpe_index(t);

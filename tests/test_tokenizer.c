@@ -221,6 +221,15 @@ static void test_bpe_malformed(void **state) {
   snprintf(path, sizeof path, "%s/merges.txt", dir);
   unlink(path);
   expect_load_error(dir, "no merges.txt");
+  snprintf(dir, sizeof dir, "%s/normalizer", g_dir);
+  assert_int_equal(st_mkdir_p(dir), 0);
+  write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": "
+             "{\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
+             "\"merges\": []}}");
+  expect_load_error(dir, "tokenizer.json: has a normalizer (NFC)");
+  write_text(dir, "tokenizer.json", "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": "
+             "{\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}");
+  expect_load_error(dir, "pre_tokenizer is Metaspace, not ByteLevel");
   snprintf(dir, sizeof dir, "%s/missing", g_dir);
   expect_load_error(dir, "does not exist");
 }
