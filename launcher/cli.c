@@ -120,7 +120,11 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     dst = x;                                                 \
     return 1;                                                \
   }
-  INT_FLAG("--seq-len", 1, 1 << 20, rc->model.block_size)
+  if (strcmp(f, "--seq-len") == 0) { /* a fresh model's positions are T */
+    if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
+    rc->seq_len = rc->model.block_size = (int)x;
+    return 1;
+  }
   INT_FLAG("--vocab-size", 2, 1 << 24, rc->model.vocab_size) /* rank/config.c's bound */
   INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
   INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
@@ -141,7 +145,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
 static const char *const k_flags[] = {
     "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
     "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--global-batch", "--gpu-mem", "--gpu-stats-every",
-    "--grad-clip", "--headroom", "--heads", "--json", "--keep-last", "--layers", "--log-every", "--loss-scale-max",
+    "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
     "--nccl-timeout",
@@ -340,6 +344,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     }
     STR_FLAG("--resume", rc->resume)
     STR_FLAG("--dump-params", rc->dump_params)
+    STR_FLAG("--init-from", rc->init_from)
 #undef INT_FLAG
 #undef FLOAT_FLAG
 #undef STR_FLAG
@@ -372,6 +377,10 @@ void st_cli_print_train_usage(void) {
       "usage: shardtrain train --data FILE [flags]   (run under mpirun/srun for several ranks)\n"
       "  model   --model tiny|small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m  (default small)\n"
       "          --layers N --heads N --dim N   --seq-len T (default 128)  --vocab-size V\n"
+      "          --init-from SRC: shape and weights from a Hugging Face directory, an llm.c\n"
+      "            model file or a run/step directory (ckpt import); fresh optimizer, step 0;\n"
+      "            --seq-len T (<= its positions; default all of them) is the training length;\n"
+      "            a checkpoint already in --out is resumed instead (--resume auto)\n"
       "  batch   --micro-batch B (sequences per rank per micro-step, default 8)\n"
       "          --global-batch G (sequences per optimizer step, default 16;\n"
       "            gradient accumulation = G / (B * ranks))\n"

@@ -17,6 +17,7 @@
 #include "io/checkpoint.h"
 #include "io/tokens.h"
 #include "launcher/bench.h"
+#include "launcher/ckpt_port.h"
 #include "launcher/cli.h"
 #include "launcher/env.h"
 #include "launcher/plan.h"
@@ -35,6 +36,9 @@ static void usage(void) {
          "  shardtrain tokenize --tokenizer bytes|DIR [--decode]   (stdin -> ids or text)\n"
          "  shardtrain train --data FILE.h5|FILE.bin [flags]   (see shardtrain train --help)\n"
          "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n"
+         "  shardtrain ckpt  import HF_DIR|LLMC_FILE --out RUN_DIR\n"
+         "  shardtrain ckpt  export RUN_DIR|STEP_DIR --out PATH [--dtype fp32|bf16] [--format "
+         "hf|llmc]\n"
          "  shardtrain bench collectives|model [flags]   (busbw; scaling model; see shardtrain "
          "bench --help)\n"
          "  shardtrain bench train --ranks 1,2,4 [flags] -- TRAIN_FLAGS   (tokens/s, MFU, scaling;\n"
@@ -179,6 +183,10 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "prep") == 0) return st_cmd_prep(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenize") == 0) return st_cmd_tokenize(argc - 1, argv + 1);
+  if (strcmp(cmd, "ckpt") == 0 && argc >= 3 && strcmp(argv[2], "import") == 0)
+    return st_cmd_ckpt_import(argc - 2, argv + 2);
+  if (strcmp(cmd, "ckpt") == 0 && argc >= 3 && strcmp(argv[2], "export") == 0)
+    return st_cmd_ckpt_export(argc - 2, argv + 2);
   if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0) {

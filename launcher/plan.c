@@ -90,7 +90,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   const int cuda = in->backend == ST_BACKEND_CUDA;
   char note[200], a[40], b[40], c[40];
   printf("model   %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
-         o->rc.model_name, m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size,
+         o->rc.model_name, m->n_layer, m->n_head, m->n_embd, st_plan_seq_len(in), m->vocab_size,
          m->padded_vocab_size);
   printf("        %s parameters; padded to %s for %d rank(s), shard %s\n",
          commas((uint64_t)p->params, a, sizeof a), commas((uint64_t)p->padded_params, b, sizeof b),
@@ -118,7 +118,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("Adam m", p->adam_m, part);
   row("Adam v", p->adam_v, part);
   snprintf(note, sizeof note, "recompute %s, micro-batch %d x %d", st_recompute_name(in->recompute),
-           in->micro_batch, m->block_size);
+           in->micro_batch, st_plan_seq_len(in));
   row("activations", p->acts.total, note);
   snprintf(note, sizeof note, "what backward needs, %d layers", m->n_layer);
   row("  kept per block", p->acts.blocks, note);
@@ -253,7 +253,7 @@ int st_cmd_plan(int argc, char **argv) {
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   /* train measures cuDNN's workspace at setup; plan uses the formula */
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
-    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->model.block_size,
+    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->seq_len,
                                                                  rc->model.n_head);
   char source[200];
   resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);

@@ -62,7 +62,9 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add(l, "--layers", U, fix, "%d", m->n_layer);
   st_agree_add(l, "--heads", U, fix, "%d", m->n_head);
   st_agree_add(l, "--dim", U, fix, "%d", m->n_embd);
-  st_agree_add(l, "--seq-len", U, fix, "%d", m->block_size);
+  st_agree_add(l, "--seq-len", U, fix, "%d", rc->seq_len);
+  st_agree_add(l, "the model's positions", U, fix, "%d", m->block_size);
+  st_agree_add(l, "--init-from", U, fix, "%s", rc->init_from);
   st_agree_add(l, "--vocab-size", U, fix, "%d", m->vocab_size);
   st_agree_add(l, "--model", U, fix, "%s", rc->model_name);
   st_agree_add(l, "--micro-batch", U, fix, "%d", rc->micro_batch);

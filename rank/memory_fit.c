@@ -54,7 +54,7 @@ static int plan_at(const search *s, int B, int r, int z, st_plan_choice *c) {
   c->in.recompute = (st_recompute)r;
   c->in.zero_stage = z;
   c->accum = s->q->global_batch / (B * s->q->base.world);
-  c->cost = st_fit_cost(c->in.backend, (int64_t)B * c->in.model.block_size, c->in.recompute);
+  c->cost = st_fit_cost(c->in.backend, (int64_t)B * st_plan_seq_len(&c->in), c->in.recompute);
   return st_memory_plan_make(&c->in, &c->plan);
 }
 
@@ -128,7 +128,7 @@ static int fit_search(const search *s, st_plan_fit *out) {
 
 int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
   memset(out, 0, sizeof *out);
-  const int N = q->base.world, G = q->global_batch, T = q->base.model.block_size;
+  const int N = q->base.world, G = q->global_batch, T = st_plan_seq_len(&q->base);
   const int U = ST_EXIT_USAGE;
   if (N < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", N);
   if (G < 1) return st_error_setc(U, "--global-batch must be >= 1, got %d", G);

@@ -67,10 +67,14 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   if (in->world < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", in->world);
   if (in->zero_stage < 0 || in->zero_stage > 2)
     return st_error_setc(U, "--zero must be 0, 1 or 2, got %d", in->zero_stage);
-  if ((int64_t)in->micro_batch * c->block_size > INT_MAX)
+  const int seq = st_plan_seq_len(in);
+  if (seq > c->block_size)
+    return st_error_setc(U, "--seq-len %d exceeds the model's %d positions (rows of wpe)", seq,
+                         c->block_size);
+  if ((int64_t)in->micro_batch * seq > INT_MAX)
     return st_error_setc(U, "--micro-batch %d x --seq-len %d = %lld rows exceeds the ops' "
                             "32-bit row count (%d); lower either", in->micro_batch,
-                         c->block_size, (long long)in->micro_batch * c->block_size, INT_MAX);
+                         seq, (long long)in->micro_batch * seq, INT_MAX);
   if (in->backend == ST_BACKEND_CPU && in->dtype != ST_FP32)
     return st_error_setc(U, "--precision %s: the CPU backend is the fp32 reference; use "
                             "--precision fp32 with --device cpu, or plan for --device cuda",
@@ -78,12 +82,13 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   if (in->headroom_pct < 0 || in->headroom_pct >= 100)
     return st_error_setc(U, "--headroom must be in [0, 100), got %g", in->headroom_pct);
 
-  const int64_t C = c->n_embd, L = c->n_layer, T = c->block_size, B = in->micro_batch;
+  const int64_t C = c->n_embd, L = c->n_layer, T = seq, B = in->micro_batch;
+  const int64_t P = c->block_size; /* positions: rows of wpe */
   const int64_t N = in->world;
   const uint64_t es = st_dtype_size(in->dtype), f4 = sizeof(float);
-  /* The parameter table (rank/params.c): wte [Vp,C], wpe [T,C], L blocks of
-   * 12 tensors, ln_f. */
-  const int64_t head_front = (int64_t)c->padded_vocab_size * C + T * C; /* wte + wpe */
+  /* The parameter table (rank/params.c): wte [Vp,C], wpe [P,C], L blocks of
+   * 12 tensors, ln_f; activations are counted by T. */
+  const int64_t head_front = (int64_t)c->padded_vocab_size * C + P * C; /* wte + wpe */
   const int64_t block = 12 * C * C + 13 * C, lnf = 2 * C;
   p->params = head_front + L * block + lnf;
   p->padded_params = (p->params + N - 1) / N * N;
@@ -236,6 +241,10 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   cJSON *m = cJSON_AddObjectToObject(j, "model");
   cJSON_AddStringToObject(m, "name", model_name);
   st_model_add_json(m, &in->model, "seq_len");
+  /* seq_len is T; the positions go apart when they differ (an imported model) */
+  cJSON_ReplaceItemInObject(m, "seq_len", cJSON_CreateNumber(st_plan_seq_len(in)));
+  if (st_plan_seq_len(in) != in->model.block_size)
+    cJSON_AddNumberToObject(m, "positions", in->model.block_size);
   cJSON_AddNumberToObject(m, "params", (double)p->params);
   cJSON_AddNumberToObject(m, "padded_params", (double)p->padded_params);
   cJSON_AddNumberToObject(m, "shard", (double)p->shard);

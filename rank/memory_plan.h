@@ -59,8 +59,9 @@ typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
 #define ST_PLAN_NCCL_OVERLAP_FACTOR 2
 
 typedef struct {
-  st_model_config model;  /* validated (padded_vocab_size set); block_size is T */
+  st_model_config model;  /* validated (padded_vocab_size set); block_size: rows of wpe */
   int micro_batch;        /* B, sequences per rank per micro-step */
+  int seq_len;            /* T, the training sequence length (<= block_size); 0 = block_size */
   int world;              /* N ranks */
   int zero_stage;         /* 0, 1 or 2 */
   st_dtype dtype;         /* storage dtype: fp32, or bf16/fp16 with fp32 master weights */
@@ -76,6 +77,11 @@ typedef struct {
   uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
   double headroom_pct;    /* percent of gpu_mem kept free */
 } st_plan_input;
+
+/* T of a plan input: seq_len, or the model's positions when it is 0. */
+static inline int st_plan_seq_len(const st_plan_input *in) {
+  return in->seq_len > 0 ? in->seq_len : in->model.block_size;
+}
 
 typedef struct {
   int64_t params;         /* parameters (tab.total), tied embedding once, padded rows included */

@@ -113,7 +113,7 @@ void st_oom_report(const trainer *tr, const char *when, const char *category, ui
       "--layers %d --heads %d --dim %d --seq-len %d --vocab-size %d --global-batch %d "
       "--micro-batch %d --ranks %d --zero %d --precision %s --device %s --gpu-mem %lluMiB --fit "
       "(docs/memory.md, \"Out of memory anyway\")", rc->headroom_pct, rc->model.n_layer,
-      rc->model.n_head, rc->model.n_embd, rc->model.block_size, rc->model.vocab_size,
+      rc->model.n_head, rc->model.n_embd, rc->seq_len, rc->model.vocab_size,
       rc->global_batch, rc->micro_batch, tr->comm->world, rc->zero_stage, rc->precision, dev,
       (unsigned long long)(room >> 20));
 #undef PUT

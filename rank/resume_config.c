@@ -38,7 +38,10 @@ static const field k_fields[] = {
     F("--layers", "model", "n_layer", K_INT, model.n_layer, ARCH),
     F("--heads", "model", "n_head", K_INT, model.n_head, ARCH),
     F("--dim", "model", "n_embd", K_INT, model.n_embd, ARCH),
-    F("--seq-len", "model", "block_size", K_INT, model.block_size, ARCH),
+    /* T, and the positions apart from it (no flag sets them on resume:
+     * older checkpoints wrote the same number for both) */
+    F("--seq-len", "train", "seq_len", K_INT, seq_len, ARCH),
+    F("(positions)", "model", "block_size", K_INT, model.block_size, ARCH),
     F("--vocab-size", "model", "vocab_size", K_INT, model.vocab_size, ARCH),
     F("--micro-batch", "train", "micro_batch", K_INT, micro_batch, FIT),
     F("--global-batch", "train", "global_batch", K_INT, global_batch, INHERIT),
@@ -63,6 +66,8 @@ static const field k_fields[] = {
     F("--val-every", "train", "val_every", K_INT, val_every, INHERIT),
     F("--val-seqs", "train", "val_seqs", K_INT, val_seqs, INHERIT),
     F("--log-every", "train", "log_every", K_INT, log_every, INHERIT),
+    /* where the weights first came from: kept in later checkpoints' configs */
+    F("--init-from", "train", "init_from", K_STR, init_from, INHERIT),
     /* No flag sets these (never "given"): always the checkpoint's, and
      * train_setup.c refuses data of another tokenizer. */
     F("(tokenizer)", "tokenizer", "name", K_STR, tokenizer_name, ARCH),

@@ -19,6 +19,7 @@ void st_run_config_defaults(st_run_config *rc) {
   snprintf(rc->model_name, sizeof rc->model_name, "small");
   st_model_preset("small", &rc->model);
   rc->model.block_size = 128;
+  rc->seq_len = 128;
   rc->model.vocab_size = 0; /* from the data file */
   rc->micro_batch = 8;
   rc->global_batch = 16;
@@ -85,7 +86,8 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON *t = cJSON_AddObjectToObject(o, "train");
   cJSON_AddNumberToObject(t, "micro_batch", rc->micro_batch);
   cJSON_AddNumberToObject(t, "global_batch", rc->global_batch);
-  cJSON_AddNumberToObject(t, "seq_len", rc->model.block_size);
+  cJSON_AddNumberToObject(t, "seq_len", rc->seq_len);
+  cJSON_AddStringToObject(t, "init_from", rc->init_from);
   cJSON_AddNumberToObject(t, "zero_stage", rc->zero_stage);
   cJSON_AddStringToObject(t, "precision", rc->precision);
   cJSON_AddStringToObject(t, "recompute", rc->recompute);
@@ -132,6 +134,7 @@ void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dty
   memset(in, 0, sizeof *in);
   in->model = rc->model;
   in->micro_batch = rc->micro_batch;
+  in->seq_len = rc->seq_len;
   in->world = world;
   in->zero_stage = rc->zero_stage;
   in->dtype = dt;

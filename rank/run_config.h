@@ -12,8 +12,15 @@
 #include "rank/optimizer.h"
 
 typedef struct {
-  st_model_config model;
-  char model_name[64];      /* preset name or "custom" */
+  st_model_config model;    /* the shape; block_size = the positions (rows of wpe) */
+  char model_name[64];      /* preset name, "custom", or "imported" (--init-from) */
+  /* --seq-len: T, the training sequence length, <= model.block_size. A
+   * fresh model has block_size = seq_len; --init-from takes the source's
+   * positions (an imported GPT-2 keeps 1024 and may train at 256). */
+  int seq_len;
+  /* --init-from: the model source (io/model_source.h) the weights and the
+   * shape come from, with a fresh optimizer at step 0; "" = none. */
+  char init_from[1024];
   int micro_batch;          /* sequences per rank per micro-step */
   int global_batch;         /* sequences per optimizer step */
   int zero_stage;           /* 0, 1 or 2 */

@@ -19,14 +19,17 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
   if (tr->comm->rank != 0) return;
   printf("shardtrain %s | train\n", SHARDTRAIN_VERSION);
   printf("  model      %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
-         rc->model_name, m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size,
+         rc->model_name, m->n_layer, m->n_head, m->n_embd, rc->seq_len, m->vocab_size,
          m->padded_vocab_size);
+  if (rc->seq_len != m->block_size || rc->init_from[0])
+    printf("  positions  %d (rows of wpe%s%s), training at seq-len %d\n", m->block_size,
+           rc->init_from[0] ? "; --init-from " : "", rc->init_from, rc->seq_len);
   printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
          tr->model.tab.total / 1e6);
   printf("  batch      micro-batch %d x grad-accum %d x %d rank%s = global batch %d sequences "
          "x %d = %lld tokens\n", rc->micro_batch, tr->accum, tr->comm->world,
          tr->comm->world == 1 ? "" : "s", rc->global_batch,
-         m->block_size, (long long)tr->step_tokens);
+         rc->seq_len, (long long)tr->step_tokens);
   printf("  ranks      %d on %d node(s), launched by %s; backend %s on %s", tr->comm->world,
          e->node_count, e->launcher, tr->model.ops->name, tr->device_name);
   if (tr->device_index < 0)

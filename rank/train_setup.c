@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "io/model_source.h"
 #include "io/checkpoint_dirs.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "collectives/collectives_nccl.h"
@@ -158,7 +159,7 @@ static int setup_data(trainer *tr) {
 
 static int setup_batch(trainer *tr) {
   st_run_config *rc = tr->rc;
-  int world = tr->comm->world, B = rc->micro_batch, T = rc->model.block_size;
+  int world = tr->comm->world, B = rc->micro_batch, T = rc->seq_len;
   st_error_code(ST_EXIT_USAGE);
   char use[64];
   if (rc->auto_fit && rc->global_batch % world != 0) {
@@ -218,7 +219,7 @@ static int setup_attention(trainer *tr) {
                                  : strcmp(rc->attention, "flash") == 0 ? ST_ATTENTION_FLASH
                                                                         : ST_ATTENTION_AUTO;
   st_attention_choice ch;
-  if (st_cuda_attention_select(want, tr->ops->dtype, rc->micro_batch, m->block_size, m->n_embd,
+  if (st_cuda_attention_select(want, tr->ops->dtype, rc->micro_batch, rc->seq_len, m->n_embd,
                                m->n_head, &ch))
     return -1;
   snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
@@ -417,7 +418,7 @@ static int setup_memory_check(trainer *tr) {
 int st_trainer_alloc_state(trainer *tr) {
   st_run_config *rc = tr->rc;
   st_comm *c = tr->comm;
-  int B = rc->micro_batch, T = rc->model.block_size;
+  int B = rc->micro_batch, T = rc->seq_len;
   const st_ops *ops = tr->ops;
   st_recompute rec = st_recompute_parse(rc->recompute);
   /* ZeRO 2 never holds a full gradient vector, not even during setup. */
@@ -579,6 +580,63 @@ static int set_weights(trainer *tr, const float *host) {
   return 0;
 }
 
+/* --init-from SRC (io/model_source.h): the model's shape is the source's.
+ * A shape flag that says otherwise is a usage error naming it. When --out
+ * already holds a checkpoint, the resume wins (a requeued fine-tune
+ * continues, it does not start over) and the two shapes must agree. Reads
+ * the shape only; setup_resume reads the weights. */
+static int setup_init_from(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  if (!rc->init_from[0]) return 0;
+  /* inherited from the checkpoint's config: the source is not needed (it may be gone) */
+  if (tr->resume_found && !st_run_config_given(rc, "--init-from")) return 0;
+  st_model_source s;
+  if (st_model_source_open(rc->init_from, &s)) return st_error_prefix("--init-from");
+  const st_model_config *c = &s.cfg;
+  const struct {
+    const char *flag;
+    int src, now;
+  } k[] = {{"--layers", c->n_layer, rc->model.n_layer},
+           {"--heads", c->n_head, rc->model.n_head},
+           {"--dim", c->n_embd, rc->model.n_embd},
+           {"--vocab-size", c->vocab_size, rc->model.vocab_size}};
+  for (int i = 0; i < 4; i++) {
+    const int by_flag = st_run_config_given(rc, k[i].flag);
+    const int by_preset = i < 3 && st_run_config_given(rc, "--model");
+    if ((by_flag || by_preset) && k[i].src != k[i].now)
+      return st_error_setc(ST_EXIT_USAGE, "%s%s%s sets %s %d, but --init-from %s has %d: the "
+                           "shape comes from the model source; drop %s",
+                           by_flag ? k[i].flag : "--model ", by_flag ? "" : rc->model_name,
+                           "", k[i].flag, k[i].now, rc->init_from, k[i].src,
+                           by_flag ? k[i].flag : "--model");
+  }
+  if (tr->resume_found) {
+    const st_model_config *m = &rc->model;
+    if (m->n_layer != c->n_layer || m->n_head != c->n_head || m->n_embd != c->n_embd ||
+        m->block_size != c->block_size || m->vocab_size != c->vocab_size)
+      return st_error_setc(ST_EXIT_CHECKPOINT, "--init-from %s is a %d-layer, %d-head, width "
+                           "%d model with %d positions and vocab %d, but %s, which --resume "
+                           "continues, holds a %d-layer, %d-head, width %d one with %d and %d: "
+                           "give another --out for a new fine-tune", rc->init_from, c->n_layer,
+                           c->n_head, c->n_embd, c->block_size, c->vocab_size, tr->resume_from,
+                           m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size);
+    size_t n = strlen(tr->resume_note.text);
+    snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n,
+             "  notice     --init-from %s not read: %s holds a checkpoint (step %lld), which "
+             "--resume %s continues (a requeued fine-tune continues, it does not restart)\n",
+             rc->init_from, rc->out, (long long)tr->resume_meta.step, rc->resume);
+    return 0;
+  }
+  rc->model = *c;
+  snprintf(rc->model_name, sizeof rc->model_name, "imported");
+  if (!st_run_config_given(rc, "--seq-len")) rc->seq_len = c->block_size;
+  if (rc->seq_len > c->block_size)
+    return st_error_setc(ST_EXIT_USAGE, "--seq-len %d exceeds the %d positions of --init-from "
+                         "%s; give --seq-len %d or less", rc->seq_len, c->block_size,
+                         rc->init_from, c->block_size);
+  return 0;
+}
+
 /* What --resume names, before anything depends on the settings: the
  * checkpoint's config fills every setting the flags did not give
  * (rank/resume_config.h), so that the batch, the model, the memory plan and
@@ -598,7 +656,7 @@ static int setup_checkpoint(trainer *tr) {
                           "--resume auto to continue that run, or choose a new --out so "
                           "nothing is overwritten", rc->out, latest);
     }
-    return 0;
+    return setup_init_from(tr);
   }
   if (st_ckpt_resolve(rc->out, rc->resume, tr->resume_from, (int)sizeof tr->resume_from,
                       &tr->resume_found)) {
@@ -606,13 +664,15 @@ static int setup_checkpoint(trainer *tr) {
     if (strncmp(st_error_msg(), "--resume", 8) == 0) return -1; /* it names the flag already */
     return st_error_prefix("--resume %s", rc->resume);
   }
-  if (!tr->resume_found) return 0;
+  if (!tr->resume_found) return setup_init_from(tr);
   if (st_ckpt_read_meta(tr->resume_from, &tr->resume_meta)) {
     st_error_code(ST_EXIT_CHECKPOINT);
     return st_error_prefix("--resume %s", rc->resume);
   }
-  return st_resume_config_apply(rc, &tr->resume_meta, tr->resume_from, tr->comm->world,
-                                &tr->resume_note);
+  if (st_resume_config_apply(rc, &tr->resume_meta, tr->resume_from, tr->comm->world,
+                             &tr->resume_note))
+    return -1;
+  return setup_init_from(tr);
 }
 
 /* "N bytes" for a file, "missing" when it cannot be read. */
@@ -658,9 +718,17 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   snprintf(from, (size_t)cap, "%s", tr->resume_from);
   if (!found) {
     size_t np = (size_t)tr->model.padded_total;
-    float *host = malloc(np * sizeof(float));
+    float *host = calloc(np, sizeof(float));
     if (!host) return st_error_set("cannot allocate host memory for initial weights");
-    int rc_init = st_model_draw_weights(&tr->model, &tr->rng, host) || set_weights(tr, host);
+    int rc_init;
+    if (rc->init_from[0]) { /* the source's weights, a fresh optimizer, step 0 */
+      st_model_source s;
+      rc_init = st_model_source_open(rc->init_from, &s) ||
+                st_model_source_read(&s, &tr->model.tab, host) || set_weights(tr, host);
+      if (rc_init) st_error_prefix("--init-from");
+    } else {
+      rc_init = st_model_draw_weights(&tr->model, &tr->rng, host) || set_weights(tr, host);
+    }
     free(host);
     return rc_init ? -1 : 0;
   }

@@ -55,7 +55,7 @@ int st_trainer_agree(trainer *tr, int failed) {
  * round-robin over ranks by micro-batch. */
 static int validate(trainer *tr, double *loss_out) {
   st_run_config *rc = tr->rc;
-  const int T = rc->model.block_size, B = rc->micro_batch;
+  const int T = rc->seq_len, B = rc->micro_batch;
   int64_t nseq = (tr->nval - 1) / T;
   if (rc->val_seqs < nseq) nseq = rc->val_seqs;
   double acc[2] = {0, 0};
@@ -330,7 +330,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   st_run_config *rc = tr->rc;
   st_comm *c = tr->comm;
   st_model *m = &tr->model;
-  const int B = rc->micro_batch, T = rc->model.block_size;
+  const int B = rc->micro_batch, T = rc->seq_len;
   int64_t pos = st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain);
   tr->dcomm->step = tr->comm->step = tr->step + 1;
   snprintf(tr->phase, sizeof tr->phase, "step %lld", (long long)tr->step + 1);

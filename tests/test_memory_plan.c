@@ -148,6 +148,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   st_run_config rc;
   st_run_config_defaults(&rc);
   rc.model = *cfg;
+  rc.seq_len = cfg->block_size; /* T: a fresh model's positions */
   rc.micro_batch = B;
   rc.zero_stage = zero;
   snprintf(rc.recompute, sizeof rc.recompute, "%s", st_recompute_name(rec));

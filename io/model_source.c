@@ -1,0 +1,97 @@
+/* model_source.c - open and read a model from any source (see model_source.h). */
+#include "io/model_source.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "io/checkpoint.h"
+#include "io/hf_arch.h"
+#include "io/llmc_model.h"
+#include "rank/partition.h"
+#include "util/error.h"
+#include "util/fsutil.h"
+
+/* Every failure of a model source is a checkpoint-class failure (exit 3). */
+static int coded(int rc) {
+  if (rc != 0) st_error_code(ST_EXIT_CHECKPOINT);
+  return rc;
+}
+
+/* RUN/ckpt/step_N -> RUN/tokenizer, when train left the tokenizer there. */
+static void ckpt_tokenizer_dir(const char *step_dir, char *out, size_t cap) {
+  out[0] = 0;
+  int n = snprintf(out, cap, "%s/../../tokenizer", step_dir);
+  if (n < 0 || (size_t)n >= cap || !st_path_exists(out)) out[0] = 0;
+}
+
+static int open_ckpt(const char *src, st_model_source *s) {
+  int found = 0;
+  char index[1300];
+  snprintf(index, sizeof index, "%s/index.h5", src);
+  const char *how = st_path_exists(index) ? src : "auto";
+  if (st_ckpt_resolve(src, how, s->path, (int)sizeof s->path, &found) != 0) return coded(-1);
+  if (!found)
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s holds no checkpoint yet (ckpt/ is empty)", src);
+  st_ckpt_meta meta;
+  if (st_ckpt_read_meta(s->path, &meta) != 0) return coded(-1);
+  if (st_model_from_json(meta.config_json, &s->cfg) != 0)
+    return coded(st_error_prefix("%s", s->path));
+  snprintf(s->config_json, sizeof s->config_json, "%s", meta.config_json);
+  snprintf(s->dtype, sizeof s->dtype, "fp32");
+  s->kind = ST_MODEL_SRC_CKPT;
+  ckpt_tokenizer_dir(s->path, s->tokenizer_dir, sizeof s->tokenizer_dir);
+  return 0;
+}
+
+int st_model_source_open(const char *src, st_model_source *s) {
+  memset(s, 0, sizeof *s);
+  char probe[1300];
+  snprintf(probe, sizeof probe, "%s/index.h5", src);
+  int is_ckpt = st_path_exists(probe);
+  snprintf(probe, sizeof probe, "%s/ckpt", src);
+  is_ckpt = is_ckpt || st_path_exists(probe);
+  if (is_ckpt) return open_ckpt(src, s);
+  if (st_hf_is_dir(src)) {
+    const st_hf_arch *arch;
+    if (st_hf_read_config(src, &arch, &s->cfg)) return coded(-1);
+    /* The stored dtype: that of the first tensor (the shape is checked on read). */
+    st_sf_set set;
+    memset(&set, 0, sizeof set);
+    int rc = st_sf_open_dir(src, &set);
+    if (!rc) snprintf(s->dtype, sizeof s->dtype, "%s", set.n ? st_dtype_name(set.t[0].dtype) : "fp32");
+    st_sf_close(&set);
+    if (rc) return coded(-1);
+    snprintf(s->path, sizeof s->path, "%s", src);
+    s->kind = ST_MODEL_SRC_HF;
+    if (st_hf_has_tokenizer(src)) snprintf(s->tokenizer_dir, sizeof s->tokenizer_dir, "%s", src);
+    return 0;
+  }
+  if (st_llmc_is_model(src)) {
+    st_dtype dt;
+    if (st_llmc_read_header(src, &s->cfg, &dt)) return coded(-1);
+    snprintf(s->dtype, sizeof s->dtype, "%s", st_dtype_name(dt));
+    snprintf(s->path, sizeof s->path, "%s", src);
+    s->kind = ST_MODEL_SRC_LLMC;
+    return 0;
+  }
+  if (!st_path_exists(src))
+    return st_error_setc(ST_EXIT_CHECKPOINT, "model source %s does not exist; give a run or "
+                         "step directory, a Hugging Face model directory or an llm.c model file",
+                         src);
+  return st_error_setc(ST_EXIT_CHECKPOINT, "%s is not a model this build can read: no "
+                       "index.h5 or ckpt/ (shardtrain), config.json (Hugging Face) or llm.c "
+                       "header", src);
+}
+
+int st_model_source_read(const st_model_source *s, const st_param_table *tab, float *params) {
+  if (s->kind == ST_MODEL_SRC_CKPT) {
+    st_partition none; /* an empty optimizer shard: weights only */
+    memset(&none, 0, sizeof none);
+    none.total = tab->total;
+    st_ckpt_meta meta;
+    return coded(st_ckpt_load(s->path, tab, &none, params, NULL, NULL, &meta));
+  }
+  if (s->kind == ST_MODEL_SRC_HF) return coded(st_hf_read_dir(s->path, &s->cfg, tab, params));
+  if (s->kind == ST_MODEL_SRC_LLMC) return coded(st_llmc_read(s->path, &s->cfg, tab, params));
+  return st_error_setc(ST_EXIT_CHECKPOINT, "%s: unknown kind of model source", s->path);
+}

@@ -1,0 +1,46 @@
+/* model_source.h - where a model's weights come from, for train
+ * --init-from, ckpt import/export, sample and eval.
+ *
+ * A source is one of:
+ *   - a shardtrain run directory (the step its ckpt/latest names) or a step
+ *     directory (one with index.h5);
+ *   - a Hugging Face model directory: config.json + model.safetensors, or
+ *     model-0000N-of-0000M.safetensors with model.safetensors.index.json;
+ *     fp32, fp16 or bf16 tensors (io/hf_*.c);
+ *   - an llm.c model file: a header of 256 int32 (magic 20240326, version 3
+ *     fp32 or 5 bf16) and the parameters (io/llmc_model.c).
+ * Opening reads the shape only; reading fills the flat fp32 vector laid out
+ * by st_param_table_build(&s->cfg), whatever the stored dtype, layout or
+ * tensor names were.
+ */
+#ifndef ST_MODEL_SOURCE_H
+#define ST_MODEL_SOURCE_H
+
+#include "rank/config.h"
+#include "rank/params.h"
+
+typedef enum {
+  ST_MODEL_SRC_CKPT = 1, /* shardtrain checkpoint */
+  ST_MODEL_SRC_HF = 2,   /* Hugging Face directory */
+  ST_MODEL_SRC_LLMC = 3  /* llm.c model file */
+} st_model_src_kind;
+
+typedef struct {
+  st_model_src_kind kind;
+  char path[1200];          /* what is read: the step directory, HF directory or llm.c file */
+  st_model_config cfg;      /* the model's shape; block_size = its positions (rows of wpe) */
+  char dtype[8];            /* stored dtype of the weights: fp32, bf16 or fp16 */
+  char tokenizer_dir[1200]; /* a directory holding the model's tokenizer files, "" when none */
+  char config_json[8192];   /* checkpoints: the run configuration they hold; "" otherwise */
+} st_model_source;
+
+/* Find out what src is and read its shape (no weights). 0, or -1 with
+ * st_error (exit code 3) naming the path and what it lacks. */
+int st_model_source_open(const char *src, st_model_source *s);
+
+/* Read every weight into params[tab->total] as fp32, tab built by
+ * st_param_table_build(&s->cfg). 0, or -1 with st_error (exit code 3)
+ * naming the file and tensor. */
+int st_model_source_read(const st_model_source *s, const st_param_table *tab, float *params);
+
+#endif

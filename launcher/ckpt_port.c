@@ -1,0 +1,243 @@
+/* ckpt_port.c - ckpt import / export (see ckpt_port.h). */
+#define _GNU_SOURCE
+#include "launcher/ckpt_port.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "collectives/collectives.h"
+#include "io/checkpoint.h"
+#include "io/hf_arch.h"
+#include "io/llmc_model.h"
+#include "io/model_source.h"
+#include "launcher/cli.h"
+#include "rank/run_config.h"
+#include "util/error.h"
+#include "util/fsutil.h"
+
+/* A communicator of one: what st_ckpt_save needs when no MPI runs. */
+static int self_barrier(st_comm *c) { (void)c; return 0; }
+static int self_bcast(st_comm *c, void *b, size_t n, int root) {
+  (void)c, (void)b, (void)n, (void)root;
+  return 0;
+}
+static int self_imax(st_comm *c, int *b, size_t n) {
+  (void)c, (void)b, (void)n;
+  return 0;
+}
+
+/* SRC, --out and the export options from argv (argv[0] the action). */
+typedef struct {
+  const char *src, *out, *dtype, *format;
+} port_args;
+
+static int parse(int argc, char **argv, int export, port_args *a) {
+  memset(a, 0, sizeof *a);
+  a->dtype = "fp32";
+  a->format = "hf";
+  const char *usage = export ? "usage: shardtrain ckpt export RUN_DIR|STEP_DIR|MODEL --out PATH "
+                               "[--dtype fp32|bf16] [--format hf|llmc]"
+                             : "usage: shardtrain ckpt import HF_DIR|LLMC_FILE --out RUN_DIR";
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+      printf("%s\n", usage);
+      return 1;
+    }
+    if (f[0] != '-' || !f[1]) {
+      if (a->src) return st_error_setc(ST_EXIT_USAGE, "one model source only (got %s and %s); %s",
+                                       a->src, f, usage);
+      a->src = f;
+      continue;
+    }
+    const int known = strcmp(f, "--out") == 0 ||
+                      (export && (strcmp(f, "--dtype") == 0 || strcmp(f, "--format") == 0));
+    if (!known)
+      return st_error_setc(ST_EXIT_USAGE, "unknown flag '%s' for ckpt %s; %s", f, argv[0], usage);
+    if (i + 1 >= argc) return st_error_setc(ST_EXIT_USAGE, "flag %s needs a value; %s", f, usage);
+    const char *v = argv[++i];
+    if (strcmp(f, "--out") == 0) a->out = v;
+    else if (strcmp(f, "--dtype") == 0) a->dtype = v;
+    else a->format = v;
+  }
+  if (!a->src || !a->out || !a->out[0]) return st_error_setc(ST_EXIT_USAGE, "%s", usage);
+  if (strcmp(a->dtype, "fp32") && strcmp(a->dtype, "bf16"))
+    return st_error_setc(ST_EXIT_USAGE, "--dtype %s: use fp32 or bf16", a->dtype);
+  if (strcmp(a->format, "hf") && strcmp(a->format, "llmc"))
+    return st_error_setc(ST_EXIT_USAGE, "--format %s: use hf or llmc", a->format);
+  return 0;
+}
+
+/* Open src and read its weights: *tab built, *params malloc'ed. */
+static int load_source(const char *src, st_model_source *s, st_param_table *tab,
+                       float **params) {
+  *params = NULL;
+  if (st_model_source_open(src, s) || st_param_table_build(&s->cfg, tab)) return -1;
+  *params = malloc((size_t)tab->total * sizeof **params);
+  if (!*params) return st_error_set("out of host memory for %lld parameters", (long long)tab->total);
+  return st_model_source_read(s, tab, *params);
+}
+
+/* The checkpoint's config: a default run config with the source's shape,
+ * and where it came from. */
+static char *import_config(const st_model_source *s, const char *src) {
+  st_run_config rc;
+  st_run_config_defaults(&rc);
+  rc.model = s->cfg;
+  rc.seq_len = s->cfg.block_size;
+  snprintf(rc.model_name, sizeof rc.model_name, "imported");
+  rc.zero_stage = 0;
+  char *js = st_run_config_to_json(&rc);
+  cJSON *o = js ? cJSON_Parse(js) : NULL;
+  free(js);
+  if (!o) return NULL;
+  cJSON *imp = cJSON_AddObjectToObject(o, "imported_from");
+  cJSON_AddStringToObject(imp, "source", src);
+  cJSON_AddStringToObject(imp, "kind", s->kind == ST_MODEL_SRC_HF     ? "huggingface"
+                                       : s->kind == ST_MODEL_SRC_LLMC ? "llmc"
+                                                                      : "shardtrain");
+  cJSON_AddStringToObject(imp, "dtype", s->dtype);
+  char *out = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return out;
+}
+
+int st_cmd_ckpt_import(int argc, char **argv) {
+  port_args a;
+  int p = parse(argc, argv, 0, &a);
+  if (p) return p > 0 ? 0 : st_cli_fail(st_error_exit_code());
+  char latest[1300], step[1200];
+  snprintf(latest, sizeof latest, "%s/ckpt/latest", a.out);
+  int found = 0;
+  if (st_path_exists(latest) || (st_ckpt_resolve(a.out, "auto", step, sizeof step, &found) == 0 &&
+                                 found)) {
+    st_error_setc(ST_EXIT_CHECKPOINT, "%s already holds checkpoints; ckpt import writes a new "
+                  "run directory and never overwrites one: give another --out", a.out);
+    return st_cli_fail(ST_EXIT_CHECKPOINT);
+  }
+  st_model_source s;
+  st_param_table tab;
+  memset(&tab, 0, sizeof tab);
+  float *params = NULL, *zeros = NULL;
+  char *cfg_json = NULL;
+  int code = 0;
+  if (load_source(a.src, &s, &tab, &params)) {
+    code = ST_EXIT_CHECKPOINT;
+    goto out;
+  }
+  zeros = calloc((size_t)tab.total, sizeof *zeros);
+  cfg_json = import_config(&s, a.src);
+  if (!zeros || !cfg_json) {
+    st_error_set("out of host memory importing %s", a.src);
+    code = ST_EXIT_ERROR;
+    goto out;
+  }
+  st_comm comm;
+  memset(&comm, 0, sizeof comm);
+  comm.world = 1;
+  comm.backend = "self";
+  comm.barrier = self_barrier;
+  comm.broadcast = self_bcast;
+  comm.all_reduce_int_max = self_imax;
+  st_partition part;
+  st_partition_make(tab.total, 0, 1, &part);
+  st_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  meta.world_size = 1;
+  snprintf(meta.config_json, sizeof meta.config_json, "%s", cfg_json);
+  if (st_mkdir_p(a.out) ||
+      st_ckpt_save(a.out, &comm, &tab, &part, params, zeros, zeros, &meta)) {
+    code = ST_EXIT_CHECKPOINT;
+    goto out;
+  }
+  int ntok = 0;
+  if (s.tokenizer_dir[0]) {
+    char to[1300];
+    snprintf(to, sizeof to, "%s/tokenizer", a.out);
+    ntok = st_hf_copy_tokenizer(s.tokenizer_dir, to);
+    if (ntok < 0) {
+      code = ST_EXIT_ERROR;
+      goto out;
+    }
+  }
+  printf("ckpt import: %s (%s, %s) -> %s/ckpt/step_00000000: %d layers, %d heads, width %d, "
+         "%d positions, vocab %d (padded %d), %lld parameters; tokenizer: %s\n",
+         a.src, s.kind == ST_MODEL_SRC_HF ? "Hugging Face" : s.kind == ST_MODEL_SRC_LLMC ? "llm.c"
+                                                                                      : "shardtrain",
+         s.dtype, a.out, s.cfg.n_layer, s.cfg.n_head, s.cfg.n_embd, s.cfg.block_size,
+         s.cfg.vocab_size, s.cfg.padded_vocab_size, (long long)tab.total,
+         ntok ? "copied to tokenizer/" : "none in the source");
+out:
+  free(cfg_json);
+  free(zeros);
+  free(params);
+  st_param_table_free(&tab);
+  return code ? st_cli_fail(code) : 0;
+}
+
+static int write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return st_error_setc(ST_EXIT_CHECKPOINT, "cannot write %s: %s", path, strerror(errno));
+  int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+  ok = fclose(f) == 0 && ok;
+  return ok ? 0 : st_error_setc(ST_EXIT_CHECKPOINT, "cannot write %s", path);
+}
+
+static int export_hf(const port_args *a, const st_model_source *s, const st_param_table *tab,
+                     const float *params, st_dtype dt) {
+  const st_hf_arch *arch = st_hf_arch_find("gpt2");
+  char tmp[1300];
+  snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", a->out);
+  if (!mkdtemp(tmp))
+    return st_error_setc(ST_EXIT_CHECKPOINT, "cannot make %s: %s", tmp, strerror(errno));
+  chmod(tmp, 0755); /* mkdtemp's 0700 is for the temporary name only */
+  char p[1400];
+  char *cfg = arch->config_json(&s->cfg, dt);
+  snprintf(p, sizeof p, "%s/config.json", tmp);
+  int rc = cfg ? write_text(p, cfg) : st_error_set("out of host memory");
+  free(cfg);
+  snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+  if (!rc) rc = arch->write(p, &s->cfg, tab, params, dt);
+  if (!rc && s->tokenizer_dir[0] && st_hf_copy_tokenizer(s->tokenizer_dir, tmp) < 0) rc = -1;
+  if (!rc && st_path_exists(a->out))
+    rc = st_error_setc(ST_EXIT_CHECKPOINT, "%s appeared while exporting; not overwritten",
+                       a->out);
+  if (!rc && rename(tmp, a->out) != 0)
+    rc = st_error_setc(ST_EXIT_CHECKPOINT, "cannot rename %s to %s: %s", tmp, a->out,
+                       strerror(errno));
+  if (rc) st_rm_rf(tmp);
+  return rc;
+}
+
+int st_cmd_ckpt_export(int argc, char **argv) {
+  port_args a;
+  int p = parse(argc, argv, 1, &a);
+  if (p) return p > 0 ? 0 : st_cli_fail(st_error_exit_code());
+  if (st_path_exists(a.out)) {
+    st_error_setc(ST_EXIT_CHECKPOINT, "--out %s already exists; ckpt export never overwrites: "
+                  "give a new path", a.out);
+    return st_cli_fail(ST_EXIT_CHECKPOINT);
+  }
+  st_model_source s;
+  st_param_table tab;
+  memset(&tab, 0, sizeof tab);
+  float *params = NULL;
+  const st_dtype dt = strcmp(a.dtype, "bf16") == 0 ? ST_BF16 : ST_FP32;
+  int rc = load_source(a.src, &s, &tab, &params);
+  if (!rc && strcmp(a.format, "llmc") == 0) rc = st_llmc_write(a.out, &s.cfg, &tab, params, dt);
+  else if (!rc) rc = export_hf(&a, &s, &tab, params, dt);
+  if (!rc)
+    printf("ckpt export: %s -> %s (%s, %s%s)\n", s.path, a.out,
+           strcmp(a.format, "llmc") == 0 ? "llm.c model file" : "Hugging Face GPT-2", a.dtype,
+           strcmp(a.format, "hf") == 0 && s.tokenizer_dir[0] ? ", tokenizer files" : "");
+  free(params);
+  st_param_table_free(&tab);
+  return rc ? st_cli_fail(st_error_exit_code() == ST_EXIT_ERROR ? ST_EXIT_CHECKPOINT
+                                                                  : st_error_exit_code())
+            : 0;
+}
