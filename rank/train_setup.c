@@ -15,6 +15,7 @@
 #include "io/checkpoint.h"
 #include "io/model_source.h"
 #include "io/checkpoint_dirs.h"
+#include "io/tokenizer.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "collectives/collectives_nccl.h"
 #include "kernels/ops_cuda.h"
@@ -113,14 +114,21 @@ static int check_tokenizer(trainer *tr, int file_vocab) {
   st_run_config *rc = tr->rc;
   st_tokens_tokenizer d;
   if (st_tokens_tokenizer_info(rc->data, &d) != 0) return st_error_prefix("--data");
-  const char *from = tr->resume_found ? tr->resume_from : "its import";
+  char from[1200], tokdir[1200];
+  if (tr->resume_found || !rc->init_from[0]) {
+    snprintf(from, sizeof from, "%s", tr->resume_found ? tr->resume_from : "its import");
+    snprintf(tokdir, sizeof tokdir, "%s/tokenizer", rc->out);
+  } else {
+    snprintf(from, sizeof from, "--init-from %s", rc->init_from);
+    snprintf(tokdir, sizeof tokdir, "%s", rc->init_from);
+  }
   if (d.known && rc->tokenizer_digest[0] && strcmp(d.digest, rc->tokenizer_digest) != 0)
     return st_error_set("--data %s was tokenized with %s (vocab %d, digest %.12s), but the run "
                         "in %s uses %s (vocab %d, digest %.12s, from %s): its ids mean other "
                         "text. Tokenize the text again with the run's tokenizer (shardtrain prep "
-                        "--tokenizer %s/tokenizer ...) or train it in a new --out",
+                        "--tokenizer %s ...) or train it in a new --out",
                         rc->data, d.name, d.vocab_size, d.digest, rc->out, rc->tokenizer_name,
-                        rc->tokenizer_vocab, rc->tokenizer_digest, from, rc->out);
+                        rc->tokenizer_vocab, rc->tokenizer_digest, from, tokdir);
   if (d.known && !rc->tokenizer_digest[0])
     st_run_config_set_tokenizer(rc, d.name, d.digest, d.vocab_size);
   const int bytes_under_larger = !strcmp(d.name, "bytes") && file_vocab < rc->model.vocab_size;
@@ -629,6 +637,13 @@ static int setup_init_from(trainer *tr) {
   }
   rc->model = *c;
   snprintf(rc->model_name, sizeof rc->model_name, "imported");
+  /* the source's tokenizer, when it has one we read, is the run's: data of
+   * another is refused in setup_data */
+  st_tokenizer *tok = s.tokenizer_dir[0] ? st_tokenizer_load(s.tokenizer_dir) : NULL;
+  if (tok)
+    st_run_config_set_tokenizer(rc, st_tokenizer_name(tok), st_tokenizer_digest(tok),
+                                st_tokenizer_vocab_size(tok));
+  st_tokenizer_free(tok);
   if (!st_run_config_given(rc, "--seq-len")) rc->seq_len = c->block_size;
   if (rc->seq_len > c->block_size)
     return st_error_setc(ST_EXIT_USAGE, "--seq-len %d exceeds the %d positions of --init-from "

