@@ -187,6 +187,16 @@ r = train(a, 1, ["--data", W("kjv_gpt2.h5"), "--init-from", demo, "--out", W("ru
 check("done: step 1" in r.stdout and "tokenizer  gpt2-bpe" in r.stdout,
       "--init-from a GPT-2 directory trains on GPT-2 tokens")
 
+# ---- ckpt import records the source's tokenizer; train on the import refuses byte data ----
+imp = W("run_imported")
+run([a.bin, "ckpt", "import", demo, "--out", imp])
+with h5py.File(os.path.join(imp, "ckpt", "step_00000000", "index.h5"), "r") as f:
+    cfg = json.loads(f.attrs["config"])
+check(cfg.get("tokenizer", {}).get("digest") == digest(G), "ckpt import records the tokenizer")
+r = train(a, 1, ["--data", corpus(a), "--out", imp, "--steps", 1, "--micro-batch", 2,
+                 "--global-batch", 4], expect_rc=4)  # a resume: the checkpoint's --seq-len
+check("bytes" in r.stderr and "gpt2-bpe" in r.stderr, "training the import on byte data: exit 4")
+
 if fails:
     sys.exit(f"FAIL: {len(fails)} check(s): {fails}")
 print("PASS tokenizer prep and train")
