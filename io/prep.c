@@ -1,7 +1,9 @@
-/* prep.c - `shardtrain prep`: byte-level tokenizer and token file writers.
+/* prep.c - `shardtrain prep`'s token file writer (ids from any tokenizer,
+ * io/tokenizer.h; io/prep_files.c gathers and tokenizes the inputs) and the
+ * llm.c .bin writer; st_prep_bytes is the byte tokenizer's whole path.
  *
- * Bytes are the tokens (vocabulary 256), so prep needs no merges table and
- * any input, UTF-8 or not, round-trips exactly. Files are written to
+ * Token files record the tokenizer's identity and carry its files
+ * (tokens.h). Files are written to
  * PATH.tmp, fsynced and renamed over PATH only when complete: a failed or
  * interrupted prep leaves whatever was at PATH before untouched.
  */
@@ -20,13 +22,13 @@
 #include <unistd.h>
 
 #include "io/h5util.h"
+#include "io/tokenizer.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 
 #define LLMC_MAGIC 20240520
 #define LLMC_VERSION 1
 #define LLMC_HEADER_INTS 256
-#define BYTE_VOCAB 256
 #define MIN_SPLIT_TOKENS 2
 
 /* 256 Ki tokens = 512 KiB per chunk: fits HDF5's default 1 MiB chunk cache,
@@ -235,10 +237,41 @@ static int set_str_attr(hid_t loc, const char *name, const char *value) {
   return rc;
 }
 
-static int write_attrs(hid_t file, const char *source, int64_t train, int64_t val, double vf) {
-  int32_t vocab = BYTE_VOCAB;
-  if (set_str_attr(file, "tokenizer", "byte") != 0) return -1;
+/* The tokenizer's identity (tokens.h) and its files under /tokenizer/NAME
+ * as uint8 datasets, so a run made from this file can carry them. */
+static int write_tokenizer(hid_t file, const st_tokenizer *t) {
+  int32_t vocab = st_tokenizer_vocab_size(t);
+  int64_t eot = st_tokenizer_eot(t);
+  if (set_str_attr(file, "tokenizer", st_tokenizer_name(t)) != 0) return -1;
   if (set_attr(file, "vocab_size", H5T_STD_I32LE, H5T_NATIVE_INT32, &vocab) != 0) return -1;
+  if (set_str_attr(file, "tokenizer_digest", st_tokenizer_digest(t)) != 0) return -1;
+  if (set_attr(file, "eot_token", H5T_STD_I64LE, H5T_NATIVE_INT64, &eot) != 0) return -1;
+  int nf = st_tokenizer_file_count(t);
+  if (nf == 0) return 0;
+  hid_t g = H5Gcreate2(file, "/tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (g < 0) return -1;
+  int rc = 0;
+  for (int i = 0; i < nf && rc == 0; i++) {
+    const char *name;
+    const unsigned char *data;
+    size_t len;
+    st_tokenizer_file(t, i, &name, &data, &len);
+    hsize_t dims = (hsize_t)len;
+    hid_t space = H5Screate_simple(1, &dims, NULL);
+    hid_t d = space < 0 ? -1 : H5Dcreate2(g, name, H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                          H5P_DEFAULT);
+    if (d < 0 || (len && H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+      rc = -1;
+    if (d >= 0) H5Dclose(d);
+    if (space >= 0) H5Sclose(space);
+  }
+  H5Gclose(g);
+  return rc;
+}
+
+static int write_attrs(hid_t file, const char *source, int64_t train, int64_t val, double vf,
+                       const st_tokenizer *t) {
+  if (write_tokenizer(file, t) != 0) return -1;
   if (set_str_attr(file, "source", source) != 0) return -1;
   if (set_attr(file, "train_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &train) != 0) return -1;
   if (set_attr(file, "val_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &val) != 0) return -1;
@@ -262,24 +295,30 @@ fail:
 }
 
 /* Writes whole chunks at a time, so no chunk is ever read back and rewritten. */
-static int write_split(hid_t file, const char *name, const unsigned char *bytes, int64_t n) {
+/* Tokens from ids, or (ids NULL) the byte tokenizer's: the bytes themselves,
+ * so byte prep never holds more than the mapped text and one chunk. */
+static int write_split(hid_t file, const char *name, const uint32_t *ids,
+                       const unsigned char *bytes, int64_t n, int wide) {
   hsize_t dims = (hsize_t)n;
   int rc = -1;
   hid_t space = H5Screate_simple(1, &dims, NULL);
   hid_t dcpl = token_dcpl(n);
   hid_t dset = H5I_INVALID_HID;
   int64_t step = n < CHUNK_TOKENS ? n : CHUNK_TOKENS;
-  uint16_t *buf = malloc((size_t)step * sizeof *buf);
-  if (space < 0 || dcpl < 0 || !buf) goto done;
-  dset = H5Dcreate2(file, name, H5T_STD_U16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  uint16_t *buf = wide ? NULL : malloc((size_t)step * sizeof *buf);
+  if (space < 0 || dcpl < 0 || (!wide && !buf)) goto done;
+  dset = H5Dcreate2(file, name, wide ? H5T_STD_U32LE : H5T_STD_U16LE, space, H5P_DEFAULT, dcpl,
+                    H5P_DEFAULT);
   if (dset < 0) goto done;
   for (int64_t off = 0; off < n; off += step) {
     hsize_t start = (hsize_t)off, count = (hsize_t)(n - off < step ? n - off : step);
-    for (hsize_t i = 0; i < count; i++) buf[i] = bytes[off + (int64_t)i];
+    for (hsize_t i = 0; !wide && i < count; i++)
+      buf[i] = ids ? (uint16_t)ids[off + (int64_t)i] : bytes[off + (int64_t)i];
     hid_t mem = H5Screate_simple(1, &count, NULL);
     herr_t w = -1;
     if (mem >= 0 && H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, NULL, &count, NULL) >= 0)
-      w = H5Dwrite(dset, H5T_NATIVE_USHORT, mem, space, H5P_DEFAULT, buf);
+      w = wide ? H5Dwrite(dset, H5T_NATIVE_UINT32, mem, space, H5P_DEFAULT, ids + off)
+               : H5Dwrite(dset, H5T_NATIVE_USHORT, mem, space, H5P_DEFAULT, buf);
     if (mem >= 0) H5Sclose(mem);
     if (w < 0) goto done;
   }
@@ -297,14 +336,18 @@ done:
 }
 
 /* 0, or -1 with *why (HDF5's reason, one line) and *err (its errno). */
-static int write_token_file(const char *tmp, const char *source, const unsigned char *bytes,
-                            int64_t train, int64_t val, double vf, char *why, size_t cap,
-                            int *err) {
+static int write_token_file(const char *tmp, const char *source, const uint32_t *ids,
+                            const unsigned char *bytes,
+                            int64_t train, int64_t val, double vf, const st_tokenizer *t,
+                            char *why, size_t cap, int *err) {
+  /* uint16 while every id fits, as llm.c and most tools expect; uint32 past */
+  const int wide = st_tokenizer_vocab_size(t) > 65536;
   hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   int rc = file < 0 ? -1 : 0;
-  if (rc == 0 && (write_split(file, "/train", bytes, train) != 0 ||
-                  write_split(file, "/val", bytes + train, val) != 0 ||
-                  write_attrs(file, source, train, val, vf) != 0 ||
+  if (rc == 0 && (write_split(file, "/train", ids, bytes, train, wide) != 0 ||
+                  write_split(file, "/val", ids ? ids + train : NULL, bytes ? bytes + train : NULL,
+                              val, wide) != 0 ||
+                  write_attrs(file, source, train, val, vf, t) != 0 ||
                   H5Fflush(file, H5F_SCOPE_LOCAL) < 0))
     rc = -1;
   if (rc != 0) {
@@ -323,35 +366,29 @@ static int write_token_file(const char *tmp, const char *source, const unsigned 
   return rc;
 }
 
-int st_prep_bytes(const char *input_path, const char *out_path, double val_fraction,
-                  int64_t *train_tokens, int64_t *val_tokens) {
-  char tmp[4200];
-  text_input in;
-  int64_t train = 0, val = 0;
-
+int st_prep_check_args(const char *out_path, double val_fraction) {
   if (!(val_fraction > 0.0 && val_fraction <= 0.5)) /* also rejects NaN */
     return st_error_setc(ST_EXIT_USAGE, "--val-fraction %g is out of range; use a value in (0, 0.5], "
                                "e.g. 0.1", val_fraction);
-  if (!input_path || !input_path[0])
-    return st_error_setc(ST_EXIT_USAGE, "no input given; pass --input TEXT (or - for stdin)");
   if (!out_path || !has_h5_extension(out_path))
     return st_error_setc(ST_EXIT_USAGE, "output %s must end in .h5 or .hdf5 (the trainer picks the "
                                "format by extension)", out_path ? out_path : "(none)");
-  if (check_out_dir(out_path) != 0) return -1;
+  return check_out_dir(out_path);
+}
 
-  const char *label = strcmp(input_path, "-") ? input_path : "stdin";
-  if (load_input(input_path, label, &in) != 0) return -1;
-  if (plan_split(label, (int64_t)in.n, val_fraction, &train, &val) != 0) {
-    free_input(&in);
-    return -1;
-  }
-
+int st_prep_write(const char *out_path, const char *label, const uint32_t *ids,
+                  const unsigned char *bytes, int64_t n,
+                  const st_tokenizer *t, double val_fraction, int64_t *train_tokens,
+                  int64_t *val_tokens) {
+  char tmp[4200];
+  int64_t train = 0, val = 0;
+  if (plan_split(label, n, val_fraction, &train, &val) != 0) return -1;
   st_h5_quiet();
   snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
   char why[512] = "";
   int err = 0;
-  int rc = write_token_file(tmp, label, in.data, train, val, val_fraction, why, sizeof why, &err);
-  free_input(&in);
+  int rc = write_token_file(tmp, label, ids, bytes, train, val, val_fraction, t, why, sizeof why,
+                            &err);
   if (rc != 0) {
     unlink(tmp);
     if (err == ENOSPC || err == EDQUOT)
@@ -365,6 +402,23 @@ int st_prep_bytes(const char *input_path, const char *out_path, double val_fract
   if (train_tokens) *train_tokens = train;
   if (val_tokens) *val_tokens = val;
   return 0;
+}
+
+int st_prep_bytes(const char *input_path, const char *out_path, double val_fraction,
+                  int64_t *train_tokens, int64_t *val_tokens) {
+  text_input in;
+  if (st_prep_check_args(out_path, val_fraction) != 0) return -1;
+  if (!input_path || !input_path[0])
+    return st_error_setc(ST_EXIT_USAGE, "no input given; pass --input TEXT (or - for stdin)");
+  const char *label = strcmp(input_path, "-") ? input_path : "stdin";
+  if (load_input(input_path, label, &in) != 0) return -1;
+  st_tokenizer *t = st_tokenizer_bytes();
+  int rc = t ? st_prep_write(out_path, label, NULL, in.data, (int64_t)in.n, t, val_fraction,
+                             train_tokens, val_tokens)
+             : -1;
+  free_input(&in);
+  st_tokenizer_free(t);
+  return rc;
 }
 
 /* ---- llm.c .bin writer ---------------------------------------------------- */

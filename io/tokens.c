@@ -96,17 +96,18 @@ static void describe_type(hid_t type, char *buf, size_t cap) {
     snprintf(buf, cap, "a non-numeric type");
 }
 
-/* Any 2-byte unsigned integer works: HDF5 converts byte order on read. */
+/* Any 2- or 4-byte unsigned integer works (prep writes uint32 past a
+ * vocabulary of 65536): HDF5 converts byte order and width on read. */
 static int check_dataset_shape(st_token_source *s, const char *name) {
   hid_t type = H5Dget_type(s->dset);
   if (type < 0) return data_error("cannot read the type of dataset %s in %s", name, s->path);
-  int ok = H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 2 &&
-           H5Tget_sign(type) == H5T_SGN_NONE;
+  int ok = H5Tget_class(type) == H5T_INTEGER &&
+           (H5Tget_size(type) == 2 || H5Tget_size(type) == 4) && H5Tget_sign(type) == H5T_SGN_NONE;
   char desc[64];
   describe_type(type, desc, sizeof desc);
   H5Tclose(type);
   if (!ok)
-    return data_error("dataset %s in %s holds %s; expected 1-D uint16 token ids; "
+    return data_error("dataset %s in %s holds %s; expected 1-D uint16 or uint32 token ids; "
                       "regenerate the file with `shardtrain prep`", name, s->path, desc);
 
   s->space = H5Dget_space(s->dset);
@@ -143,9 +144,9 @@ static int read_vocab_attr(st_token_source *s) {
   if (!ok)
     return data_error("attribute vocab_size in %s is not a single integer; "
                       "regenerate the file with `shardtrain prep`", s->path);
-  if (v < 1 || v > 65536)
-    return data_error("attribute vocab_size = %lld in %s is outside 1..65536 (uint16 tokens); "
-                      "regenerate the file with `shardtrain prep`", v, s->path);
+  if (v < 1 || v > ST_TOKENS_MAX_VOCAB)
+    return data_error("attribute vocab_size = %lld in %s is outside 1..%d; "
+                      "regenerate the file with `shardtrain prep`", v, s->path, ST_TOKENS_MAX_VOCAB);
   s->vocab_size = (int)v;
   return 0;
 }
@@ -188,7 +189,8 @@ static int read_hdf5(st_token_source *s, int64_t pos, int64_t n, int *out) {
     return data_error("cannot select tokens [%lld, %lld) in %s", (long long)pos,
                       (long long)(pos + n), s->path);
   hid_t mem = H5Screate_simple(1, &count, NULL);
-  /* HDF5 widens uint16 to int during the read: no staging buffer needed. */
+  /* HDF5 converts uint16/uint32 to int during the read: no staging buffer
+   * (ids stay below ST_TOKENS_MAX_VOCAB, far inside int). */
   herr_t rc = mem < 0 ? -1 : H5Dread(s->dset, H5T_NATIVE_INT, mem, s->space, H5P_DEFAULT, out);
   if (rc < 0) h5_reason(why); /* before H5Sclose, which clears the stack */
   if (mem >= 0) H5Sclose(mem);

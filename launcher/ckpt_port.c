@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "collectives/collectives.h"
+#include "io/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/hf_arch.h"
 #include "io/llmc_model.h"
@@ -92,6 +93,12 @@ static char *import_config(const st_model_source *s, const char *src) {
   rc.seq_len = s->cfg.block_size;
   snprintf(rc.model_name, sizeof rc.model_name, "imported");
   rc.zero_stage = 0;
+  /* the source's tokenizer is the run's (rank/run_config.h), when we read it */
+  st_tokenizer *tok = s->tokenizer_dir[0] ? st_tokenizer_load(s->tokenizer_dir) : NULL;
+  if (tok)
+    st_run_config_set_tokenizer(&rc, st_tokenizer_name(tok), st_tokenizer_digest(tok),
+                                st_tokenizer_vocab_size(tok));
+  st_tokenizer_free(tok);
   char *js = st_run_config_to_json(&rc);
   cJSON *o = js ? cJSON_Parse(js) : NULL;
   free(js);

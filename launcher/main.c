@@ -1,6 +1,7 @@
 /* main.c - `shardtrain COMMAND [flags]`: MPI init, rank identity, dispatch.
  *
- *   shardtrain prep   --input TEXT --out FILE.h5 [--val-fraction F]
+ *   shardtrain prep   --input TEXT|DIR --out FILE.h5 [--tokenizer PATH] [--val-fraction F]
+ *   shardtrain tokenize --tokenizer PATH [--decode]   (stdin -> stdout)
  *   shardtrain train  --data FILE [flags]            (under mpirun/srun)
  *   shardtrain ckpt   info|verify STEP_DIR|RUN_DIR
  *   shardtrain bench  collectives [flags]              (under mpirun/srun)
@@ -23,6 +24,7 @@
 #include "launcher/env.h"
 #include "launcher/eval.h"
 #include "launcher/plan.h"
+#include "launcher/prep_cmd.h"
 #include "launcher/sample.h"
 #include "launcher/signals.h"
 #include "rank/config_agree.h"
@@ -33,7 +35,9 @@
 static void usage(void) {
   printf("shardtrain %s - GPT-2 training with ZeRO, one process per rank\n\n"
          "usage:\n"
-         "  shardtrain prep  --input TEXT|- --out FILE.h5 [--val-fraction 0.1]\n"
+         "  shardtrain prep  --input TEXT|DIR|- --out FILE.h5 [--tokenizer bytes|DIR]\n"
+         "                   [--val-fraction 0.1]   (see shardtrain prep --help)\n"
+         "  shardtrain tokenize --tokenizer bytes|DIR [--decode]   (stdin -> ids or text)\n"
          "  shardtrain train --data FILE.h5|FILE.bin [flags]   (see shardtrain train --help)\n"
          "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n"
          "  shardtrain ckpt  import HF_DIR|LLMC_FILE --out RUN_DIR\n"
@@ -53,37 +57,6 @@ static void usage(void) {
          SHARDTRAIN_VERSION);
 }
 
-
-static int cmd_prep(int argc, char **argv) {
-  const char *in = NULL, *out = NULL;
-  double frac = 0.1;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0) {
-      usage();
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      st_error_set("flag %s needs a value (see shardtrain --help)", argv[i]);
-      return st_cli_fail(ST_EXIT_USAGE);
-    }
-    if (strcmp(argv[i], "--input") == 0) in = argv[++i];
-    else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
-    else if (strcmp(argv[i], "--val-fraction") == 0) frac = atof(argv[++i]);
-    else {
-      st_error_set("unknown flag '%s' for prep (flags: --input, --out, --val-fraction)", argv[i]);
-      return st_cli_fail(ST_EXIT_USAGE);
-    }
-  }
-  if (!in || !out) {
-    st_error_set("prep needs --input TEXT (or - for stdin) and --out FILE.h5");
-    return st_cli_fail(ST_EXIT_USAGE);
-  }
-  int64_t ntrain = 0, nval = 0;
-  if (st_prep_bytes(in, out, frac, &ntrain, &nval)) return st_cli_fail(st_error_exit_code());
-  printf("prep: %s -> %s: byte tokenizer (vocab 256), %lld train + %lld val tokens\n", in, out,
-         (long long)ntrain, (long long)nval);
-  return 0;
-}
 
 static int cmd_ckpt(int argc, char **argv) {
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -216,7 +189,8 @@ int main(int argc, char **argv) {
     printf("shardtrain %s\n", SHARDTRAIN_VERSION);
     return 0;
   }
-  if (strcmp(cmd, "prep") == 0) return cmd_prep(argc - 1, argv + 1);
+  if (strcmp(cmd, "prep") == 0) return st_cmd_prep(argc - 1, argv + 1);
+  if (strcmp(cmd, "tokenize") == 0) return st_cmd_tokenize(argc - 1, argv + 1);
   if (strcmp(cmd, "ckpt") == 0 && argc >= 3 && strcmp(argv[2], "import") == 0)
     return st_cmd_ckpt_import(argc - 2, argv + 2);
   if (strcmp(cmd, "ckpt") == 0 && argc >= 3 && strcmp(argv[2], "export") == 0)
@@ -245,7 +219,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return code;
   }
-  st_error_set("unknown command '%s'; commands: prep, train, ckpt, bench, plan, sample, eval "
-               "(see shardtrain --help)", cmd);
+  st_error_set("unknown command '%s'; commands: prep, tokenize, train, ckpt, bench, plan, "
+               "sample, eval (see shardtrain --help)", cmd);
   return st_cli_fail(ST_EXIT_USAGE);
 }

@@ -20,11 +20,7 @@
 #include "rank/rng.h"
 #include "rank/sampler.h"
 #include "util/error.h"
-#ifdef SHARDTRAIN_HAVE_TOKENIZER
 #include "io/tokenizer.h"
-#else
-#include "launcher/tokenizer_fallback.h" /* until io/tokenizer.h is merged */
-#endif
 
 static void usage(void) {
   printf("usage: shardtrain sample --init RUN_DIR|STEP_DIR|HF_DIR|LLMC_FILE\n"

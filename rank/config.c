@@ -42,9 +42,9 @@ int st_model_validate(st_model_config *cfg) {
     return st_error_set("--dim %d must be a positive multiple of --heads %d", cfg->n_embd,
                         cfg->n_head);
   if (cfg->block_size < 1) return st_error_set("--seq-len must be >= 1, got %d", cfg->block_size);
-  if (cfg->vocab_size < 2 || cfg->vocab_size > 65536)
-    return st_error_set("vocabulary size %d out of range [2, 65536] (tokens are uint16)",
-                        cfg->vocab_size);
+  /* the token files' bound (io/tokens.h: uint32 ids past 65536) */
+  if (cfg->vocab_size < 2 || cfg->vocab_size > (1 << 24))
+    return st_error_set("vocabulary size %d out of range [2, %d]", cfg->vocab_size, 1 << 24);
   cfg->padded_vocab_size = (cfg->vocab_size + 127) / 128 * 128;
   return 0;
 }

@@ -80,6 +80,9 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add(l, "--out", U, fix, "%s", rc->out);
   st_agree_add(l, "--resume", U, fix, "%s", rc->resume);
   st_agree_add(l, "--dump-params", U, fix, "%s", rc->dump_params);
+  st_agree_add(l, "the tokenizer", ST_EXIT_DATA, "every rank must read the same --data file and "
+               "checkpoint", "%s %s %d", rc->tokenizer_name, rc->tokenizer_digest,
+               rc->tokenizer_vocab);
   st_agree_add(l, "--steps", U, fix, "%lld", (long long)rc->steps);
   st_agree_add(l, "--stop-after", U, fix, "%d", rc->stop_after);
   st_agree_add(l, "--ckpt-every", U, fix, "%d", rc->ckpt_every);

@@ -68,6 +68,11 @@ static const field k_fields[] = {
     F("--log-every", "train", "log_every", K_INT, log_every, INHERIT),
     /* where the weights first came from: kept in later checkpoints' configs */
     F("--init-from", "train", "init_from", K_STR, init_from, INHERIT),
+    /* No flag sets these (never "given"): always the checkpoint's, and
+     * train_setup.c refuses data of another tokenizer. */
+    F("(tokenizer)", "tokenizer", "name", K_STR, tokenizer_name, ARCH),
+    F("(tokenizer digest)", "tokenizer", "digest", K_STR, tokenizer_digest, ARCH),
+    F("(tokenizer vocabulary)", "tokenizer", "vocab_size", K_INT, tokenizer_vocab, ARCH),
 };
 #undef F
 

@@ -47,6 +47,13 @@ void st_run_config_defaults(st_run_config *rc) {
   rc->nccl_overlap_ctas = 4;
 }
 
+void st_run_config_set_tokenizer(st_run_config *rc, const char *name, const char *digest,
+                                 int vocab) {
+  snprintf(rc->tokenizer_name, sizeof rc->tokenizer_name, "%s", name ? name : "");
+  snprintf(rc->tokenizer_digest, sizeof rc->tokenizer_digest, "%s", digest ? digest : "");
+  rc->tokenizer_vocab = vocab;
+}
+
 int st_run_config_given(const st_run_config *rc, const char *flag) {
   char key[80];
   snprintf(key, sizeof key, " %s ", flag);
@@ -105,6 +112,11 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddNumberToObject(t, "log_every", rc->log_every);
   cJSON_AddNumberToObject(t, "loss_scale_max", dec(rc->loss_scale_max));
   cJSON_AddStringToObject(t, "attention", rc->attention);
+  /* what the ids mean: a resumed run refuses data of another tokenizer */
+  cJSON *k = cJSON_AddObjectToObject(o, "tokenizer");
+  cJSON_AddStringToObject(k, "name", rc->tokenizer_name);
+  cJSON_AddStringToObject(k, "digest", rc->tokenizer_digest);
+  cJSON_AddNumberToObject(k, "vocab_size", rc->tokenizer_vocab);
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;

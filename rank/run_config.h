@@ -34,6 +34,16 @@ typedef struct {
   char out[1024];           /* run directory */
   char resume[1024];        /* auto | none | PATH */
   char dump_params[1024];   /* write final params as raw float32 (tests) */
+  /* The tokenizer the model's ids mean (io/tokenizer.h): its name ("bytes",
+   * "gpt2-bpe"), hex SHA-256 digest (st_tokenizer_digest) and vocabulary;
+   * "" and 0 while unknown (llm.c .bin data). Set by st_run_config_set_tokenizer:
+   * at a fresh start from the data file's attributes (rank/train_setup.c), on
+   * resume from the checkpoint's config (section "tokenizer", resume_config.c),
+   * by `ckpt import` from a Hugging Face directory's tokenizer. train refuses
+   * data of another digest (exit 4). */
+  char tokenizer_name[32];
+  char tokenizer_digest[72];
+  int tokenizer_vocab;
   int64_t steps;
   st_optim_config optim;
   uint64_t seed;
@@ -83,6 +93,11 @@ typedef struct {
 
 /* Defaults: the "small" preset, T=128, micro-batch 8, global batch 16. */
 void st_run_config_defaults(st_run_config *rc);
+
+/* Record the run's tokenizer (the fields above); name/digest NULL or ""
+ * and vocab 0 clear it. */
+void st_run_config_set_tokenizer(st_run_config *rc, const char *name, const char *digest,
+                                 int vocab);
 
 /* 1 when flag ("--lr") was given on the command line (rc->given). */
 int st_run_config_given(const st_run_config *rc, const char *flag);

@@ -89,6 +89,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     printf(", %lld val tokens (its /val split)", (long long)tr->nval);
   else if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
   else printf(", no validation split");
+  if (rc->tokenizer_digest[0])
+    printf("\n  tokenizer  %s, vocabulary %d, digest %.16s", rc->tokenizer_name,
+           rc->tokenizer_vocab, rc->tokenizer_digest);
   printf("\n  optimizer  AdamW lr %g (warmup %d, cosine to %g by step %lld), wd %g, betas "
          "(%g, %g), clip %g\n", rc->optim.lr, rc->optim.warmup_steps,
          rc->optim.lr * rc->optim.min_lr_frac, (long long)rc->optim.total_steps,

@@ -15,6 +15,7 @@
 #include "io/checkpoint.h"
 #include "io/model_source.h"
 #include "io/checkpoint_dirs.h"
+#include "io/tokenizer.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "collectives/collectives_nccl.h"
 #include "kernels/ops_cuda.h"
@@ -104,6 +105,43 @@ static int setup_collectives(trainer *tr) {
   return 0;
 }
 
+/* The data's tokenizer against the run's (rank/run_config.h): a digest
+ * from the checkpoint (or an import) must match the data file's; a fresh
+ * run takes the data's. A vocabulary other than the model's is refused
+ * too, except byte data under a larger --vocab-size (benchmarks size the
+ * model like GPT-2 on byte tokens: every id still has its row). */
+static int check_tokenizer(trainer *tr, int file_vocab) {
+  st_run_config *rc = tr->rc;
+  st_tokens_tokenizer d;
+  if (st_tokens_tokenizer_info(rc->data, &d) != 0) return st_error_prefix("--data");
+  char from[1200], tokdir[1200];
+  if (tr->resume_found || !rc->init_from[0]) {
+    snprintf(from, sizeof from, "%s", tr->resume_found ? tr->resume_from : "its import");
+    snprintf(tokdir, sizeof tokdir, "%s/tokenizer", rc->out);
+  } else {
+    snprintf(from, sizeof from, "--init-from %s", rc->init_from);
+    snprintf(tokdir, sizeof tokdir, "%s", rc->init_from);
+  }
+  if (d.known && rc->tokenizer_digest[0] && strcmp(d.digest, rc->tokenizer_digest) != 0)
+    return st_error_set("--data %s was tokenized with %s (vocab %d, digest %.12s), but the run "
+                        "in %s uses %s (vocab %d, digest %.12s, from %s): its ids mean other "
+                        "text. Tokenize the text again with the run's tokenizer (shardtrain prep "
+                        "--tokenizer %s ...) or train it in a new --out",
+                        rc->data, d.name, d.vocab_size, d.digest, rc->out, rc->tokenizer_name,
+                        rc->tokenizer_vocab, rc->tokenizer_digest, from, tokdir);
+  if (d.known && !rc->tokenizer_digest[0])
+    st_run_config_set_tokenizer(rc, d.name, d.digest, d.vocab_size);
+  const int bytes_under_larger = !strcmp(d.name, "bytes") && file_vocab < rc->model.vocab_size;
+  if (file_vocab > 0 && file_vocab != rc->model.vocab_size && !bytes_under_larger)
+    return st_error_set("--data %s holds ids of a %d-token vocabulary (%s), but the model's "
+                        "vocabulary is %d%s: the embedding rows would not match the tokens. Use "
+                        "data made with the model's tokenizer, or %s", rc->data, file_vocab,
+                        d.known ? d.name : "tokenizer unknown", rc->model.vocab_size,
+                        tr->resume_found ? " (from the checkpoint)" : " (--vocab-size)",
+                        tr->resume_found ? "train it in a new --out" : "drop --vocab-size");
+  return 0;
+}
+
 static int setup_data(trainer *tr) {
   st_run_config *rc = tr->rc;
   int file_vocab = 0, val_vocab = 0;
@@ -122,6 +160,7 @@ static int setup_data(trainer *tr) {
   else if (file_vocab > rc->model.vocab_size)
     return st_error_set("--vocab-size %d is smaller than the vocabulary of %s (%d); drop the "
                         "flag or raise it", rc->model.vocab_size, rc->data, file_vocab);
+  if (check_tokenizer(tr, file_vocab) != 0) return -1;
   st_error_code(ST_EXIT_ERROR);
   return 0;
 }
@@ -598,6 +637,13 @@ static int setup_init_from(trainer *tr) {
   }
   rc->model = *c;
   snprintf(rc->model_name, sizeof rc->model_name, "imported");
+  /* the source's tokenizer, when it has one we read, is the run's: data of
+   * another is refused in setup_data */
+  st_tokenizer *tok = s.tokenizer_dir[0] ? st_tokenizer_load(s.tokenizer_dir) : NULL;
+  if (tok)
+    st_run_config_set_tokenizer(rc, st_tokenizer_name(tok), st_tokenizer_digest(tok),
+                                st_tokenizer_vocab_size(tok));
+  st_tokenizer_free(tok);
   if (!st_run_config_given(rc, "--seq-len")) rc->seq_len = c->block_size;
   if (rc->seq_len > c->block_size)
     return st_error_setc(ST_EXIT_USAGE, "--seq-len %d exceeds the %d positions of --init-from "
@@ -738,6 +784,22 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   return 0;
 }
 
+/* A fresh run keeps its tokenizer's files in RUN_DIR/tokenizer/ (copied
+ * from the data file's /tokenizer), for sample, eval and export. Rank 0,
+ * after the run directory is ours; an existing tokenizer/ (an import's) is
+ * kept. */
+static int setup_tokenizer_files(trainer *tr, int resumed) {
+  const st_run_config *rc = tr->rc;
+  if (resumed || tr->comm->rank != 0) return 0;
+  char dir[1100];
+  snprintf(dir, sizeof dir, "%s/tokenizer", rc->out);
+  if (st_is_dir(dir)) return 0;
+  int n = 0;
+  st_error_code(ST_EXIT_ERROR);
+  if (st_tokens_extract_tokenizer(rc->data, dir, &n) != 0)
+    return st_error_prefix("--out %s: cannot store the tokenizer's files", rc->out);
+  return 0;
+}
 
 int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   int code;
@@ -759,6 +821,7 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, st_run_dir_check_shared(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_run_dir_check_no_overwrite(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_tokenizer_files(tr, *resumed) != 0))) return code;
   setup_done(tr);
   return 0;
 }

@@ -136,7 +136,7 @@ static void test_prep_round_trip(void **state) {
   assert_int_equal(read_ll_attr(f, "vocab_size"), 256);
   assert_int_equal(read_ll_attr(f, "train_tokens"), 30);
   assert_int_equal(read_ll_attr(f, "val_tokens"), 10);
-  assert_str_attr(f, "tokenizer", "byte");
+  assert_str_attr(f, "tokenizer", "bytes");
   assert_str_attr(f, "source", in);
   assert_str_attr(f, "format", "shardtrain-tokens-v1");
   double vf = 0;

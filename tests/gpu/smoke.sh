@@ -21,7 +21,7 @@
 #   smoke: N passed, M failed (GPU, tree DIGEST, seconds)
 # where DIGEST is `bash tests/gpu/smoke.sh --tree-id` of the tree it ran on.
 # Needs data/kjv.h5 (scripts/demo.sh makes it; or carry data/ to the GPU
-# machine). Debian cjson/cmocka .deb files in .device/debs (git-ignored) are
+# machine). Debian cjson/cmocka/pcre2/openssl .deb files in .device/debs (git-ignored) are
 # unpacked when the machine lacks them (the GPU machine has no apt).
 set -u
 cd "$(dirname "$0")/../.."
@@ -77,7 +77,10 @@ if [ ${#debs[@]} -gt 0 ]; then
   rm -rf "$D"
   mkdir -p "$D"
   for f in "${debs[@]}"; do dpkg -x "$f" "$D"; done
-  for pc in $(find "$D" -name '*.pc'); do sed -i "s#/usr/#$D/usr/#g" "$pc"; done
+  # prefix=/usr too (pcre2, openssl), not only paths spelled out (cjson)
+  for pc in $(find "$D" -name '*.pc'); do
+    sed -i -e "s#/usr/#$D/usr/#g" -e "s#^prefix=/usr\$#prefix=$D/usr#" "$pc"
+  done
   export PKG_CONFIG_PATH=$D/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export CMAKE_PREFIX_PATH=$D/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}

@@ -1,0 +1,245 @@
+/* test_tokenizer.c - the tokenizer interface (io/tokenizer.h) without
+ * GPT-2's files: the byte tokenizer, and a small byte-level BPE the test
+ * writes (256 byte tokens, "ab", "abc", " a", <|endoftext|>) in both
+ * spellings, vocab.json + merges.txt and tokenizer.json. GPT-2 parity itself
+ * is e2e_tokenizer_parity. */
+#define _XOPEN_SOURCE 700
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/tokenizer.h"
+#include "util/error.h"
+#include "util/fsutil.h"
+
+/* Pins the canonical serialisation: a change to it changes every digest
+ * recorded in token files and checkpoints. */
+#define BYTES_DIGEST "49a82ee50ea855f1ab0c6a087dd4a3b7d93339c22212817f8b5918fb602dab44"
+
+static char g_dir[64];
+
+static int make_dir(void **state) {
+  (void)state;
+  snprintf(g_dir, sizeof g_dir, "/tmp/st_tokenizer_XXXXXX");
+  return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int remove_dir(void **state) {
+  (void)state;
+  return st_rm_rf(g_dir);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* GPT-2's bytes_to_unicode: the code point that spells byte b. */
+static int cp_of(int b) {
+  int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  if (printable) return b;
+  int n = 0;
+  for (int c = 0; c < b; c++)
+    if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
+  return 256 + n;
+}
+
+/* JSON string body for the byte-level token of byte b. */
+static void json_char(char *out, int b) {
+  int cp = cp_of(b);
+  if (cp == '"' || cp == '\\') sprintf(out, "\\%c", cp);
+  else if (cp < 0x80) sprintf(out, "%c", cp);
+  else sprintf(out, "%c%c", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F));
+}
+
+/* {"<byte 0>": 0, ..., "<byte 255>": 255, "ab": 256, "abc": 257, "Ġa": 258,
+ * "<|endoftext|>": 259} (Ġ = U+0120 spells the space). */
+static char *vocab_json(void) {
+  char *s = malloc(8192), c[8];
+  strcpy(s, "{");
+  for (int b = 0; b < 256; b++) {
+    json_char(c, b);
+    sprintf(s + strlen(s), "\"%s\": %d, ", c, b);
+  }
+  strcat(s, "\"ab\": 256, \"abc\": 257, \"\xc4\xa0" "a\": 258, \"<|endoftext|>\": 259}");
+  return s;
+}
+
+static const char k_merges[] = "#version: 0.2\na b\nab c\n\xc4\xa0 a\n";
+
+static void make_bpe_dir(const char *dir) {
+  assert_int_equal(st_mkdir_p(dir), 0);
+  char *v = vocab_json();
+  write_text(dir, "vocab.json", v);
+  free(v);
+  write_text(dir, "merges.txt", k_merges);
+}
+
+static void encode(const st_tokenizer *t, const char *text, size_t len, int special,
+                   const uint32_t *want, size_t nwant) {
+  uint32_t *ids;
+  size_t n;
+  assert_int_equal(st_tokenizer_encode(t, text, len, special, &ids, &n), 0);
+  assert_int_equal(n, nwant);
+  for (size_t i = 0; i < n; i++) assert_int_equal(ids[i], want[i]);
+  char *back;
+  size_t blen;
+  assert_int_equal(st_tokenizer_decode(t, ids, n, &back, &blen), 0);
+  assert_int_equal(blen, len);
+  assert_memory_equal(back, text, len);
+  assert_int_equal(back[blen], 0);
+  free(back);
+  free(ids);
+}
+
+static void test_bytes(void **state) {
+  (void)state;
+  st_tokenizer *t = st_tokenizer_load("bytes");
+  assert_non_null(t);
+  assert_string_equal(st_tokenizer_name(t), "bytes");
+  assert_int_equal(st_tokenizer_vocab_size(t), 256);
+  assert_int_equal(st_tokenizer_eot(t), -1);
+  assert_string_equal(st_tokenizer_digest(t), BYTES_DIGEST);
+  const uint32_t want[] = {0, 255, 'a', '<'};
+  encode(t, "\0\xff" "a<", 4, 1, want, 4);
+  size_t len;
+  assert_non_null(st_tokenizer_token_bytes(t, 255, &len));
+  assert_int_equal(len, 1);
+  assert_null(st_tokenizer_token_bytes(t, 256, &len));
+  const uint32_t bad[] = {256};
+  char *out;
+  assert_int_equal(st_tokenizer_decode(t, bad, 1, &out, &len), -1);
+  assert_int_equal(st_error_exit_code(), ST_EXIT_DATA);
+  assert_int_equal(st_tokenizer_file_count(t), 0);
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/bytes_out", g_dir);
+  assert_int_equal(st_tokenizer_write_dir(t, dir), 0);
+  assert_false(st_path_exists(dir)); /* nothing for bytes */
+  st_tokenizer_free(t);
+}
+
+static void test_bpe_encode(void **state) {
+  (void)state;
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/bpe", g_dir);
+  make_bpe_dir(dir);
+  st_tokenizer *t = st_tokenizer_load(dir);
+  assert_non_null(t);
+  assert_string_equal(st_tokenizer_name(t), "gpt2-bpe");
+  assert_int_equal(st_tokenizer_vocab_size(t), 260);
+  assert_int_equal(st_tokenizer_eot(t), 259);
+  /* "abc" " ab" " a": a+b first (rank 0), so " ab" is [" ", "ab"], not ["Ġa", "b"] */
+  const uint32_t w1[] = {257, 32, 256, 258};
+  encode(t, "abc ab a", 8, 0, w1, 4);
+  const uint32_t w2[] = {'x', 259, 'y'};
+  encode(t, "x<|endoftext|>y", 15, 1, w2, 3);
+  const uint32_t w3[] = {'x', '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|', '>', 'y'};
+  encode(t, "x<|endoftext|>y", 15, 0, w3, 15); /* ordinary text when not allowed */
+  const uint32_t w4[] = {255, 256, 254}; /* invalid UTF-8 round trips */
+  encode(t, "\xff" "ab\xfe", 4, 0, w4, 3);
+  encode(t, "", 0, 0, NULL, 0);
+  size_t len;
+  const char *b = st_tokenizer_token_bytes(t, 258, &len);
+  assert_int_equal(len, 2);
+  assert_memory_equal(b, " a", 2);
+  st_tokenizer_free(t);
+}
+
+static void test_bpe_spellings_same_digest(void **state) {
+  (void)state;
+  char dir[128], out[128], json_dir[128];
+  snprintf(dir, sizeof dir, "%s/bpe2", g_dir);
+  snprintf(out, sizeof out, "%s/bpe2_written", g_dir);
+  snprintf(json_dir, sizeof json_dir, "%s/bpe2_json", g_dir);
+  make_bpe_dir(dir);
+  st_tokenizer *t = st_tokenizer_load(dir);
+  assert_non_null(t);
+  /* write_dir gives back loadable files with the same identity */
+  assert_int_equal(st_tokenizer_write_dir(t, out), 0);
+  st_tokenizer *u = st_tokenizer_load(out);
+  assert_non_null(u);
+  assert_string_equal(st_tokenizer_digest(u), st_tokenizer_digest(t));
+  /* tokenizer.json of the same vocabulary */
+  assert_int_equal(st_mkdir_p(json_dir), 0);
+  char *v = vocab_json();
+  char *j = malloc(strlen(v) + 1024);
+  sprintf(j, "{\"added_tokens\": [{\"id\": 259, \"content\": \"<|endoftext|>\", \"special\": true}],"
+             " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false,"
+             " \"use_regex\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": %s,"
+             " \"merges\": [\"a b\", [\"ab\", \"c\"], \"\xc4\xa0 a\"]}}", v);
+  write_text(json_dir, "tokenizer.json", j);
+  free(v);
+  free(j);
+  st_tokenizer *w = st_tokenizer_load(json_dir);
+  assert_non_null(w);
+  assert_string_equal(st_tokenizer_digest(w), st_tokenizer_digest(t));
+  assert_int_equal(st_tokenizer_eot(w), 259);
+  const uint32_t w1[] = {257, 32, 256, 258};
+  encode(w, "abc ab a", 8, 0, w1, 4);
+  assert_int_not_equal(strcmp(st_tokenizer_digest(t), BYTES_DIGEST), 0);
+  st_tokenizer_free(t);
+  st_tokenizer_free(u);
+  st_tokenizer_free(w);
+}
+
+static void expect_load_error(const char *dir, const char *needle) {
+  assert_null(st_tokenizer_load(dir));
+  assert_int_equal(st_error_exit_code(), ST_EXIT_DATA);
+  if (!strstr(st_error_msg(), needle)) fail_msg("'%s' lacks '%s'", st_error_msg(), needle);
+  assert_null(strchr(st_error_msg(), '\n'));
+}
+
+static void test_bpe_malformed(void **state) {
+  (void)state;
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/bad_merge", g_dir);
+  make_bpe_dir(dir);
+  write_text(dir, "merges.txt", "a b\nab zz\n");
+  expect_load_error(dir, "merges.txt: merge 2 \"ab zz\"");
+  snprintf(dir, sizeof dir, "%s/bad_hole", g_dir);
+  make_bpe_dir(dir);
+  write_text(dir, "vocab.json", "{\"a\": 0, \"b\": 2}");
+  expect_load_error(dir, "vocab.json: no token has id 1");
+  snprintf(dir, sizeof dir, "%s/bad_array", g_dir);
+  make_bpe_dir(dir);
+  write_text(dir, "vocab.json", "[\"a\"]");
+  expect_load_error(dir, "vocab.json: the vocabulary is not a JSON object");
+  snprintf(dir, sizeof dir, "%s/only_vocab", g_dir);
+  make_bpe_dir(dir);
+  char path[256];
+  snprintf(path, sizeof path, "%s/merges.txt", dir);
+  unlink(path);
+  expect_load_error(dir, "no merges.txt");
+  snprintf(dir, sizeof dir, "%s/normalizer", g_dir);
+  assert_int_equal(st_mkdir_p(dir), 0);
+  write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": "
+             "{\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
+             "\"merges\": []}}");
+  expect_load_error(dir, "tokenizer.json: has a normalizer (NFC)");
+  write_text(dir, "tokenizer.json", "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": "
+             "{\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}");
+  expect_load_error(dir, "pre_tokenizer is Metaspace, not ByteLevel");
+  snprintf(dir, sizeof dir, "%s/missing", g_dir);
+  expect_load_error(dir, "does not exist");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bytes),
+      cmocka_unit_test(test_bpe_encode),
+      cmocka_unit_test(test_bpe_spellings_same_digest),
+      cmocka_unit_test(test_bpe_malformed),
+  };
+  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+}
