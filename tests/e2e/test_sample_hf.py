@@ -13,6 +13,7 @@ made by tests/fixtures/make_hf_gpt2.py):
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -46,7 +47,8 @@ check(got == oracle["greedy_20"], f"greedy 20 ids equal generate(do_sample=False
 
 # The same weights through the other sources: a run directory made by
 # ckpt import, and an llm.c model file made by ckpt export.
-os.makedirs(a.work, exist_ok=True)
+shutil.rmtree(a.work, ignore_errors=True)  # a rerun must not meet the last run's import
+os.makedirs(a.work)
 run_dir, llmc = os.path.join(a.work, "imported"), os.path.join(a.work, "tiny.llmc.bin")
 steps = [[a.bin, "ckpt", "import", MODEL, "--out", run_dir],
          [a.bin, "ckpt", "export", run_dir, "--out", llmc, "--format", "llmc"]]
