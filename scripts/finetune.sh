@@ -33,7 +33,7 @@ OUT=runs/finetune
 rm -rf "$OUT"
 mkdir -p "$OUT"
 NP=${NP:-2}
-STEPS=${STEPS:-200}
+STEPS=${STEPS:-100}
 SEQ=${SEQ:-128}
 MB=${MB:-8}
 MPIRUN=(mpirun -np "$NP" --bind-to none --oversubscribe)
@@ -48,7 +48,7 @@ echo "== fine-tune on $NP ranks, ZeRO-1"
 start=$(date +%s)
 "${MPIRUN[@]}" $BIN train --init-from $OUT/base --data data/kjv_gpt2.h5 --out $OUT/run \
   --seq-len "$SEQ" --micro-batch "$MB" --global-batch $((MB * NP)) --zero 1 --steps "$STEPS" \
-  --lr 3e-3 --warmup 20 --val-every 50 --log-every 25 --ckpt-every 100 --device cpu
+  --lr 3e-3 --warmup 20 --val-every 50 --log-every 10 --ckpt-every 50 --device cpu
 end=$(date +%s)
 echo "== eval after fine-tuning"
 $BIN eval --init $OUT/run --data data/kjv_gpt2.h5 --seq-len "$SEQ" --device cpu --json | tee $OUT/eval_after.json
