@@ -15,7 +15,8 @@
 # 4. stops a run with --stop-after, resumes it and checks that the resumed
 #    losses equal an uninterrupted run's exactly, then `ckpt verify`;
 # 5. ST_TIMELINE and --gpu-stats-every once each (the GPU-only code paths);
-#    sample and eval on CUDA against the CPU (greedy ids, eval loss).
+#    sample and eval on CUDA against the CPU (greedy ids, eval loss), and
+#    an imported Hugging Face model against transformers (tests/data/hf).
 #
 # Exits non-zero on any failure and ends with one line:
 #   smoke: N passed, M failed (GPU, tree DIGEST, seconds)
@@ -259,6 +260,55 @@ print(("ok " if ok else "") + f"eval loss cpu {c:.6f}, cuda fp32 {f:.6f}, bf16 {
   esac
 }
 sample_eval
+
+# An imported Hugging Face GPT-2 on CUDA (tests/data/hf/tiny, whose outputs
+# transformers wrote into oracle.json): greedy ids in fp32 equal
+# generate(do_sample=False)'s, eval's loss equals transformers' within 1e-5
+# relative (fp32) and 2e-2 (bf16), and train --init-from it runs in bf16
+# with its first loss equal (2e-2) to eval's on the same weights.
+hf_import_cuda() {
+  local name=hf-import-cuda hf=$R/tests/data/hf
+  local log=$W/$name.log
+  local verdict
+  verdict=$(python3 - "$B" "$hf" "$W/$name" 2>&1 <<'PY'
+import json, subprocess, sys
+b, hf, work = sys.argv[1:]
+o = json.load(open(f"{hf}/oracle/oracle.json"))
+def sh(*a):
+    r = subprocess.run([str(x) for x in a], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"exit {r.returncode}: {' '.join(map(str, a))}: {r.stderr.strip()[-300:]}")
+    return r.stdout
+ids = sh(b, "sample", "--init", f"{hf}/tiny", "--device", "cuda", "--precision", "fp32",
+         "--temperature", 0, "--max-new", 20, "--print-ids",
+         "--prompt-ids", ",".join(map(str, o["prompt"])))
+got = [int(x) for x in ids.strip().split(",")]
+if got != o["greedy_20"]:
+    sys.exit(f"greedy ids {got} != transformers' {o['greedy_20']}")
+msg = []
+for prec, tol in (("fp32", 1e-5), ("bf16", 2e-2)):
+    for t in ("16", "32"):
+        e = json.loads(sh(b, "eval", "--init", f"{hf}/tiny", "--data", f"{hf}/oracle/eval_tokens.bin",
+                          "--seq-len", t, "--device", "cuda", "--precision", prec, "--json"))
+        ref = o["eval_mean_loss_by_seq_len"][t]["loss"]
+        if abs(e["loss"] - ref) > tol * ref:
+            sys.exit(f"eval {prec} T={t}: {e['loss']} vs transformers' {ref}")
+        msg.append(f"{prec} T={t} {abs(e['loss'] - ref) / ref:.1e}")
+sh(b, "train", "--init-from", f"{hf}/tiny", "--data", f"{hf}/oracle/eval_tokens.bin",
+   "--seq-len", 16, "--micro-batch", 4, "--global-batch", 4, "--steps", 3, "--device", "cuda",
+   "--precision", "bf16", "--out", work, "--resume", "none", "--val-every", 0)
+first = [json.loads(l) for l in open(f"{work}/metrics.jsonl") if '"loss"' in l][0]["loss"]
+print(f"ok 20 greedy ids equal transformers'; eval rel. diff {', '.join(msg)}; "
+      f"--init-from bf16 step-1 loss {first:.4f}")
+PY
+)
+  echo "$verdict" >> "$log"
+  case "$verdict" in
+    ok*) ok "$name" "${verdict#ok }" ;;
+    *) bad "$name" "$(echo "$verdict" | tail -1)" ;;
+  esac
+}
+hf_import_cuda
 
 # 4. Stop, resume, verify: the resumed run's losses equal an uninterrupted
 # run's, bit for bit (deterministic kernels, restored data position and RNG).
