@@ -99,6 +99,7 @@ typedef struct {
   st_model m;
   int *inp, *tgt, *scratch; /* host [B*T], [B*T], [B*T+1] */
   int *d_inp, *d_tgt;       /* backend memory */
+  char tok_name[32], tok_digest[72]; /* the model's tokenizer; "" when unknown */
 } evaluator;
 
 /* Loss sum and token count over one file's windows, up to *left windows
@@ -110,7 +111,14 @@ static int eval_file(evaluator *ev, const eval_flags *f, const char *path, int T
   st_token_source *src = st_tokens_open(path, f->split, &file_vocab);
   if (!src) return st_error_prefix("--data");
   int rc = 0;
-  if (file_vocab > vocab)
+  st_tokens_tokenizer d;
+  if (ev->tok_digest[0] && st_tokens_tokenizer_info(path, &d) == 0 && d.known &&
+      strcmp(d.digest, ev->tok_digest) != 0)
+    rc = st_error_setc(ST_EXIT_DATA, "--data %s was tokenized with %s (digest %.12s), but the "
+                       "model's ids are %s's (digest %.12s): the loss would mean nothing; "
+                       "tokenize the text with the model's tokenizer (shardtrain prep "
+                       "--tokenizer ...)", path, d.name, d.digest, ev->tok_name, ev->tok_digest);
+  if (!rc && file_vocab > vocab)
     rc = st_error_setc(ST_EXIT_DATA, "--data %s: its tokenizer's vocabulary is %d tokens, the "
                        "model's only %d; evaluate it with a model of that tokenizer",
                        path, file_vocab, vocab);
@@ -185,6 +193,7 @@ int st_cmd_eval(int argc, char **argv) {
   const int B = (int)f.micro_batch;
   evaluator ev;
   memset(&ev, 0, sizeof ev);
+  st_loaded_model_tokenizer(&lm, ev.tok_name, ev.tok_digest);
   if (!rc && st_model_init(&ev.m, c, lm.ops, B, T, 1, ST_RECOMPUTE_NONE)) {
     st_error_code(ST_EXIT_OOM);
     rc = -1;

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "io/tokenizer.h"
 #include "launcher/env.h"
 #include "rank/device_select.h"
 #include "util/error.h"
@@ -92,4 +95,24 @@ void st_loaded_model_free(st_loaded_model *m) {
   free(m->weights);
   st_param_table_free(&m->tab);
   memset(m, 0, sizeof *m);
+}
+
+int st_loaded_model_tokenizer(const st_loaded_model *m, char *name, char *digest) {
+  name[0] = digest[0] = 0;
+  cJSON *j = m->src.config_json[0] ? cJSON_Parse(m->src.config_json) : NULL;
+  const cJSON *k = cJSON_GetObjectItem(j, "tokenizer");
+  const cJSON *kn = cJSON_GetObjectItem(k, "name"), *kd = cJSON_GetObjectItem(k, "digest");
+  if (cJSON_IsString(kd) && kd->valuestring[0]) {
+    snprintf(name, 32, "%s", cJSON_IsString(kn) ? kn->valuestring : "");
+    snprintf(digest, 72, "%s", kd->valuestring);
+  }
+  cJSON_Delete(j);
+  if (digest[0]) return 1;
+  if (!m->src.tokenizer_dir[0]) return 0;
+  st_tokenizer *t = st_tokenizer_load(m->src.tokenizer_dir);
+  if (!t) return 0; /* unreadable files say nothing about the ids; sample reports them */
+  snprintf(name, 32, "%s", st_tokenizer_name(t));
+  snprintf(digest, 72, "%s", st_tokenizer_digest(t));
+  st_tokenizer_free(t);
+  return 1;
 }

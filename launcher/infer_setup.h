@@ -25,6 +25,12 @@ int st_load_model(const char *init, const char *device, const char *precision,
                   st_loaded_model *out);
 void st_loaded_model_free(st_loaded_model *m);
 
+/* The tokenizer the model's ids mean, where the source says: a
+ * checkpoint's run config ("tokenizer": name, digest), else the tokenizer
+ * files of its tokenizer_dir (loaded to take their digest). 1 with name
+ * (32 bytes) and digest (72 bytes) filled, 0 when the source does not say. */
+int st_loaded_model_tokenizer(const st_loaded_model *m, char *name, char *digest);
+
 /* Strict number parsing for flag values: the whole string, finite, in
  * [lo, hi]. 0, or -1 with st_error (usage class) naming the flag. */
 int st_flag_long(const char *flag, const char *v, long lo, long hi, long *out);

@@ -127,15 +127,26 @@ static int parse_ids(const char *s, int vocab, int **ids, int *n) {
  * 256-token vocabulary. NULL with *none = 1 when there is none to take. */
 static st_tokenizer *open_tokenizer(const sample_flags *f, const st_loaded_model *lm, int *none) {
   *none = 0;
+  char own_name[32], own_digest[72];
+  const int own = st_loaded_model_tokenizer(lm, own_name, own_digest);
   const char *path = f->tokenizer ? f->tokenizer
                      : lm->src.tokenizer_dir[0] ? lm->src.tokenizer_dir
-                     : lm->src.cfg.vocab_size == 256 ? "bytes" : NULL;
+                     : (own && !strcmp(own_name, "bytes")) || lm->src.cfg.vocab_size == 256
+                         ? "bytes" : NULL;
   if (!path) {
     *none = 1;
     return NULL;
   }
   st_tokenizer *t = st_tokenizer_load(path);
   if (!t) return NULL;
+  if (own && strcmp(st_tokenizer_digest(t), own_digest) != 0) {
+    st_error_setc(ST_EXIT_DATA, "--tokenizer %s (%s, digest %.12s) is not the tokenizer of %s "
+                  "(%s, digest %.12s): its ids would decode to other text; drop --tokenizer",
+                  path, st_tokenizer_name(t), st_tokenizer_digest(t), f->init, own_name,
+                  own_digest);
+    st_tokenizer_free(t);
+    return NULL;
+  }
   if (st_tokenizer_vocab_size(t) > lm->src.cfg.vocab_size) {
     st_error_setc(ST_EXIT_DATA, "tokenizer %s has %d tokens but the model %s only %d; give the "
                   "model's own tokenizer with --tokenizer", path, st_tokenizer_vocab_size(t),

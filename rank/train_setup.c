@@ -120,15 +120,21 @@ static int check_tokenizer(trainer *tr, int file_vocab) {
     snprintf(tokdir, sizeof tokdir, "%s/tokenizer", rc->out);
   } else {
     snprintf(from, sizeof from, "--init-from %s", rc->init_from);
-    snprintf(tokdir, sizeof tokdir, "%s", rc->init_from);
+    /* a run directory keeps its tokenizer in tokenizer/; an HF directory holds the files */
+    int n = snprintf(tokdir, sizeof tokdir, "%s/tokenizer", rc->init_from);
+    if (n < 0 || n >= (int)sizeof tokdir || !st_path_exists(tokdir))
+      snprintf(tokdir, sizeof tokdir, "%s", rc->init_from);
   }
   if (d.known && rc->tokenizer_digest[0] && strcmp(d.digest, rc->tokenizer_digest) != 0)
     return st_error_set("--data %s was tokenized with %s (vocab %d, digest %.12s), but the run "
                         "in %s uses %s (vocab %d, digest %.12s, from %s): its ids mean other "
                         "text. Tokenize the text again with the run's tokenizer (shardtrain prep "
-                        "--tokenizer %s ...) or train it in a new --out",
+                        "--tokenizer %s ...) or %s",
                         rc->data, d.name, d.vocab_size, d.digest, rc->out, rc->tokenizer_name,
-                        rc->tokenizer_vocab, rc->tokenizer_digest, from, tokdir);
+                        rc->tokenizer_vocab, rc->tokenizer_digest, from, tokdir,
+                        tr->resume_found || !rc->init_from[0]
+                            ? "train it in a new --out"
+                            : "start from a model made for the data's tokenizer");
   if (d.known && !rc->tokenizer_digest[0])
     st_run_config_set_tokenizer(rc, d.name, d.digest, d.vocab_size);
   const int bytes_under_larger = !strcmp(d.name, "bytes") && file_vocab < rc->model.vocab_size;

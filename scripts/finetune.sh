@@ -10,11 +10,18 @@
 # transformers' save_pretrained: no pretrained weights can be downloaded
 # here). A real `gpt2` directory (config.json + model.safetensors) takes the
 # same path; at 124M parameters it wants a GPU (`--device cuda`, STEPS, SEQ
-# and MB below). The run goes to runs/finetune/ (removed first: each run of
-# this script is a fresh fine-tune; the tokenized data is kept).
+# and MB below). Each run of this script is a fresh fine-tune into
+# runs/finetune/ (OUT=DIR for another); a runs/finetune/ left by an earlier
+# run is moved aside to runs/finetune.N first, never deleted. The tokenized
+# data in data/ is kept and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-tests/data/hf/demo}
+if [ ! -f "$MODEL/config.json" ] && [ ! -f "$MODEL" ] && [ ! -d "$MODEL/ckpt" ]; then
+  echo "finetune.sh: $MODEL is not a model: give a Hugging Face directory (config.json +" \
+       "model.safetensors), an llm.c model file or a shardtrain run directory" >&2
+  exit 2
+fi
 bash scripts/deps.sh
 bash scripts/build.sh
 BIN=build/shardtrain
@@ -29,8 +36,13 @@ else
   echo "prep: data/kjv_gpt2.h5 exists, skipping"
 fi
 
-OUT=runs/finetune
-rm -rf "$OUT"
+OUT=${OUT:-runs/finetune}
+if [ -e "$OUT" ]; then
+  n=1
+  while [ -e "$OUT.$n" ]; do n=$((n + 1)); done
+  mv "$OUT" "$OUT.$n"
+  echo "finetune.sh: the earlier $OUT is now $OUT.$n (nothing deleted)"
+fi
 mkdir -p "$OUT"
 NP=${NP:-2}
 STEPS=${STEPS:-100}

@@ -75,6 +75,16 @@ r2 = run([a.bin, "sample", "--init", W("run"), "--prompt", "And God said", "--ma
           "--temperature", "0", "--device", "cpu"])
 check(r.stdout == r2.stdout, "greedy sampling repeats")
 
+# Ids of another tokenizer are refused, not scored or decoded into nonsense.
+run([a.bin, "prep", "--input", W("kjv.txt"), "--out", W("bytes.h5")])
+for name, cmd in (("eval", ["eval", "--init", W("run"), "--data", W("bytes.h5"), "--device", "cpu"]),
+                  ("sample", ["sample", "--init", W("run"), "--tokenizer", "bytes", "--prompt", "x",
+                              "--device", "cpu"])):
+    r = run([a.bin] + cmd, expect_rc=None)
+    check(r.returncode == 4 and r.stderr.count("\n") == 1 and "bytes" in r.stderr,
+          f"{name} with the byte tokenizer on a GPT-2 run: exit 4, one line "
+          f"(got {r.returncode}: {r.stderr.strip()[:160]})")
+
 run([a.bin, "ckpt", "export", W("run"), "--out", W("export")])
 cfg = json.load(open(W("export", "config.json")))
 check(cfg["model_type"] == "gpt2" and cfg["vocab_size"] == 50257 and cfg["n_positions"] == 256,
