@@ -223,6 +223,78 @@ static void test_sampler(void **state) {
   free(lg);
 }
 
+/* The sampler's definition, by sorting the whole vocabulary for every token
+ * (what st_sampler_next did before it selected and thresholded): candidates
+ * by logit then id, the first top_k, then the fewest leading with mass >=
+ * top_p, one uniform draw. The sampler must choose the same ids. */
+static int argmax_of(const float *x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+static const float *g_ref_logits;
+static int ref_by_logit(const void *a, const void *b) {
+  const int i = *(const int *)a, j = *(const int *)b;
+  if (g_ref_logits[i] != g_ref_logits[j]) return g_ref_logits[i] > g_ref_logits[j] ? -1 : 1;
+  return i - j;
+}
+static int ref_next(const st_sampler_opts *o, const float *x, int V, int *order, double *prob,
+                    st_rng *rng) {
+  for (int i = 0; i < V; i++) order[i] = i;
+  g_ref_logits = x;
+  qsort(order, (size_t)V, sizeof *order, ref_by_logit);
+  int n = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+  double sum = 0.0;
+  for (int i = 0; i < n; i++) sum += prob[i] = expf((x[order[i]] - x[order[0]]) / o->temperature);
+  if (o->top_p < 1.0f) {
+    double cum = 0.0, kept = 0.0;
+    int m = 0;
+    while (m < n) {
+      cum += prob[m] / sum;
+      kept += prob[m++];
+      if (cum >= o->top_p) break;
+    }
+    n = m;
+    sum = kept;
+  }
+  const double u = (double)st_rng_uniform(rng) * sum;
+  double cum = 0.0;
+  for (int i = 0; i < n; i++)
+    if (u < (cum += prob[i])) return order[i];
+  return order[n - 1];
+}
+
+static void test_sampler_fast_equals_full_sort(void **state) {
+  (void)state;
+  const int V = 50257; /* GPT-2's vocabulary */
+  st_rng r;
+  st_rng_seed(&r, 11);
+  float *lg = randn(V, &r);
+  for (int i = 0; i < V; i++) lg[i] *= 3.0f;
+  lg[17] = lg[4242] = lg[argmax_of(lg, V)]; /* ties at the top: the lower id comes first */
+  int *order = malloc((size_t)V * sizeof *order);
+  double *prob = malloc((size_t)V * sizeof *prob);
+  assert_non_null(order);
+  assert_non_null(prob);
+  const st_sampler_opts cases[] = {{1.0f, 40, 1.0f}, {0.8f, 1, 1.0f},  {1.0f, 0, 0.9f},
+                                   {0.7f, 0, 0.5f},  {2.0f, 0, 0.99f}, {1.0f, 50, 0.8f},
+                                   {1.0f, 3000, 1.0f}, {0.3f, 0, 1e-6f}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    st_sampler s;
+    assert_int_equal(st_sampler_init(&s, &cases[c], V), 0);
+    st_rng a, b;
+    st_rng_seed(&a, 5 + c);
+    st_rng_seed(&b, 5 + c);
+    for (int i = 0; i < 50; i++)
+      assert_int_equal(st_sampler_next(&s, lg, &a), ref_next(&cases[c], lg, V, order, prob, &b));
+    st_sampler_free(&s);
+  }
+  free(order);
+  free(prob);
+  free(lg);
+}
+
 int main(int argc, char **argv) {
   g_ckpt = argc > 1 ? argv[1] : NULL;
   const struct CMUnitTest tests[] = {
@@ -230,6 +302,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_greedy_random_weights),
       cmocka_unit_test(test_greedy_checkpoint),
       cmocka_unit_test(test_sampler),
+      cmocka_unit_test(test_sampler_fast_equals_full_sort),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
