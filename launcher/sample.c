@@ -127,8 +127,12 @@ static int parse_ids(const char *s, int vocab, int **ids, int *n) {
  * 256-token vocabulary. NULL with *none = 1 when there is none to take. */
 static st_tokenizer *open_tokenizer(const sample_flags *f, const st_loaded_model *lm, int *none) {
   *none = 0;
-  char own_name[32], own_digest[72];
-  const int own = st_loaded_model_tokenizer(lm, own_name, own_digest);
+  char own_name[32] = "", own_digest[72] = "";
+  /* The source's identity decides only with --tokenizer (must match it) or
+   * without tokenizer files (a byte-token run); otherwise its own files are
+   * what gets loaded, so they are not read twice. */
+  const int own = (f->tokenizer || !lm->src.tokenizer_dir[0]) &&
+                  st_loaded_model_tokenizer(lm, own_name, own_digest);
   const char *path = f->tokenizer ? f->tokenizer
                      : lm->src.tokenizer_dir[0] ? lm->src.tokenizer_dir
                      : (own && !strcmp(own_name, "bytes")) || lm->src.cfg.vocab_size == 256

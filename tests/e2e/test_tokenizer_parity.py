@@ -22,20 +22,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tokenizer"))
-from common import parse_args  # noqa: E402
+from common import gpt2_tokenizer, parse_args  # noqa: E402
+from common import soft_check as check, soft_finish  # noqa: E402
 import oracle  # noqa: E402
 
 a = parse_args()
 REPO = oracle.REPO
-fails = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
-
-
 def tokenize(tok, data, special=False, decode=False, expect_rc=0):
     cmd = [a.bin, "tokenize", "--tokenizer", tok] + (["--allow-special"] if special else []) + \
           (["--decode"] if decode else [])
@@ -50,12 +42,7 @@ def roundtrip(tok, data, special=False):
     return tokenize(tok, " ".join(map(str, ids)).encode(), decode=True) == data
 
 
-r = subprocess.run(["bash", os.path.join(REPO, "scripts", "get_gpt2_tokenizer.sh")],
-                   capture_output=True, text=True)
-if r.returncode != 0:
-    print("SKIP: GPT-2's tokenizer files are not available:", r.stderr.strip())
-    sys.exit(77)
-G = r.stdout.strip()
+G = gpt2_tokenizer()
 golden = json.load(open(os.path.join(oracle.DATA, "golden.json")))
 for name, sha in golden["files_sha256"].items():
     check(hashlib.sha256(open(os.path.join(G, name), "rb").read()).hexdigest() == sha,
@@ -194,6 +181,4 @@ if have_oracles():
               f"HF's tokenizer.json ({os.path.basename(where) or 'directory'}) gives the same ids")
     check(info(tj) == i_hf, "tokenizer.json has the same identity (name, vocab, eot, digest)")
 
-if fails:
-    sys.exit(f"FAIL: {len(fails)} check(s): {fails}")
-print("PASS tokenizer parity")
+soft_finish("PASS tokenizer parity")
