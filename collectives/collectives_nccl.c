@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "kernels/cuda/timeline.h"
-#include "rank/nccl_buffsize.h"
+#include "rank/memory/nccl_buffsize.h"
 #include "util/error.h"
 
 /* The MPI communicator comes first: the MPI implementation's host operations

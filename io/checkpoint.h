@@ -28,8 +28,8 @@
 #include <stdint.h>
 
 #include "collectives/collectives.h"
-#include "rank/params.h"
-#include "rank/partition.h"
+#include "rank/model/params.h"
+#include "rank/optim/partition.h"
 
 typedef struct {
   int64_t step;          /* optimizer steps completed */
@@ -38,7 +38,7 @@ typedef struct {
   uint64_t rng_state[2];
   int world_size;
   int zero_stage;
-  /* fp16 loss scaler (rank/loss_scaler.h); has_scaler 0 when the index has
+  /* fp16 loss scaler (rank/optim/loss_scaler.h); has_scaler 0 when the index has
    * none (checkpoints written before it existed: the scaler starts fresh). */
   int has_scaler;
   double loss_scale;

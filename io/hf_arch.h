@@ -4,7 +4,7 @@
  * Each family (io/hf_gpt2.c for "gpt2"; Llama 3 and Qwen2 come next) knows
  * how to read its config.json into a shardtrain shape (refusing what
  * shardtrain does not implement), how to map its tensor names and layouts
- * onto the flat parameter vector of rank/params.h, and back for export.
+ * onto the flat parameter vector of rank/model/params.h, and back for export.
  * Errors are one st_error line, exit code 3, naming the file and field or
  * tensor.
  */
@@ -15,8 +15,8 @@
 
 #include "io/safetensors.h"
 #include "kernels/dtype.h"
-#include "rank/config.h"
-#include "rank/params.h"
+#include "rank/model/config.h"
+#include "rank/model/params.h"
 
 typedef struct {
   const char *model_type; /* config.json "model_type" */

@@ -11,7 +11,7 @@
 #include "util/error.h"
 
 /* The per-layer kinds in llm.c's order (ParameterTensors in train_gpt2.c),
- * which is also the order of a block in rank/params.c. */
+ * which is also the order of a block in rank/model/params.c. */
 static const char *const k_kinds[12] = {"ln_1.weight", "ln_1.bias", "attn.qkv.weight",
                                         "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
                                         "ln_2.weight", "ln_2.bias", "mlp.fc.weight",

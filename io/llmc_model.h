@@ -16,8 +16,8 @@
 #define ST_LLMC_MODEL_H
 
 #include "kernels/dtype.h"
-#include "rank/config.h"
-#include "rank/params.h"
+#include "rank/model/config.h"
+#include "rank/model/params.h"
 
 #define ST_LLMC_MAGIC 20240326
 

@@ -7,7 +7,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_arch.h"
 #include "io/llmc_model.h"
-#include "rank/partition.h"
+#include "rank/optim/partition.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 

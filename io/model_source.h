@@ -16,8 +16,8 @@
 #ifndef ST_MODEL_SOURCE_H
 #define ST_MODEL_SOURCE_H
 
-#include "rank/config.h"
-#include "rank/params.h"
+#include "rank/model/config.h"
+#include "rank/model/params.h"
 
 typedef enum {
   ST_MODEL_SRC_CKPT = 1, /* shardtrain checkpoint */

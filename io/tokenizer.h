@@ -5,7 +5,7 @@
  * "gpt2-bpe") and its digest (the vocabulary: a SHA-256 of a canonical
  * serialisation, so the same vocabulary gives the same digest from
  * vocab.json + merges.txt, encoder.json + vocab.bpe or tokenizer.json).
- * Token files (io/tokens.h) and run configs (rank/run_config.h) record both.
+ * Token files (io/tokens.h) and run configs (rank/train/run_config.h) record both.
  *
  * A handle is not thread-safe: encode keeps a cache of recent pre-tokens in
  * it. Use one handle per thread.

@@ -22,7 +22,7 @@
 typedef struct st_token_source st_token_source;
 
 /* Largest vocabulary a token file or model may have (ids are read as int;
- * rank/config.c takes the same bound). */
+ * rank/model/config.c takes the same bound). */
 #define ST_TOKENS_MAX_VOCAB (1 << 24)
 
 /* Open a split of a token file. path ends in .h5/.hdf5 (split is "train" or

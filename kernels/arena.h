@@ -1,7 +1,7 @@
 /* arena.h - one allocation for every buffer a rank plans, handed out by
  * bumping an offset (DESIGN.md "Memory model"; docs/memory.md "The arena").
  *
- * Why one allocation: the memory plan (rank/memory_plan.h) is then the
+ * Why one allocation: the memory plan (rank/memory/memory_plan.h) is then the
  * allocation itself. Either the whole plan is there at setup or the run
  * stops before step 1; there is no second allocation that can fail later,
  * no allocator rounding per buffer, and no fragmentation between buffers.

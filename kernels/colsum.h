@@ -1,5 +1,5 @@
 /* colsum.h - the sizing rules the CUDA kernels and the memory planner share,
- * in plain C so rank/memory_plan.c can include them: how rows are cut into
+ * in plain C so rank/memory/memory_plan.c can include them: how rows are cut into
  * chunks for the fixed-order column sums (layernorm dw/db, matmul dbias),
  * and how the backend's scratch buffer grows. */
 #ifndef ST_COLSUM_H

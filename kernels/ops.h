@@ -51,7 +51,7 @@ typedef struct {
   /* Wait until every op issued so far has finished (timing; a no-op on CPU). */
   void (*synchronize)(void);
   /* Make the backend's own buffers now, at setup, at the sizes the memory
-   * plan gives (rank/memory_plan.h: cublaslt, scratch), so no op allocates
+   * plan gives (rank/memory/memory_plan.h: cublaslt, scratch), so no op allocates
    * inside the step loop. CUDA: the cuBLASLt handle and workspace,
    * cuda_scratch grown to scratch_bytes once, and the cuDNN attention
    * workspace st_cuda_attention_select asked for (kernels/ops_cuda.h), all
@@ -121,7 +121,7 @@ typedef struct {
                              const void *qkv, const void *out, const float *att,
                              int B, int T, int C, int NH);
 
-  /* Inference (rank/infer.h): causal attention of n_new new positions over a
+  /* Inference (rank/model/infer.h): causal attention of n_new new positions over a
    * KV cache. kcache and vcache [B, maxT, C] (storage dtype) hold the keys
    * and values of positions 0 .. pos0-1 of each sequence; the op first
    * writes the new rows' keys and values (from qkv[B, n_new, 3C], q|k|v per

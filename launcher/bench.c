@@ -16,8 +16,8 @@
 #include "kernels/ops.h"
 #include "launcher/cli.h"
 #include "launcher/env.h"
-#include "rank/config_agree.h"
-#include "rank/device_select.h"
+#include "rank/train/config_agree.h"
+#include "rank/train/device_select.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -133,7 +133,7 @@ static int iters_for(const bench_opts *o, uint64_t bytes) {
   return bytes <= (1u << 20) ? 100 : bytes <= (64u << 20) ? 20 : 5;
 }
 
-/* Backend and communicator, as train picks them (rank/device_select.h). */
+/* Backend and communicator, as train picks them (rank/train/device_select.h). */
 static int setup(bench_opts *o, const st_env *env, st_comm *mpi, st_comm *nccl, st_comm **dcomm,
                  const st_ops **ops, char *where, size_t cap) {
   /* The outputs are set before anything can fail, so a caller never sees
@@ -469,7 +469,7 @@ int st_cmd_bench(int argc, char **argv) {
   if (st_comm_mpi_init(&mpi)) return ST_EXIT_ERROR;
   /* Another --max-bytes or --ops on one rank (an mpirun app context) would
    * size the collectives differently: the ranks agree on every option first,
-   * in fixed-size exchanges (rank/config_agree.h). */
+   * in fixed-size exchanges (rank/train/config_agree.h). */
   st_agree_list agree;
   memset(&agree, 0, sizeof agree);
   const char *fix = "every rank must get the same flags";

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "launcher/cli.h"
-#include "rank/run_config.h"
+#include "rank/train/run_config.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 

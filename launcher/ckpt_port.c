@@ -17,7 +17,7 @@
 #include "io/llmc_model.h"
 #include "io/model_source.h"
 #include "launcher/cli.h"
-#include "rank/run_config.h"
+#include "rank/train/run_config.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 
@@ -93,7 +93,7 @@ static char *import_config(const st_model_source *s, const char *src) {
   rc.seq_len = s->cfg.block_size;
   snprintf(rc.model_name, sizeof rc.model_name, "imported");
   rc.zero_stage = 0;
-  /* the source's tokenizer is the run's (rank/run_config.h), when we read it */
+  /* the source's tokenizer is the run's (rank/train/run_config.h), when we read it */
   st_tokenizer *tok = s->tokenizer_dir[0] ? st_tokenizer_load(s->tokenizer_dir) : NULL;
   if (tok)
     st_run_config_set_tokenizer(&rc, st_tokenizer_name(tok), st_tokenizer_digest(tok),

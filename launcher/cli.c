@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rank/memory_plan.h"
+#include "rank/memory/memory_plan.h"
 #include "util/error.h"
 
 static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
@@ -125,7 +125,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     rc->seq_len = rc->model.block_size = (int)x;
     return 1;
   }
-  INT_FLAG("--vocab-size", 2, 1 << 24, rc->model.vocab_size) /* rank/config.c's bound */
+  INT_FLAG("--vocab-size", 2, 1 << 24, rc->model.vocab_size) /* rank/model/config.c's bound */
   INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
   INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
   INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "rank/run_config.h"
+#include "rank/train/run_config.h"
 
 /* Which of the shared flags were given (plan's; train records every flag
  * in st_run_config.given). */

@@ -23,8 +23,8 @@
 #include "io/tokens.h"
 #include "launcher/cli.h"
 #include "launcher/infer_setup.h"
-#include "rank/dataloader.h"
-#include "rank/model.h"
+#include "rank/train/dataloader.h"
+#include "rank/model/model.h"
 #include "util/error.h"
 
 #define EVAL_MAX_FILES 256

@@ -13,7 +13,7 @@
 
 #include "io/tokenizer.h"
 #include "launcher/env.h"
-#include "rank/device_select.h"
+#include "rank/train/device_select.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "kernels/ops_cuda.h"

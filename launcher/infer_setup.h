@@ -7,7 +7,7 @@
 
 #include "io/model_source.h"
 #include "kernels/ops.h"
-#include "rank/params.h"
+#include "rank/model/params.h"
 
 typedef struct {
   st_model_source src;

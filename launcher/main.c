@@ -27,8 +27,8 @@
 #include "launcher/prep_cmd.h"
 #include "launcher/sample.h"
 #include "launcher/signals.h"
-#include "rank/config_agree.h"
-#include "rank/trainer.h"
+#include "rank/train/config_agree.h"
+#include "rank/train/trainer.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 
@@ -158,7 +158,7 @@ static int cmd_train(int argc, char **argv) {
   /* Before any collective whose size depends on the flags: every rank
    * parsed its own command line (an app context can give each another),
    * so they first agree that all parsed, then that all parsed the same
-   * (rank/config_agree.h). Both exchanges have fixed sizes. */
+   * (rank/train/config_agree.h). Both exchanges have fixed sizes. */
   int code = st_agree_failure(&comm, parse_failed);
   if (!code) {
     st_agree_list flags;

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "launcher/cli.h"
-#include "rank/memory_fit.h"
-#include "rank/nccl_buffsize.h"
+#include "rank/memory/memory_fit.h"
+#include "rank/memory/nccl_buffsize.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA

@@ -1,5 +1,5 @@
 /* plan.h - `shardtrain plan`: the memory table of a training configuration
- * (rank/memory_plan.h) for one rank, per GPU or, on --device cpu, per CPU
+ * (rank/memory/memory_plan.h) for one rank, per GPU or, on --device cpu, per CPU
  * rank's host memory, checked against --gpu-mem or the GPU's memory, and
  * --fit, which picks micro-batch, recompute and ZeRO stage for a global
  * batch. One process, no MPI. docs/memory.md explains the output. */

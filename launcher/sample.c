@@ -16,9 +16,9 @@
 
 #include "launcher/cli.h"
 #include "launcher/infer_setup.h"
-#include "rank/infer.h"
-#include "rank/rng.h"
-#include "rank/sampler.h"
+#include "rank/model/infer.h"
+#include "util/rng.h"
+#include "rank/model/sampler.h"
 #include "util/error.h"
 #include "io/tokenizer.h"
 

@@ -10,7 +10,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
-#include "rank/rng.h"
+#include "util/rng.h"
 
 extern const st_ops *CPU, *GPU;
 extern st_dtype DT;     /* GPU->dtype */

@@ -15,7 +15,7 @@
 
 #include "io/model_source.h"
 #include "kernels/ops.h"
-#include "rank/model.h"
+#include "rank/model/model.h"
 #include "util/error.h"
 
 int main(int argc, char **argv) {

@@ -30,7 +30,7 @@
 #include <cmocka.h>
 
 #include "io/checkpoint.h"
-#include "rank/config.h"
+#include "rank/model/config.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 

@@ -1,5 +1,5 @@
 /* test_cuda_infer.c - the CUDA attention_decode op against the CPU's, and
- * the KV-cache inference path (rank/infer.h) on CUDA against the CPU, in
+ * the KV-cache inference path (rank/model/infer.h) on CUDA against the CPU, in
  * fp32, bf16 and fp16. Needs a GPU: exits 77 (skipped) without one.
  *
  * attention_decode: random q|k|v rounded to the storage dtype (the CPU runs
@@ -32,8 +32,8 @@
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
-#include "rank/infer.h"
-#include "rank/model.h"
+#include "rank/model/infer.h"
+#include "rank/model/model.h"
 #include "tests/cuda_check.h"
 
 /* plan: chunk sizes ending in 0; positions before pos_start come from a

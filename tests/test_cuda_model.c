@@ -26,8 +26,8 @@
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
 #include "tests/cuda_check.h"
-#include "rank/model.h"
-#include "rank/rng.h"
+#include "rank/model/model.h"
+#include "util/rng.h"
 #include "util/error.h"
 
 /* ---- the whole model, on the table of the current dtype. tol: 0 for the

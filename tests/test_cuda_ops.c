@@ -496,7 +496,7 @@ static void test_crossentropy(int N, int V, int Vp) {
   expect_identical("softmax_crossentropy dlogits", g[0][1], g[1][1], NV * 4);
   for (int k = 0; k < 2; k++) free(g[k][0]), free(g[k][1]);
 
-  /* in place: logits and dlogits are one buffer, as in rank/model.c */
+  /* in place: logits and dlogits are one buffer, as in rank/model/model.c */
   float *inplace = copy_of(logits, NV);
   CPU->softmax_crossentropy(loss, inplace, inplace, tgt, dloss, N, V, Vp);
   for (int k = 0; k < 2; k++) {

@@ -1,6 +1,6 @@
 /* test_envparse.c - the environment parsers of util/envparse.c, which the
  * CUDA backend calls (kernels/cuda/timeline.c, attention.cu, ops_table.cu),
- * and NCCL_BUFFSIZE as train and plan read it (rank/nccl_buffsize.c).
+ * and NCCL_BUFFSIZE as train and plan read it (rank/memory/nccl_buffsize.c).
  *
  * 1. Whole numbers: digits only, up to the cap; sign, blanks, units,
  *    fractions, exponents, hex and values past 2^63 are refused, and the
@@ -26,7 +26,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "rank/nccl_buffsize.h"
+#include "rank/memory/nccl_buffsize.h"
 #include "util/envparse.h"
 #include "util/error.h"
 

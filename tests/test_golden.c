@@ -44,8 +44,8 @@
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "kernels/ops_cuda.h"
 #endif
-#include "rank/model.h"
-#include "rank/optimizer.h"
+#include "rank/model/model.h"
+#include "rank/optim/optimizer.h"
 
 #ifndef GOLDEN_PATH
 #define GOLDEN_PATH "tests/data/gpt2_tiny_golden.h5"

@@ -1,5 +1,5 @@
-/* test_infer.c - the KV-cache inference path (rank/infer.h) and the
- * sampler (rank/sampler.h) on the CPU backend.
+/* test_infer.c - the KV-cache inference path (rank/model/infer.h) and the
+ * sampler (rank/model/sampler.h) on the CPU backend.
  *
  *  - attention_decode against attention_forward: the same rows bit for bit,
  *    whether the positions arrive at once, as a prefill then one by one,
@@ -26,10 +26,10 @@
 
 #include "io/model_source.h"
 #include "kernels/ops.h"
-#include "rank/infer.h"
-#include "rank/model.h"
-#include "rank/rng.h"
-#include "rank/sampler.h"
+#include "rank/model/infer.h"
+#include "rank/model/model.h"
+#include "util/rng.h"
+#include "rank/model/sampler.h"
 #include "util/error.h"
 
 static const char *g_ckpt;

@@ -1,4 +1,4 @@
-/* test_memory_plan.c - the memory planner (rank/memory_plan.c).
+/* test_memory_plan.c - the memory planner (rank/memory/memory_plan.c).
  *
  * 1. Exactness: for small shapes at every ZeRO stage, recompute policy,
  *    storage dtype, backend shape and several rank counts, the planner's
@@ -31,9 +31,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "rank/memory_fit.h"
-#include "rank/memory_plan.h"
-#include "rank/trainer_state.h"
+#include "rank/memory/memory_fit.h"
+#include "rank/memory/memory_plan.h"
+#include "rank/train/trainer_state.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "kernels/ops_cuda.h"

@@ -19,8 +19,8 @@
 #include <cmocka.h>
 
 #include "kernels/ops.h"
-#include "rank/model.h"
-#include "rank/rng.h"
+#include "rank/model/model.h"
+#include "util/rng.h"
 
 #define H 1e-3f
 

@@ -1,5 +1,5 @@
 /* test_optimizer.c - st_adamw_range's grouping of tensors into
- * adamw_update_segments calls (rank/optimizer.c).
+ * adamw_update_segments calls (rank/optim/optimizer.c).
  *
  * The CUDA backend updates up to ST_ADAMW_SEGS tensors per launch; the
  * kernel itself is checked on the GPU (test_cuda_ops). What is checked here,
@@ -20,10 +20,10 @@
 #include <cmocka.h>
 
 #include "kernels/ops.h"
-#include "rank/config.h"
-#include "rank/optimizer.h"
-#include "rank/params.h"
-#include "rank/partition.h"
+#include "rank/model/config.h"
+#include "rank/optim/optimizer.h"
+#include "rank/model/params.h"
+#include "rank/optim/partition.h"
 
 static int calls;
 

@@ -1,6 +1,6 @@
 /* test_precision.c - the host side of mixed precision: fp32 <-> bf16/fp16
  * conversions (kernels/dtype.c) and the fp16 dynamic loss scaler
- * (rank/loss_scaler.c). Reference bit patterns are IEEE-754 round to
+ * (rank/optim/loss_scaler.c). Reference bit patterns are IEEE-754 round to
  * nearest even, the rounding of CUDA's __float2bfloat16_rn/__float2half_rn. */
 #include <math.h>
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "kernels/dtype.h"
-#include "rank/loss_scaler.h"
+#include "rank/optim/loss_scaler.h"
 
 static uint16_t to16(st_dtype d, float f) {
   uint16_t h;

@@ -1,6 +1,6 @@
 /* test_resume_config.c - what a resume takes from the checkpoint's config
- * (rank/resume_config.c), from the real flag parser (launcher/cli.c) and
- * the real config writer (rank/run_config.c): settings not given come from
+ * (rank/train/resume_config.c), from the real flag parser (launcher/cli.c) and
+ * the real config writer (rank/train/run_config.c): settings not given come from
  * the checkpoint, given ones override and are listed, the cosine horizon
  * follows --steps unless it was set apart, model-defining settings are
  * refused with exit 3 naming the flag, auto-fit keeps choosing what it
@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "launcher/cli.h"
-#include "rank/resume_config.h"
+#include "rank/train/resume_config.h"
 #include "util/error.h"
 
 /* rc from a command line given as one string of space-separated words. */

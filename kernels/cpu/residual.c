@@ -1,6 +1,6 @@
 /* residual.c - the residual add, and the fp32 add that accumulates
  * gradient shards. Its backward is a copy of the upstream
- * gradient into both branches, which the schedule in rank/model.c does by
+ * gradient into both branches, which the schedule in rank/model/model.c does by
  * accumulating into the same buffer. */
 #include "kernels/cpu/cpu_ops.h"
 

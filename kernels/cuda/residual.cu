@@ -1,7 +1,7 @@
 /* residual.cu - the residual add in the storage type, and dst += src on fp32
  * vectors (gradient shards). One thread per V elements (16-byte accesses when
  * the pointers allow, the remainder then in a second launch with V = 1). The
- * residual's backward is a pass-through that rank/model.c does by
+ * residual's backward is a pass-through that rank/model/model.c does by
  * accumulating into one buffer. */
 #include "kernels/cuda/cuda_ops.h"
 

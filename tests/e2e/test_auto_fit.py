@@ -1,7 +1,7 @@
 """train --auto-fit on CPU ranks (docs/memory.md, "train --auto-fit"): the
 choice is printed, applied and recorded in metrics.jsonl's first line; it
 equals what `shardtrain plan --fit` chooses for the same flags (one search,
-rank/memory_fit.c), with the ZeRO stage kept (--auto-fit, as plan --fit
+rank/memory/memory_fit.c), with the ZeRO stage kept (--auto-fit, as plan --fit
 --zero Z) or chosen (--auto-fit-zero, as plan --fit without --zero); a
 budget nothing fits stops with exit 6 before anything is allocated or
 written; contradictory or incomplete flags are usage errors (2)."""

@@ -1,6 +1,6 @@
 """`shardtrain plan`: the table and --json agree with a second, independent
 derivation of the memory model (below, written from docs/memory.md, not
-from rank/memory_plan.c), exit codes 0 / 6 / 2, --fit's choices, and bad
+from rank/memory/memory_plan.c), exit codes 0 / 6 / 2, --fit's choices, and bad
 input named by flag. One process, no MPI, no GPU needed."""
 import json
 import os

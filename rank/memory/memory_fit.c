@@ -1,0 +1,320 @@
+/* memory_fit.c - the one search behind plan --fit, train --auto-fit and the
+ * pre-flight's suggestion (see memory_fit.h; the rule is in docs/memory.md,
+ * "Choosing by cost"). */
+#include "rank/memory/memory_fit.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/bytes.h"
+#include "util/error.h"
+
+/* Measured on an H200 (README, GPT-2 124M B=32): selective ran at 0.98 and
+ * full at 0.74 of --recompute none's speed. The factors are rounded to the
+ * arithmetic (full: one more forward, a third of forward + backward), so
+ * that the rule does not hang on one measurement. */
+static const double k_recompute_factor[3] = {1.00, 1.03, 1.33};
+/* A micro-step's fixed work in rows on CUDA: about 5% at 8 x 1024 rows. */
+#define FIT_CUDA_STEP_ROWS 410.0
+
+double st_fit_cost(st_backend backend, int64_t rows, st_recompute recompute) {
+  const double r0 = backend == ST_BACKEND_CUDA ? FIT_CUDA_STEP_ROWS : 0.0;
+  const int r = recompute >= 0 && recompute <= 2 ? (int)recompute : 0;
+  return k_recompute_factor[r] * (1.0 + r0 / (double)(rows > 0 ? rows : 1));
+}
+
+void st_fit_query_make(const st_plan_input *in, int global_batch, int micro_batch_max,
+                       st_recompute recompute_min, int zero_stage, int search_zero,
+                       st_plan_fit_query *q) {
+  memset(q, 0, sizeof *q);
+  q->base = *in;
+  q->base.micro_batch = micro_batch_max > 0 ? micro_batch_max : 0;
+  q->base.recompute = recompute_min;
+  q->base.zero_stage = zero_stage;
+  q->global_batch = global_batch;
+  q->search_zero = search_zero ? 1 : 0;
+  q->order = ST_FIT_BY_COST;
+}
+
+/* The candidates: micro-batches largest first (each dividing the per-rank
+ * batch and within the bound), ZeRO stages in order of preference. */
+typedef struct {
+  const st_plan_fit_query *q;
+  int batches[2048], nb;
+  int stages[3], ns;
+} search;
+
+static int plan_at(const search *s, int B, int r, int z, st_plan_choice *c) {
+  c->in = s->q->base;
+  c->in.micro_batch = B;
+  c->in.recompute = (st_recompute)r;
+  c->in.zero_stage = z;
+  c->accum = s->q->global_batch / (B * s->q->base.world);
+  c->cost = st_fit_cost(c->in.backend, (int64_t)B * st_plan_seq_len(&c->in), c->in.recompute);
+  return st_memory_plan_make(&c->in, &c->plan);
+}
+
+static int stage_index(const search *s, int z) {
+  for (int k = 0; k < s->ns; k++)
+    if (s->stages[k] == z) return k;
+  return s->ns;
+}
+
+/* < 0 when a ranks above b in the query's order. */
+static int rank_cmp(const search *s, const st_plan_choice *a, const st_plan_choice *b) {
+  if (s->q->order == ST_FIT_BY_COST && a->cost != b->cost) return a->cost < b->cost ? -1 : 1;
+  if (a->in.micro_batch != b->in.micro_batch) return a->in.micro_batch > b->in.micro_batch ? -1 : 1;
+  if (a->in.recompute != b->in.recompute) return a->in.recompute < b->in.recompute ? -1 : 1;
+  return stage_index(s, a->in.zero_stage) - stage_index(s, b->in.zero_stage);
+}
+
+/* The least memory over the allowed stages at (B, r); -1 on error. */
+static int least_over_zero(const search *s, int B, int r, st_plan_choice *best) {
+  for (int k = 0; k < s->ns; k++) {
+    st_plan_choice c;
+    if (plan_at(s, B, r, s->stages[k], &c)) return -1;
+    if (k == 0 || c.plan.total < best->plan.total) *best = c;
+  }
+  return 0;
+}
+
+static int fit_search(const search *s, st_plan_fit *out) {
+  const st_plan_fit_query *q = s->q;
+  const int r0 = q->base.recompute;
+  int have_least = 0, ichoice = -1;
+  for (int i = 0; i < s->nb; i++)
+    for (int r = r0; r <= ST_RECOMPUTE_FULL; r++)
+      for (int k = 0; k < s->ns; k++) {
+        st_plan_choice c;
+        if (plan_at(s, s->batches[i], r, s->stages[k], &c)) return -1;
+        out->candidates++;
+        if (!have_least || c.plan.total < out->least.plan.total) out->least = c;
+        have_least = 1;
+        if (!out->has_least_with[r] || c.plan.total < out->least_with[r].plan.total)
+          out->least_with[r] = c;
+        out->has_least_with[r] = 1;
+        if (!c.plan.fits) continue;
+        if (!out->has_alt[r] || rank_cmp(s, &c, &out->alt[r]) < 0) out->alt[r] = c;
+        out->has_alt[r] = 1;
+        if (!out->found || rank_cmp(s, &c, &out->choice) < 0) {
+          out->choice = c;
+          ichoice = i;
+        }
+        out->found = 1;
+      }
+  if (!out->found) return 0;
+  const st_plan_choice *ch = &out->choice;
+  const int rc = ch->in.recompute;
+  out->has_alt[rc] = 0; /* the choice itself is no alternative */
+  if (ichoice > 0) {
+    out->has_larger_batch = 1;
+    if (least_over_zero(s, s->batches[ichoice - 1], rc, &out->larger_batch)) return -1;
+  }
+  if (rc > r0) {
+    out->has_cheaper_recompute = 1;
+    if (least_over_zero(s, ch->in.micro_batch, rc - 1, &out->cheaper_recompute)) return -1;
+  }
+  const int k = stage_index(s, ch->in.zero_stage);
+  if (q->search_zero == 1 && k > 0) { /* stages are 0, 1, 2 there: the one below failed */
+    out->has_lower_zero = 1;
+    if (plan_at(s, ch->in.micro_batch, rc, s->stages[k - 1], &out->lower_zero)) return -1;
+  }
+  return 0;
+}
+
+int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
+  memset(out, 0, sizeof *out);
+  const int N = q->base.world, G = q->global_batch, T = st_plan_seq_len(&q->base);
+  const int U = ST_EXIT_USAGE;
+  if (N < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", N);
+  if (G < 1) return st_error_setc(U, "--global-batch must be >= 1, got %d", G);
+  if (G % N != 0)
+    return st_error_setc(U, "--global-batch %d does not divide by %d ranks: every rank takes "
+                            "the same number of sequences; use a multiple of %d", G, N, N);
+  if (q->base.gpu_mem == 0)
+    return st_error_setc(U, "choosing a configuration that fits needs the GPU memory: give "
+                            "--gpu-mem SIZE (e.g. 80GiB), or run where a GPU is visible");
+  search *s = calloc(1, sizeof *s);
+  if (!s) return st_error_set("out of host memory");
+  s->q = q;
+  const int z = q->base.zero_stage;
+  if (q->search_zero == 1) {
+    for (int k = 0; k < 3; k++) s->stages[s->ns++] = k;
+  } else if (q->search_zero == 2) { /* the given stage, then higher, then lower */
+    for (int k = z; k < 3; k++) s->stages[s->ns++] = k;
+    for (int k = z - 1; k >= 0; k--) s->stages[s->ns++] = k;
+  } else {
+    s->stages[s->ns++] = z;
+  }
+  /* Divisors of the per-rank batch, largest first: d <= sqrt ascending gives
+   * the partners per_rank / d descending, then the d themselves descending.
+   * Below 2^31 a number has at most 1,600 divisors, half of them small. */
+  const int per_rank = G / N, bound = q->base.micro_batch > 0 ? q->base.micro_batch : per_rank;
+  int lo[1024], nlo = 0, all[2048], n = 0;
+  for (int d = 1; (int64_t)d * d <= per_rank; d++)
+    if (per_rank % d == 0) lo[nlo++] = d;
+  for (int i = 0; i < nlo; i++)
+    if (per_rank / lo[i] != lo[i]) all[n++] = per_rank / lo[i];
+  for (int i = nlo - 1; i >= 0; i--) all[n++] = lo[i];
+  for (int i = 0; i < n; i++)
+    if (all[i] <= bound && (int64_t)all[i] * T <= INT_MAX) s->batches[s->nb++] = all[i];
+  int rc = 0;
+  if (s->nb == 0)
+    rc = st_error_setc(U, "no micro-batch dividing %d sequences per rank is at most %d and keeps "
+                          "B x --seq-len %d within the ops' 32-bit row count", per_rank, bound, T);
+  else rc = fit_search(s, out);
+  free(s);
+  return rc;
+}
+
+void st_plan_choice_describe(const st_plan_choice *c, char *out, size_t cap) {
+  char h[32];
+  snprintf(out, cap, "micro-batch %d x grad-accum %d, recompute %s, ZeRO %d (cost %.2f): %s",
+           c->in.micro_batch, c->accum, st_recompute_name(c->in.recompute), c->in.zero_stage,
+           c->cost, st_format_bytes(c->plan.total, h, sizeof h));
+}
+
+/* Append one line to out. */
+static void line(char *out, size_t cap, const char *indent, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void line(char *out, size_t cap, const char *indent, const char *fmt, ...) {
+  size_t len = strlen(out);
+  if (len + 1 >= cap) return;
+  int n = snprintf(out + len, cap - len, "%s%s", len ? "\n" : "", indent);
+  if (n < 0 || (size_t)n >= cap - len) return;
+  len += (size_t)n;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out + len, cap - len, fmt, ap);
+  va_end(ap);
+}
+
+void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const char *indent,
+                         char *out, size_t cap) {
+  char h1[32], h2[32];
+  out[0] = 0;
+  const int cuda = q->base.backend == ST_BACKEND_CUDA;
+  if (q->order == ST_FIT_BY_COST && cuda)
+    line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
+         "factor (none 1.00, selective 1.03, full 1.33) x (1 + 410 / (micro-batch x seq-len)) "
+         "for each micro-step's fixed overhead; ties to the larger micro-batch%s "
+         "(docs/memory.md)",
+         q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
+  else if (q->order == ST_FIT_BY_COST)
+    line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
+         "factor (none 1.00, selective 1.03, full 1.33); on the CPU a smaller micro-batch costs "
+         "nothing extra; ties to the larger micro-batch%s (docs/memory.md)",
+         q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
+  if (!f->found) return;
+  const st_plan_choice *ch = &f->choice, *c;
+  const int per_rank = q->global_batch / q->base.world;
+  if (f->has_larger_batch) {
+    c = &f->larger_batch;
+    line(out, cap, indent, "micro-batch %d with recompute %s would cost %.2f but does not fit: "
+         "%s at least (ZeRO %d), over by %s", c->in.micro_batch,
+         st_recompute_name(c->in.recompute), c->cost, st_format_bytes(c->plan.total, h1, sizeof h1),
+         c->in.zero_stage, st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
+  } else {
+    line(out, cap, indent, "micro-batch %d is the largest %s", ch->in.micro_batch,
+         q->base.micro_batch > 0 && q->base.micro_batch < per_rank
+             ? "allowed (--micro-batch bounds the search)"
+             : "there is: all of a rank's sequences in one micro-step");
+  }
+  if (f->has_cheaper_recompute) {
+    c = &f->cheaper_recompute;
+    line(out, cap, indent, "recompute %s at micro-batch %d would cost %.2f but does not fit: %s "
+         "at least (ZeRO %d), over by %s", st_recompute_name(c->in.recompute), c->in.micro_batch,
+         c->cost, st_format_bytes(c->plan.total, h1, sizeof h1), c->in.zero_stage,
+         st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
+  }
+  for (int r = q->base.recompute; r <= ST_RECOMPUTE_FULL; r++) {
+    if (r == (int)ch->in.recompute) continue;
+    if (f->has_alt[r]) {
+      c = &f->alt[r];
+      line(out, cap, indent, "recompute %s: the best that fits is micro-batch %d x grad-accum %d, "
+           "ZeRO %d (%s), cost %.2f, %s %.2f", st_recompute_name((st_recompute)r),
+           c->in.micro_batch, c->accum, c->in.zero_stage,
+           st_format_bytes(c->plan.total, h1, sizeof h1), c->cost,
+           c->cost > ch->cost ? "more than" : "as much as (and ranks below)", ch->cost);
+    } else if (f->has_least_with[r] &&
+               !(f->has_cheaper_recompute && r == (int)ch->in.recompute - 1)) {
+      c = &f->least_with[r];
+      line(out, cap, indent, "recompute %s does not fit at any micro-batch: %s at least "
+           "(micro-batch %d, ZeRO %d), over by %s", st_recompute_name((st_recompute)r),
+           st_format_bytes(c->plan.total, h1, sizeof h1), c->in.micro_batch, c->in.zero_stage,
+           st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
+    }
+  }
+  if (f->has_lower_zero) {
+    c = &f->lower_zero;
+    line(out, cap, indent, "ZeRO %d does not fit: %s, over by %s", c->in.zero_stage,
+         st_format_bytes(c->plan.total, h1, sizeof h1),
+         st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
+  } else if (q->search_zero == 1) {
+    line(out, cap, indent, "ZeRO %d is the lowest stage", ch->in.zero_stage);
+  }
+}
+
+static cJSON *choice_json(const st_plan_choice *c) {
+  cJSON *j = cJSON_CreateObject();
+  if (!j) return NULL;
+  cJSON_AddNumberToObject(j, "micro_batch", c->in.micro_batch);
+  cJSON_AddNumberToObject(j, "grad_accum", c->accum);
+  cJSON_AddStringToObject(j, "recompute", st_recompute_name(c->in.recompute));
+  cJSON_AddNumberToObject(j, "zero", c->in.zero_stage);
+  cJSON_AddNumberToObject(j, "cost", c->cost);
+  cJSON_AddNumberToObject(j, "total", (double)c->plan.total);
+  cJSON_AddNumberToObject(j, "spare", (double)c->plan.spare);
+  cJSON_AddBoolToObject(j, "fits", c->plan.fits == 1);
+  return j;
+}
+
+struct cJSON *st_plan_fit_cjson(const st_plan_fit_query *q, const st_plan_fit *f) {
+  cJSON *j = cJSON_CreateObject();
+  if (!j) return NULL;
+  cJSON_AddBoolToObject(j, "found", f->found);
+  cJSON_AddBoolToObject(j, "zero_searched", q->search_zero == 1);
+  cJSON_AddStringToObject(j, "order", q->order == ST_FIT_BY_COST ? "cost" : "nearest");
+  cJSON_AddNumberToObject(j, "gpu_mem", (double)q->base.gpu_mem);
+  cJSON_AddNumberToObject(j, "headroom_pct", q->base.headroom_pct);
+  const st_plan_choice *ch = f->found ? &f->choice : &f->least;
+  cJSON_AddNumberToObject(j, "usable", (double)ch->plan.usable);
+  if (f->found) cJSON_AddItemToObject(j, "choice", choice_json(&f->choice));
+  else cJSON_AddItemToObject(j, "least", choice_json(&f->least));
+  if (f->has_larger_batch) cJSON_AddItemToObject(j, "larger_batch", choice_json(&f->larger_batch));
+  if (f->has_cheaper_recompute)
+    cJSON_AddItemToObject(j, "cheaper_recompute", choice_json(&f->cheaper_recompute));
+  if (f->has_lower_zero) cJSON_AddItemToObject(j, "lower_zero", choice_json(&f->lower_zero));
+  cJSON *alts = cJSON_AddArrayToObject(j, "alternatives");
+  for (int r = 0; r < 3; r++)
+    if (f->has_alt[r]) cJSON_AddItemToArray(alts, choice_json(&f->alt[r]));
+  return j;
+}
+
+void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
+                             int global_batch, char *out, size_t cap) {
+  size_t len = 0;
+  out[0] = 0;
+#define ADD(...)                                                                   \
+  do {                                                                             \
+    if (len && len + 2 < cap) len += (size_t)snprintf(out + len, cap - len, ", "); \
+    int n_ = snprintf(out + len, cap - len, __VA_ARGS__);                          \
+    if (n_ > 0 && (size_t)n_ < cap - len) len += (size_t)n_;                       \
+  } while (0)
+  if (from->micro_batch != to->micro_batch) {
+    const int N = to->world;
+    ADD("--micro-batch %d -> %d (gradient accumulation %d -> %d)", from->micro_batch,
+        to->micro_batch, global_batch / (from->micro_batch * N),
+        global_batch / (to->micro_batch * N));
+  }
+  if (from->recompute != to->recompute)
+    ADD("--recompute %s -> %s", st_recompute_name(from->recompute),
+        st_recompute_name(to->recompute));
+  if (from->zero_stage != to->zero_stage)
+    ADD("--zero %d -> %d", from->zero_stage, to->zero_stage);
+#undef ADD
+}

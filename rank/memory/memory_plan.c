@@ -1,0 +1,302 @@
+/* memory_plan.c - per-GPU memory of a training configuration (see
+ * memory_plan.h and docs/memory.md for the derivation; the --fit search is
+ * in memory_fit.c). */
+#include "rank/memory/memory_plan.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/ops_cuda.h"
+#endif
+#include "kernels/arena.h"
+#include "kernels/colsum.h"
+#include "util/bytes.h"
+#include "util/error.h"
+
+st_recompute st_recompute_parse(const char *name) {
+  if (strcmp(name, "full") == 0) return ST_RECOMPUTE_FULL;
+  if (strcmp(name, "selective") == 0) return ST_RECOMPUTE_SELECTIVE;
+  return ST_RECOMPUTE_NONE;
+}
+
+const char *st_recompute_name(st_recompute r) {
+  return r == ST_RECOMPUTE_FULL ? "full" : r == ST_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+/* NCCL's device.h: LL = NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS
+ * (512) x NCCL_STEPS (8) x sizeof(ncclLLFifoLine) (16); LL128 =
+ * NCCL_LL128_ELEMS_PER_THREAD (120) x NCCL_LL128_MAX_NTHREADS (640) x
+ * NCCL_STEPS (8) x sizeof(uint64_t). */
+#define NCCL_LL_BYTES ((uint64_t)8 * 512 * 8 * 16)
+#define NCCL_LL128_BYTES ((uint64_t)120 * 640 * 8 * 8)
+
+uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels) {
+  if (world < 2) return 0;
+  const uint64_t simple = buffsize > 0 ? (uint64_t)buffsize : ST_PLAN_NCCL_BUFFSIZE;
+  const uint64_t peers = world - 1 < 2 ? (uint64_t)(world - 1) : 2;
+  const uint64_t ch = channels > 0 ? (uint64_t)channels : ST_PLAN_NCCL_CHANNELS;
+  return ch * peers * (simple + NCCL_LL_BYTES + NCCL_LL128_BYTES);
+}
+
+uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C) {
+  const uint64_t part = (uint64_t)st_colsum_chunks((int)rows) * sizeof(float);
+  uint64_t s = st_scratch_grow(0, part * 2 * C); /* ln_f: dw and db partials */
+  /* One block's requests; later blocks repeat them and cannot grow it. */
+  const int64_t widths[] = {C, 4 * C, 2 * C, C, 3 * C, 2 * C};
+  for (int i = 0; i < 6; i++) s = st_scratch_grow(s, part * widths[i]);
+  return st_scratch_grow(s, 512 * sizeof(double)); /* sum_squares (kernels/cuda/adamw.cu) */
+}
+
+int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
+  memset(p, 0, sizeof *p);
+  const st_model_config *c = &in->model;
+  const int U = ST_EXIT_USAGE;
+  if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->block_size < 1 ||
+      c->padded_vocab_size < c->vocab_size || c->padded_vocab_size < 1)
+    return st_error_setc(U, "memory plan: the model shape is not set (check --model or "
+                            "--layers/--heads/--dim, --seq-len, --vocab-size)");
+  if (in->micro_batch < 1)
+    return st_error_setc(U, "--micro-batch must be >= 1, got %d", in->micro_batch);
+  if (in->world < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", in->world);
+  if (in->zero_stage < 0 || in->zero_stage > 2)
+    return st_error_setc(U, "--zero must be 0, 1 or 2, got %d", in->zero_stage);
+  const int seq = st_plan_seq_len(in);
+  if (seq > c->block_size)
+    return st_error_setc(U, "--seq-len %d exceeds the model's %d positions (rows of wpe)", seq,
+                         c->block_size);
+  if ((int64_t)in->micro_batch * seq > INT_MAX)
+    return st_error_setc(U, "--micro-batch %d x --seq-len %d = %lld rows exceeds the ops' "
+                            "32-bit row count (%d); lower either", in->micro_batch,
+                         seq, (long long)in->micro_batch * seq, INT_MAX);
+  if (in->backend == ST_BACKEND_CPU && in->dtype != ST_FP32)
+    return st_error_setc(U, "--precision %s: the CPU backend is the fp32 reference; use "
+                            "--precision fp32 with --device cpu, or plan for --device cuda",
+                         st_dtype_name(in->dtype));
+  if (in->headroom_pct < 0 || in->headroom_pct >= 100)
+    return st_error_setc(U, "--headroom must be in [0, 100), got %g", in->headroom_pct);
+
+  const int64_t C = c->n_embd, L = c->n_layer, T = seq, B = in->micro_batch;
+  const int64_t P = c->block_size; /* positions: rows of wpe */
+  const int64_t N = in->world;
+  const uint64_t es = st_dtype_size(in->dtype), f4 = sizeof(float);
+  /* The parameter table (rank/model/params.c): wte [Vp,C], wpe [P,C], L blocks of
+   * 12 tensors, ln_f; activations are counted by T. */
+  const int64_t head_front = (int64_t)c->padded_vocab_size * C + P * C; /* wte + wpe */
+  const int64_t block = 12 * C * C + 13 * C, lnf = 2 * C;
+  p->params = head_front + L * block + lnf;
+  p->padded_params = (p->params + N - 1) / N * N;
+  p->shard = p->padded_params / N;
+  const uint64_t padded = (uint64_t)p->padded_params, shard = (uint64_t)p->shard;
+
+  /* Every buffer takes st_arena_round(its bytes) in the arena (256-byte
+   * alignment), so each category counts its buffers rounded: the arena is
+   * then exactly the sum of the categories inside it. */
+  uint64_t (*const R)(uint64_t) = st_arena_round;
+  p->weights = R(padded * es);
+  if (in->zero_stage == 2) {
+    p->grads_head = R((uint64_t)(head_front + lnf) * f4);
+    p->grads_buckets = 2 * R((uint64_t)(block + 1) * f4);
+    /* st_trainer_alloc_state: per hook slot (block l % 2, wte+wpe, ln_f),
+     * min(range, shard) + 1 floats. */
+    const int64_t range[4] = {block, block, head_front, lnf};
+    for (int s = 0; s < 4; s++)
+      p->grads_recv += R((uint64_t)((range[s] < p->shard ? range[s] : p->shard) + 1) * f4);
+    p->grads = p->grads_head + p->grads_buckets + p->grads_recv;
+  } else {
+    p->grads_full = R(padded * f4);
+    p->grads = p->grads_full;
+  }
+  const uint64_t nopt = in->zero_stage == 0 ? padded : shard;
+  /* ZeRO 1 on one rank reduces in place into the full gradients (train_setup.c) */
+  p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1) ? R(shard * f4) : 0;
+  p->master = in->dtype != ST_FP32 ? R(nopt * f4) : 0;
+  p->adam_m = p->adam_v = R(nopt * f4);
+
+  /* Attention state per layer: the CPU keeps the softmax [B,NH,T,T]
+   * (kernels/cpu/attention.c), CUDA's flash attention one statistic per
+   * row [B,NH,T] (kernels/cuda/attention.cu). */
+  const int64_t NH = c->n_head;
+  double natt_d = in->backend == ST_BACKEND_CPU ? (double)B * NH * T * T : (double)B * NH * T;
+  if (natt_d * 4 > 1e18)
+    return st_error_setc(ST_EXIT_USAGE, "--seq-len %lld: the CPU attention keeps a T x T "
+                         "matrix per head (%.3g bytes); lower --seq-len or --micro-batch",
+                         (long long)T, natt_d * 4);
+  const int64_t natt = in->backend == ST_BACKEND_CPU ? B * NH * T * T : B * NH * T;
+  st_model_measure_acts(c, in->dtype, natt, (int)B, (int)T, in->recompute, &p->acts);
+  p->tokens = 2 * R((uint64_t)(B * T) * sizeof(int));
+
+  if (in->backend == ST_BACKEND_CUDA) {
+    p->cublaslt = R(ST_PLAN_CUBLASLT_WORKSPACE);
+    p->scratch = R(st_plan_cuda_scratch(B * T, C));
+    p->nccl = st_plan_nccl_bytes(in->world, in->nccl_buffsize, in->nccl_channels) +
+              (in->nccl_overlap_channels > 0
+                   ? st_plan_nccl_bytes(in->world, in->nccl_buffsize,
+                                        ST_PLAN_NCCL_OVERLAP_FACTOR * in->nccl_overlap_channels)
+                   : 0);
+    p->context = ST_PLAN_CUDA_CONTEXT;
+    p->attn_workspace = R(in->attn_workspace_per_seq * (uint64_t)B);
+  }
+  /* act_mem is one buffer, its size a multiple of 256 (model.c) */
+  p->arena = p->weights + p->grads + p->acts.total + p->grad_shard + p->master + p->adam_m +
+             p->adam_v + p->tokens + p->cublaslt + p->scratch + p->attn_workspace;
+  p->total = p->arena + p->nccl + p->context;
+  p->fits = -1;
+  if (in->gpu_mem > 0) {
+    const uint64_t keep = (uint64_t)ceil((double)in->gpu_mem * in->headroom_pct / 100.0);
+    p->usable = in->gpu_mem > keep ? in->gpu_mem - keep : 0;
+    p->spare = (int64_t)p->usable - (int64_t)p->total;
+    p->fits = p->total <= p->usable;
+  }
+  return 0;
+}
+
+/* Every byte category of a plan, by the name `plan --json` and the arena's
+ * tags use, in the JSON's order: one list for both. */
+typedef struct {
+  const char *name;
+  uint64_t bytes;
+} named_bytes;
+enum { N_CATEGORIES = 19 };
+
+static void categories(const st_memory_plan *p, named_bytes k[N_CATEGORIES]) {
+  const named_bytes all[N_CATEGORIES] = {
+      {"weights", p->weights},         {"grads", p->grads},
+      {"grads_full", p->grads_full},   {"grads_head", p->grads_head},
+      {"grads_buckets", p->grads_buckets}, {"grads_recv", p->grads_recv},
+      {"grad_shard", p->grad_shard},   {"master", p->master},
+      {"adam_m", p->adam_m},           {"adam_v", p->adam_v},
+      {"activations", p->acts.total},  {"tokens", p->tokens},
+      {"cublaslt_workspace", p->cublaslt}, {"cudnn_attention_workspace", p->attn_workspace},
+      {"cuda_scratch", p->scratch},    {"nccl_estimate", p->nccl},
+      {"cuda_context_estimate", p->context}, {"arena", p->arena},
+      {"total", p->total}};
+  memcpy(k, all, sizeof all);
+}
+
+uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int *known) {
+  named_bytes k[N_CATEGORIES];
+  categories(p, k);
+  for (int i = 0; i < N_CATEGORIES; i++)
+    if (name && strcmp(name, k[i].name) == 0) {
+      if (known) *known = 1;
+      return k[i].bytes;
+    }
+  if (known) *known = 0;
+  return 0;
+}
+
+int st_plan_parse_size(const char *flag, const char *text, uint64_t *out) {
+  /* util/bytes.c reads the size; a bare number (bytes there) is refused
+   * here, as "--gpu-mem 80" is surely not 80 bytes. */
+  char *end;
+  double v = strtod(text, &end);
+  uint64_t b = 0;
+  if (end != text && isfinite(v) && v > 0 && strpbrk(end, "BKMGTbkmgt") &&
+      st_parse_bytes(text, &b) == 0 && b > 0) {
+    *out = b;
+    return 0;
+  }
+  return st_error_setc(ST_EXIT_USAGE, "%s expects a size with a unit, e.g. 24GiB, 80GB, "
+                                      "81559MiB or 24G (binary); got '%s'", flag, text);
+}
+
+int st_plan_device_memory(uint64_t *free_bytes, uint64_t *total_bytes, char *name, size_t cap) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (st_cuda_device_count() == 0) return st_error_set("no CUDA device is visible");
+  int dev = 0;
+  size_t f = 0, t = 0;
+  struct cudaDeviceProp prop;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaMemGetInfo(&f, &t);
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return st_error_set("cannot read the memory of CUDA device %d: %s", dev,
+                        cudaGetErrorString(e));
+  }
+  *free_bytes = f;
+  *total_bytes = t;
+  if (name && cap) snprintf(name, cap, "cuda:%d (%s)", dev, prop.name);
+  return 0;
+#else
+  (void)free_bytes;
+  (void)total_bytes;
+  if (name && cap) name[0] = 0;
+  return st_error_set("this build has no CUDA backend, so no GPU memory can be read");
+#endif
+}
+
+/* The plan as one JSON object (what `shardtrain plan --json` prints). */
+struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int accum,
+                                   const st_plan_input *in, const st_memory_plan *p,
+                                   const char *source) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON *m = cJSON_AddObjectToObject(j, "model");
+  cJSON_AddStringToObject(m, "name", model_name);
+  st_model_add_json(m, &in->model, "seq_len");
+  /* seq_len is T; the positions go apart when they differ (an imported model) */
+  cJSON_ReplaceItemInObject(m, "seq_len", cJSON_CreateNumber(st_plan_seq_len(in)));
+  if (st_plan_seq_len(in) != in->model.block_size)
+    cJSON_AddNumberToObject(m, "positions", in->model.block_size);
+  cJSON_AddNumberToObject(m, "params", (double)p->params);
+  cJSON_AddNumberToObject(m, "padded_params", (double)p->padded_params);
+  cJSON_AddNumberToObject(m, "shard", (double)p->shard);
+  cJSON *c = cJSON_AddObjectToObject(j, "config");
+  cJSON_AddNumberToObject(c, "micro_batch", in->micro_batch);
+  cJSON_AddNumberToObject(c, "global_batch", global_batch);
+  cJSON_AddNumberToObject(c, "grad_accum", accum);
+  cJSON_AddNumberToObject(c, "ranks", in->world);
+  cJSON_AddNumberToObject(c, "zero", in->zero_stage);
+  cJSON_AddStringToObject(c, "precision", st_dtype_name(in->dtype));
+  cJSON_AddStringToObject(c, "recompute", st_recompute_name(in->recompute));
+  cJSON_AddStringToObject(c, "device", in->backend == ST_BACKEND_CUDA ? "cuda" : "cpu");
+  cJSON *b = cJSON_AddObjectToObject(j, "bytes");
+  named_bytes k[N_CATEGORIES];
+  categories(p, k);
+  for (int i = 0; i < N_CATEGORIES; i++) cJSON_AddNumberToObject(b, k[i].name, (double)k[i].bytes);
+  cJSON *a = cJSON_AddObjectToObject(j, "activations");
+  cJSON_AddNumberToObject(a, "blocks", (double)p->acts.blocks);
+  cJSON_AddNumberToObject(a, "recompute_block", (double)p->acts.recompute);
+  cJSON_AddNumberToObject(a, "attention", (double)p->acts.attention);
+  cJSON_AddNumberToObject(a, "logits", (double)p->acts.logits);
+  cJSON_AddNumberToObject(a, "grad_scratch", (double)p->acts.grad_scratch);
+  cJSON_AddNumberToObject(a, "embed", (double)p->acts.embed);
+  cJSON_AddNumberToObject(a, "head", (double)p->acts.head);
+  cJSON *g = cJSON_AddObjectToObject(j, "gpu");
+  if (p->fits >= 0) {
+    cJSON_AddNumberToObject(g, "memory", (double)in->gpu_mem);
+    cJSON_AddStringToObject(g, "source", source);
+    cJSON_AddNumberToObject(g, "headroom_pct", in->headroom_pct);
+    cJSON_AddNumberToObject(g, "usable", (double)p->usable);
+    cJSON_AddNumberToObject(g, "spare", (double)p->spare);
+    cJSON_AddBoolToObject(g, "fits", p->fits);
+  } else {
+    cJSON_AddNullToObject(g, "memory");
+    cJSON_AddNullToObject(g, "fits");
+  }
+  return j;
+}
+
+char *st_memory_plan_json(const char *model_name, int global_batch, int accum,
+                          const st_plan_input *in, const st_memory_plan *p, const char *source) {
+  cJSON *j = st_memory_plan_cjson(model_name, global_batch, accum, in, p, source);
+  char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+  size_t n = s ? strlen(s) + 1 : 0;
+  char *out = n ? malloc(n) : NULL;
+  if (out) memcpy(out, s, n);
+  cJSON_free(s);
+  cJSON_Delete(j);
+  return out;
+}
+
+uint64_t st_plan_cudnn_attention_per_seq(int T, int n_head) {
+  const uint64_t t64 = ((uint64_t)T + 63) / 64 * 64;
+  return (uint64_t)n_head * t64 * t64 * 2 + (uint64_t)n_head * (uint64_t)T * 4;
+}

@@ -1,0 +1,176 @@
+/* memory_plan.h - bytes per GPU of one training configuration, by category,
+ * before anything is allocated (DESIGN.md "Memory model"; docs/memory.md).
+ *
+ * What the trainer allocates in backend memory is computed from the sizes
+ * the allocating code uses: activations come from the model's own layout
+ * code (st_model_measure_acts), weights and gradients mirror
+ * st_model_init/st_model_init_bucketed, optimizer state, gradient shard,
+ * ZeRO-2 receive buffers and token buffers mirror st_trainer_alloc_state.
+ * tests/test_memory_plan.c checks each against the bytes those functions
+ * really allocate. Backend internals are mirrored from kernels/cuda/ (the
+ * 32 MiB cuBLASLt workspace; cuda_scratch's growth under the column-sum
+ * requests of one step). Two categories are estimates and say so: NCCL's
+ * buffers and the CUDA context (constants to calibrate on the device).
+ *
+ * Every buffer the trainer or the backend allocates lives in one arena
+ * (kernels/arena.h), where it takes its size rounded up to 256 bytes; each
+ * category counts its buffers that way, so `arena` is the arena's exact
+ * size and tests/test_memory_plan.c checks it byte for byte. What is
+ * outside the arena (NCCL's buffers, the CUDA context and what the driver,
+ * cuBLASLt and NCCL allocate internally) is the two estimates; cudaMalloc's
+ * rounding of the one arena allocation (at most 2 MiB) is absorbed by the
+ * context constant.
+ */
+#ifndef ST_MEMORY_PLAN_H
+#define ST_MEMORY_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/dtype.h"
+#include "rank/model/config.h"
+#include "rank/model/model.h"
+
+typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
+
+/* kernels/cuda/matmul.cu: the cuBLASLt workspace, made on the first matmul. */
+#define ST_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
+/* Everything on a GPU that is not a planned buffer: the CUDA context,
+ * cuBLASLt handle, loaded kernels and cudaMalloc's rounding. Calibrated on
+ * an H200 (CUDA 13.0, 2026-11-30): nvidia-smi's used memory minus the
+ * planned buffers was 599-605 MiB above the earlier 512 MiB guess in five
+ * one-rank runs of different models, batches, lengths and recompute
+ * policies (docs/memory.md has the table), so 1117 MiB. */
+#define ST_PLAN_CUDA_CONTEXT ((uint64_t)1117 << 20)
+/* NCCL's SIMPLE-protocol buffer per connection when NCCL_BUFFSIZE is unset. */
+#define ST_PLAN_NCCL_BUFFSIZE ((uint64_t)4 << 20)
+/* Channel-equivalents for the NCCL estimate when --nccl-max-ctas does not
+ * cap them. Calibrated on 2 H200s over NVLink (NCCL 2.28, 2026-11-30): three
+ * 2-rank runs (124M to 1.5B, ZeRO 1 and 2) used 138-139 MiB more than the
+ * 16-channel figure, so 32 (NCCL opens 16-32 channels there, plus its own
+ * work buffers). Beyond 2 ranks it is unmeasured: the estimate scales with
+ * the connections, which errs high if the excess is a fixed cost. */
+#define ST_PLAN_NCCL_CHANNELS 32
+/* Channel-equivalents per CTA of the split communicator that reduces
+ * gradients during backward (--nccl-overlap-ctas). 2 H200s, NCCL 2.28,
+ * 2026-11-30: 124M on 2 ranks (ZeRO 1, B=32) peaked at 17.64 GiB under
+ * nvidia-smi against 17.61 GiB planned with 1 per CTA; 2, as for the main
+ * communicator, closes the gap. */
+#define ST_PLAN_NCCL_OVERLAP_FACTOR 2
+
+typedef struct {
+  st_model_config model;  /* validated (padded_vocab_size set); block_size: rows of wpe */
+  int micro_batch;        /* B, sequences per rank per micro-step */
+  int seq_len;            /* T, the training sequence length (<= block_size); 0 = block_size */
+  int world;              /* N ranks */
+  int zero_stage;         /* 0, 1 or 2 */
+  st_dtype dtype;         /* storage dtype: fp32, or bf16/fp16 with fp32 master weights */
+  st_recompute recompute;
+  st_backend backend;
+  /* cuDNN attention workspace per sequence of the micro-batch (bytes),
+   * measured by the backend at setup (st_cuda_attention_select) and scaled
+   * by micro_batch, which it grows with linearly; 0 with our kernels. */
+  uint64_t attn_workspace_per_seq;
+  int64_t nccl_buffsize;  /* NCCL_BUFFSIZE in bytes; 0 = NCCL's default 4 MiB */
+  int nccl_channels;      /* channels for the NCCL estimate; 0 = ST_PLAN_NCCL_CHANNELS */
+  int nccl_overlap_channels; /* the overlap communicator's (--nccl-overlap-ctas); 0 = none */
+  uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
+  double headroom_pct;    /* percent of gpu_mem kept free */
+} st_plan_input;
+
+/* T of a plan input: seq_len, or the model's positions when it is 0. */
+static inline int st_plan_seq_len(const st_plan_input *in) {
+  return in->seq_len > 0 ? in->seq_len : in->model.block_size;
+}
+
+typedef struct {
+  int64_t params;         /* parameters (tab.total), tied embedding once, padded rows included */
+  int64_t padded_params;  /* params rounded up to a multiple of world */
+  int64_t shard;          /* padded_params / world: one rank's ZeRO partition */
+  /* model (st_model_init / st_model_init_bucketed) */
+  /* Each category: its buffers' bytes, each rounded up to 256 (the arena's
+   * alignment). */
+  uint64_t weights;       /* working weights, storage dtype, padded_params */
+  uint64_t grads;         /* fp32 gradients: grads_full, or (ZeRO 2) head + buckets + recv */
+  uint64_t grads_full;    /* ZeRO 0/1: the whole padded vector */
+  uint64_t grads_head;    /* ZeRO 2: wte, wpe, ln_f gradients */
+  uint64_t grads_buckets; /* ZeRO 2: two one-block buckets (block_numel + 1 floats each) */
+  uint64_t grads_recv;    /* ZeRO 2: the four per-slot receive buffers of the trainer */
+  st_act_bytes acts;      /* activations; acts.total is the category */
+  /* optimizer (st_trainer_alloc_state) */
+  uint64_t grad_shard;    /* ZeRO >= 1: this rank's reduced gradients, shard fp32 */
+  uint64_t master;        /* bf16/fp16: fp32 master weights (ZeRO 0 whole, else the shard) */
+  uint64_t adam_m, adam_v;/* fp32 (ZeRO 0 whole, else the shard) */
+  uint64_t tokens;        /* input and target ids in backend memory, 2 x B x T int32 */
+  /* backend internals (CUDA) */
+  uint64_t cublaslt;      /* cuBLASLt workspace */
+  uint64_t scratch;       /* cuda_scratch after one step (column-sum partials) */
+  uint64_t attn_workspace;/* cuDNN attention workspace (B x attn_workspace_per_seq) */
+  uint64_t nccl;          /* ESTIMATE: NCCL connection buffers */
+  uint64_t context;       /* ESTIMATE: CUDA context */
+  uint64_t arena;         /* the arena: every category above but nccl and context */
+  uint64_t total;         /* arena + nccl + context */
+  /* against gpu_mem */
+  uint64_t usable;        /* gpu_mem less the headroom */
+  int64_t spare;          /* usable - total; negative when it does not fit */
+  int fits;               /* 1 or 0; -1 when gpu_mem is 0 */
+} st_memory_plan;
+
+/* Plan one configuration. Pure arithmetic; 0, or -1 with st_error naming
+ * the flag when the input is out of range. */
+int st_memory_plan_make(const st_plan_input *in, st_memory_plan *out);
+
+/* Bytes of one category by its JSON name ("weights", "grads_recv",
+ * "activations", "tokens", "cublaslt_workspace", "cuda_scratch", "arena",
+ * "total", ...: the names st_memory_plan_cjson uses, which are also the
+ * category names the trainer's buffers carry in the arena). *known is 0 (and
+ * the result 0) for a name that is no category. */
+uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int *known);
+
+/* NCCL's buffers for one rank, the estimate the plan uses: channels x
+ * min(world - 1, 2) receive connections (a ring's, plus a tree's beyond two
+ * ranks) x (SIMPLE NCCL_BUFFSIZE + LL 512 KiB + LL128 4,915,200 bytes, the
+ * sizes in NCCL's device.h). 0 on one rank (no connection is made). */
+uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels);
+
+/* The size cuda_scratch (kernels/cuda/memory.cu) has grown to after one
+ * training step of B*T = rows rows at width C: its requests in backward's
+ * order (ln_f's LayerNorm, then per block the fcproj, fc, ln_2, attproj,
+ * qkv and ln_1 column sums of st_colsum_chunks(rows) x width floats), then
+ * sum_squares' 512 doubles, under its growth rule max(2x, request, 1 MiB). */
+uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C);
+
+/* "24GiB", "80GB", "81559MiB", "24G" (binary, as in Slurm), "1.5TiB",
+ * "4096B" (util/bytes.h); a unit is required and the size must be > 0.
+ * 0, or -1 with st_error naming flag (exit class ST_EXIT_USAGE). */
+int st_plan_parse_size(const char *flag, const char *text, uint64_t *out);
+
+/* none | selective | full (anything else: none). */
+st_recompute st_recompute_parse(const char *name);
+const char *st_recompute_name(st_recompute r);
+
+/* The plan as the JSON object `shardtrain plan --json` prints: model,
+ * config, bytes (every category; "total"), activations, gpu (checked
+ * against source when p->fits >= 0). model_name and global_batch are the
+ * run's flags, accum its gradient accumulation. st_memory_plan_cjson
+ * returns a cJSON object (cJSON_Delete it); st_memory_plan_json the same
+ * as one unformatted string (free() it). NULL when out of memory. */
+struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int accum,
+                                   const st_plan_input *in, const st_memory_plan *p,
+                                   const char *source);
+char *st_memory_plan_json(const char *model_name, int global_batch, int accum,
+                          const st_plan_input *in, const st_memory_plan *p, const char *source);
+
+/* Free and total memory of the current CUDA device and its name
+ * ("cuda:0 (NVIDIA H200)"). -1 with st_error when the build has no CUDA or
+ * no device is visible. */
+int st_plan_device_memory(uint64_t *free_bytes, uint64_t *total_bytes, char *name, size_t cap);
+
+/* cuDNN's fused attention workspace per sequence when train cannot be
+ * asked (`plan`): its deterministic backward keeps dP, NH x T64^2 bf16/fp16
+ * values with T64 = T rounded up to 64, plus NH x T fp32 row sums. The
+ * formula matches what cuDNN 9.14 reported on an H200 (docs/memory.md);
+ * train uses cuDNN's own figure. Bytes. */
+uint64_t st_plan_cudnn_attention_per_seq(int T, int n_head);
+
+#endif

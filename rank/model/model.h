@@ -1,0 +1,171 @@
+/* model.h - GPT-2 forward and backward schedule over the op table.
+ *
+ * Holds the flat parameter and gradient vectors (padded to a multiple of
+ * the ZeRO world size), activations for one micro-batch of B x T, and the
+ * order in which ops run. It knows nothing of ranks or optimizers.
+ */
+#ifndef ST_MODEL_H
+#define ST_MODEL_H
+
+#include <stdint.h>
+
+#include "kernels/ops.h"
+#include "rank/model/config.h"
+#include "rank/model/params.h"
+#include "util/rng.h"
+
+/* Activations of one block. void *: storage dtype (ops->dtype); float *:
+ * always fp32. */
+typedef struct {
+  void *ln1;                        /* [B,T,C] */
+  float *ln1_mean, *ln1_rstd;       /* [B,T] */
+  void *qkv;                        /* [B,T,3C] */
+  void *atty;                       /* [B,T,C] attention output */
+  float *att;                       /* attention_state_floats(B,T,NH) */
+  void *attproj;                    /* [B,T,C] */
+  void *residual2;                  /* [B,T,C] */
+  void *ln2;
+  float *ln2_mean, *ln2_rstd;
+  void *fch, *fch_gelu;             /* [B,T,4C] */
+  void *fcproj;                     /* [B,T,C] */
+  void *residual3;                  /* [B,T,C] block output */
+} st_block_acts;
+
+/* Activation recompute (Chen et al. 2016; Korthikanti et al. 2022 for the
+ * selective form): none keeps every activation for backward; selective drops
+ * the LayerNorm and GELU outputs (6 of 18 B*T*C-sized tensors per block) and
+ * recomputes them from kept inputs; full keeps only each block's output and
+ * reruns the whole block before its backward. full gives bit-identical
+ * results to none; so does selective where the GELU is not fused into the
+ * GEMM (CPU, fp32). In bf16/fp16 selective's forward takes GELU from the
+ * stored fc output, as its recompute does, so it differs from none by that
+ * rounding (backward is still the exact gradient of its own forward). */
+typedef enum {
+  ST_RECOMPUTE_NONE = 0,
+  ST_RECOMPUTE_SELECTIVE = 1,
+  ST_RECOMPUTE_FULL = 2
+} st_recompute;
+
+typedef struct {
+  st_model_config cfg;
+  st_recompute recompute;
+  st_param_table tab;
+  const st_ops *ops;
+  int64_t padded_total;   /* length of params/grads (>= tab.total) */
+  size_t es;              /* bytes per element of the storage dtype */
+  void *params;           /* working weights, storage dtype, padded_total elements */
+  float *grads;           /* fp32, padded_total elements; NULL when bucketed */
+  /* ZeRO 2 (st_model_init_bucketed): block l's gradients live in
+   * bucket[l % 2] only while its backward runs; the head tensors' (wte, wpe,
+   * ln_f) live in head_grads. */
+  float *head_grads, *bucket[2];
+  int64_t block_begin, block_numel; /* flat range of block 0, size of one block */
+  st_param_views p, g;    /* p: into params (storage dtype); g: into fp32 gradients */
+  int B, T;               /* activation capacity */
+  size_t act_bytes;       /* size of act_mem */
+  void *act_mem;          /* one allocation for everything below */
+  void *encoded;          /* [B,T,C] */
+  st_block_acts *blk;     /* n_layer blocks, then the shared one recompute rebuilds into */
+  void *lnf;              /* [B,T,C] */
+  float *lnf_mean, *lnf_rstd;
+  void *logits;           /* [B,T,Vp]; holds dlogits after a training forward */
+  float *losses;          /* [B,T] */
+  float *losses_host;     /* [B,T] host copy for the loss sum */
+  /* backward scratch, reused by every layer */
+  void *dres, *dln, *dqkv, *datty, *dfch;
+  float *datt;
+} st_model;
+
+/* Bytes of the activation allocation (act_mem) by part. Each buffer's
+ * 256-byte alignment padding counts with the part of that buffer, so the
+ * parts add up to total. */
+typedef struct {
+  size_t embed;        /* encoder output [B,T,C] */
+  size_t blocks;       /* kept per block for backward, n_layer blocks (attention state apart) */
+  size_t recompute;    /* the one shared block recompute rebuilds into (0 with none) */
+  size_t attention;    /* attention state: saved per layer (or in the shared block under
+                        * full), plus backward's datt; fp32; and the padding that makes
+                        * total a multiple of 256 (the arena's unit) */
+  size_t head;         /* ln_f output and statistics, per-token losses */
+  size_t logits;       /* [B*T, Vp] in the storage dtype; holds dlogits after forward */
+  size_t grad_scratch; /* backward's activation gradients dres, dln, datty, dqkv, dfch */
+  size_t total;        /* == st_model.act_bytes */
+} st_act_bytes;
+
+/* The activation bytes st_model_init allocates for micro-batch B x T under
+ * `recompute` in storage dtype `dtype`, where att_floats is the backend's
+ * ops->attention_state_floats(B, T, n_head). Measured by the same layout
+ * code that carves act_mem; allocates nothing. cfg must be validated. */
+void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t att_floats, int B,
+                           int T, st_recompute recompute, st_act_bytes *out);
+
+/* Build the parameter table and allocate working weights (ops->dtype),
+ * fp32 gradients (both padded to a multiple of pad_multiple elements) and
+ * activations for micro-batch B x T under the recompute policy, all in the
+ * memory of `ops` (host for CPU, device for CUDA). Pointers passed
+ * to forward/backward (inp, targets) must live in that memory too.
+ * 0, or -1 with st_error (names the bytes that could not be allocated). */
+int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
+                  int pad_multiple, st_recompute recompute);
+/* As st_model_init, for ZeRO 2: no full gradient vector is ever allocated.
+ * Gradients live in head_grads (wte, wpe, ln_f: head numel floats) and two
+ * one-block buckets of block_numel + 1 floats; backward then needs hooks
+ * (st_model_backward_hooked). 0, or -1 with st_error. */
+int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
+                           int T, int pad_multiple, st_recompute recompute);
+void st_model_free(st_model *m);
+
+/* Set the working weights from host fp32 values host[padded_total],
+ * rounded to the storage dtype. 0, or -1 with st_error. */
+int st_model_set_weights(st_model *m, const float *host);
+/* Read the working weights into host[padded_total] as fp32. 0, or -1. */
+int st_model_get_weights(const st_model *m, float *host);
+
+/* GPT-2 initialisation (Radford et al. 2019 / nanoGPT): weights N(0, 0.02),
+ * residual output projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm
+ * gain 1; padded vocabulary rows 0. Deterministic in the rng's state; drawn
+ * in fp32 into host[padded_total], the source of master and working weights.
+ * 0, or -1 with st_error. */
+int st_model_draw_weights(const st_model *m, st_rng *rng, float *host);
+/* Draw as above and set the working weights. 0, or -1 with st_error. */
+int st_model_init_weights(st_model *m, st_rng *rng);
+
+/* Forward over inp[B,T] (token ids < vocab_size) with targets[B,T]. Returns
+ * the SUM of per-token losses (double). When dloss > 0 the gradient of the
+ * logits, scaled by dloss, is left in m->logits for st_model_backward. */
+double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
+                        float dloss);
+/* Backward of the last training forward; ACCUMULATES into m->grads. */
+void st_model_backward(st_model *m, const int *inp, int B, int T);
+
+/* Hooks into backward for overlapping gradient communication with it.
+ * ready: the flat range [begin, end) of gradients is final for this
+ *   backward; grads points at element begin in the backend's memory (the
+ *   bucket, head_grads or m->grads), which stays valid until reuse(slot) is
+ *   called or backward returns. slot names the buffer: l % 2 for block l,
+ *   2 for [0, block_begin) (wte, wpe), 3 for [ln_f, total).
+ * reuse: the bucket of slot 0 or 1 is about to be zeroed for a new block;
+ *   anything still reading it must finish first. NULL when not needed.
+ * Ranges come in a fixed order: blocks n_layer-1 .. 0, then slot 2, then
+ *   slot 3 (st_model_grad_ranges walks the same order). */
+typedef struct {
+  void (*ready)(void *ctx, const float *grads, int64_t begin, int64_t end, int slot);
+  void (*reuse)(void *ctx, int slot);
+  void *ctx;
+} st_grad_hooks;
+
+/* Backward calling hooks as ranges become final. Without buckets the ranges
+ * point into m->grads (ZeRO 1: reduce-scatter each block's gradients while
+ * earlier blocks compute). With buckets, block l's gradients exist only in
+ * bucket[l % 2] until reuse(l % 2) before block l-2. */
+void st_model_backward_hooked(st_model *m, const int *inp, int B, int T,
+                              const st_grad_hooks *hooks);
+
+/* The hook ranges in backward's order, for a rank that must join the
+ * collectives without a backward of its own: calls fn(ctx, begin, end, slot). */
+void st_model_grad_ranges(const st_model *m, void (*fn)(void *ctx, int64_t begin, int64_t end,
+                                                        int slot), void *ctx);
+/* Zero the gradient vector (with buckets: head_grads). */
+void st_model_zero_grad(st_model *m);
+
+#endif

@@ -1,0 +1,148 @@
+/* run_config.c - run configuration defaults and JSON (see run_config.h). */
+#include "rank/train/run_config.h"
+#include "rank/memory/nccl_buffsize.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A float as the decimal a person typed (2e-3, not 0.0020000000949949026). */
+static double dec(float x) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.7g", x);
+  return strtod(buf, NULL);
+}
+
+void st_run_config_defaults(st_run_config *rc) {
+  memset(rc, 0, sizeof *rc);
+  snprintf(rc->model_name, sizeof rc->model_name, "small");
+  st_model_preset("small", &rc->model);
+  rc->model.block_size = 128;
+  rc->seq_len = 128;
+  rc->model.vocab_size = 0; /* from the data file */
+  rc->micro_batch = 8;
+  rc->global_batch = 16;
+  rc->zero_stage = 1;
+  snprintf(rc->precision, sizeof rc->precision, "auto");
+  snprintf(rc->recompute, sizeof rc->recompute, "none");
+  snprintf(rc->attention, sizeof rc->attention, "auto");
+  rc->loss_scale_max = 16777216.0f;
+  snprintf(rc->device, sizeof rc->device, "auto");
+  snprintf(rc->out, sizeof rc->out, "runs/default");
+  snprintf(rc->resume, sizeof rc->resume, "auto");
+  rc->steps = 100;
+  rc->optim = (st_optim_config){.lr = 1e-3f, .min_lr_frac = 0.1f, .warmup_steps = 20,
+                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.95f,
+                                .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
+  rc->seed = 1337;
+  rc->ckpt_every = 0;
+  rc->val_every = 0;
+  rc->val_seqs = 256;
+  rc->log_every = 1;
+  rc->headroom_pct = 5.0f;
+  rc->mem_warn_fraction = 0.9f;
+  rc->nccl_timeout_s = 600;
+  rc->nccl_cga = -1;
+  rc->nccl_overlap_ctas = 4;
+}
+
+void st_run_config_set_tokenizer(st_run_config *rc, const char *name, const char *digest,
+                                 int vocab) {
+  snprintf(rc->tokenizer_name, sizeof rc->tokenizer_name, "%s", name ? name : "");
+  snprintf(rc->tokenizer_digest, sizeof rc->tokenizer_digest, "%s", digest ? digest : "");
+  rc->tokenizer_vocab = vocab;
+}
+
+int st_run_config_given(const st_run_config *rc, const char *flag) {
+  char key[80];
+  snprintf(key, sizeof key, " %s ", flag);
+  return strstr(rc->given, key) != NULL;
+}
+
+void st_run_config_mark_given(st_run_config *rc, const char *flag) {
+  if (st_run_config_given(rc, flag)) return;
+  size_t n = strlen(rc->given), k = strlen(flag);
+  if (n == 0 && k + 2 < sizeof rc->given) rc->given[n++] = ' ';
+  if (n + k + 2 > sizeof rc->given) return;
+  memcpy(rc->given + n, flag, k);
+  rc->given[n + k] = ' ';
+  rc->given[n + k + 1] = 0;
+}
+
+void st_run_config_schedule(st_run_config *rc) {
+  if (!rc->lr_decay_fixed) rc->optim.total_steps = rc->steps;
+  if (rc->optim.warmup_steps > 0 && rc->optim.warmup_steps > rc->optim.total_steps) {
+    rc->warmup_capped_from = rc->optim.warmup_steps; /* said in the config block */
+    rc->optim.warmup_steps = (int)rc->optim.total_steps;
+  }
+}
+
+char *st_run_config_to_json(const st_run_config *rc) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON *m = cJSON_AddObjectToObject(o, "model");
+  cJSON_AddStringToObject(m, "name", rc->model_name);
+  st_model_add_json(m, &rc->model, "block_size");
+  cJSON *t = cJSON_AddObjectToObject(o, "train");
+  cJSON_AddNumberToObject(t, "micro_batch", rc->micro_batch);
+  cJSON_AddNumberToObject(t, "global_batch", rc->global_batch);
+  cJSON_AddNumberToObject(t, "seq_len", rc->seq_len);
+  cJSON_AddStringToObject(t, "init_from", rc->init_from);
+  cJSON_AddNumberToObject(t, "zero_stage", rc->zero_stage);
+  cJSON_AddStringToObject(t, "precision", rc->precision);
+  cJSON_AddStringToObject(t, "recompute", rc->recompute);
+  cJSON_AddNumberToObject(t, "steps", (double)rc->steps);
+  cJSON_AddNumberToObject(t, "lr", dec(rc->optim.lr));
+  cJSON_AddNumberToObject(t, "min_lr_frac", dec(rc->optim.min_lr_frac));
+  cJSON_AddNumberToObject(t, "warmup_steps", rc->optim.warmup_steps);
+  cJSON_AddNumberToObject(t, "lr_decay_steps", (double)rc->optim.total_steps);
+  cJSON_AddNumberToObject(t, "beta1", dec(rc->optim.beta1));
+  cJSON_AddNumberToObject(t, "beta2", dec(rc->optim.beta2));
+  cJSON_AddNumberToObject(t, "eps", dec(rc->optim.eps));
+  cJSON_AddNumberToObject(t, "weight_decay", dec(rc->optim.weight_decay));
+  cJSON_AddNumberToObject(t, "grad_clip", dec(rc->optim.grad_clip));
+  cJSON_AddNumberToObject(t, "seed", (double)rc->seed);
+  cJSON_AddStringToObject(t, "data", rc->data);
+  /* Read back on resume (rank/train/resume_config.c) for the flags not given. */
+  cJSON_AddStringToObject(t, "val_data", rc->val_data);
+  cJSON_AddNumberToObject(t, "ckpt_every", rc->ckpt_every);
+  cJSON_AddNumberToObject(t, "keep_last", rc->keep_last);
+  cJSON_AddNumberToObject(t, "val_every", rc->val_every);
+  cJSON_AddNumberToObject(t, "val_seqs", rc->val_seqs);
+  cJSON_AddNumberToObject(t, "log_every", rc->log_every);
+  cJSON_AddNumberToObject(t, "loss_scale_max", dec(rc->loss_scale_max));
+  cJSON_AddStringToObject(t, "attention", rc->attention);
+  /* what the ids mean: a resumed run refuses data of another tokenizer */
+  cJSON *k = cJSON_AddObjectToObject(o, "tokenizer");
+  cJSON_AddStringToObject(k, "name", rc->tokenizer_name);
+  cJSON_AddStringToObject(k, "digest", rc->tokenizer_digest);
+  cJSON_AddNumberToObject(k, "vocab_size", rc->tokenizer_vocab);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+int st_run_overlap_ctas(const st_run_config *rc) {
+  if (rc->zero_stage == 0) return 0;
+  int n = rc->nccl_overlap_ctas;
+  if (rc->nccl_max_ctas > 0 && n > rc->nccl_max_ctas) n = rc->nccl_max_ctas;
+  return n;
+}
+
+void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dtype dt,
+                       st_plan_input *in) {
+  memset(in, 0, sizeof *in);
+  in->model = rc->model;
+  in->micro_batch = rc->micro_batch;
+  in->seq_len = rc->seq_len;
+  in->world = world;
+  in->zero_stage = rc->zero_stage;
+  in->dtype = dt;
+  in->recompute = st_recompute_parse(rc->recompute);
+  in->backend = be;
+  long long bs; /* strict; train and plan refused a bad value before (st_nccl_buffsize_env) */
+  in->nccl_buffsize = st_nccl_buffsize_env(&bs) == 0 && bs > 0 ? bs : rc->nccl_buffsize;
+  in->nccl_channels = rc->nccl_max_ctas;
+  in->nccl_overlap_channels = st_run_overlap_ctas(rc);
+  in->headroom_pct = rc->headroom_pct;
+}

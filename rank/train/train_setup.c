@@ -1,0 +1,833 @@
+/* train_setup.c - what a rank does before its first step (see
+ * trainer_state.h): choose the backend and bind the GPU, open the data and
+ * check the batch arithmetic, make sure the run directory is writable and
+ * shared, allocate the model and optimizer state, resume or initialise. */
+#define _XOPEN_SOURCE 700
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/model_source.h"
+#include "io/checkpoint_dirs.h"
+#include "io/tokenizer.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "collectives/collectives_nccl.h"
+#include "kernels/ops_cuda.h"
+#endif
+#include "kernels/profile.h"
+#include "rank/train/config_agree.h"
+#include "rank/train/device_select.h"
+#include "rank/memory/memory_fit.h"
+#include "rank/memory/nccl_buffsize.h"
+#include "rank/train/run_dir_setup.h"
+#include "rank/train/trainer_state.h"
+#include "util/bytes.h"
+#include "util/error.h"
+#include "util/fsutil.h"
+
+static int is_bin(const char *path) {
+  size_t n = strlen(path);
+  return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
+}
+
+/* Pick CPU or CUDA, bind this rank's GPU by node-local rank, and check the
+ * precision and recompute choices the backend supports. */
+static int setup_backend(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  const st_env *e = tr->env;
+  st_device dev;
+  if (st_device_select(rc->device, e, &dev)) return -1;
+  const int cuda = dev.index >= 0;
+  tr->device_index = dev.index;
+  snprintf(tr->device_name, sizeof tr->device_name, "%s", dev.name);
+  tr->ops = st_ops_cpu();
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (cuda) {
+    if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "bf16");
+    tr->ops = st_ops_cuda(strcmp(rc->precision, "bf16") == 0   ? ST_BF16
+                          : strcmp(rc->precision, "fp16") == 0 ? ST_FP16
+                                                                 : ST_FP32);
+  }
+#endif
+  st_error_code(ST_EXIT_USAGE);
+  long long nccl_bs; /* every rank, before NCCL's init reads it (exit 2) */
+  if (st_nccl_buffsize_env(&nccl_bs)) return -1;
+  snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
+  if (getenv("ST_PROFILE_OPS")) { /* diagnostics: docs/benchmarks.md */
+    tr->ops = st_ops_profiled(tr->ops);
+    tr->profile = 1;
+  }
+  /* OpenMP's default is one thread per core in every rank: with several
+   * ranks per node that oversubscribes the cores several times over. Unless
+   * the user chose, split the node's cores among its ranks. */
+  if (!cuda && !getenv("OMP_NUM_THREADS")) {
+    int per = omp_get_num_procs() / (e->local_world > 0 ? e->local_world : 1);
+    omp_set_num_threads(per > 0 ? per : 1);
+    tr->omp_auto = 1;
+  }
+  if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
+  if (!cuda && strcmp(rc->precision, "fp32") != 0 && tr->resume_found &&
+      !st_run_config_given(rc, "--precision")) {
+    /* the checkpoint's precision, from a GPU run: its weights are stored in
+     * fp32, so the CPU continues in fp32, and says so */
+    size_t n = strlen(tr->resume_note.text);
+    snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n, "  notice     the "
+             "checkpoint trained in %s; the CPU backend runs fp32 (its weights are stored in "
+             "fp32, nothing is lost)\n", rc->precision);
+    snprintf(rc->precision, sizeof rc->precision, "fp32");
+  }
+  if (!cuda && strcmp(rc->precision, "fp32") != 0)
+    return st_error_set("--precision %s: the CPU backend is the fp32 reference; use --precision "
+                        "fp32 (or auto) on the CPU, or run on GPUs for bf16/fp16",
+                        rc->precision);
+  st_error_code(ST_EXIT_ERROR);
+  return 0;
+}
+
+/* Collectives on backend memory: MPI on host buffers, NCCL on GPUs. */
+static int setup_collectives(trainer *tr) {
+  tr->dcomm = tr->comm;
+  if (tr->device_index < 0) return 0;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  st_nccl_options o = {.timeout_s = tr->rc->nccl_timeout_s, .cga_cluster_size = tr->rc->nccl_cga,
+                       .min_ctas = tr->rc->nccl_min_ctas, .max_ctas = tr->rc->nccl_max_ctas,
+                       .buffsize = tr->rc->nccl_buffsize,
+                       .overlap_max_ctas = st_run_overlap_ctas(tr->rc)};
+  if (st_comm_nccl_init(&tr->nccl, &o)) return -1;
+  tr->dcomm = &tr->nccl;
+#endif
+  return 0;
+}
+
+/* The data's tokenizer against the run's (rank/train/run_config.h): a digest
+ * from the checkpoint (or an import) must match the data file's; a fresh
+ * run takes the data's. A vocabulary other than the model's is refused
+ * too, except byte data under a larger --vocab-size (benchmarks size the
+ * model like GPT-2 on byte tokens: every id still has its row). */
+static int check_tokenizer(trainer *tr, int file_vocab) {
+  st_run_config *rc = tr->rc;
+  st_tokens_tokenizer d;
+  if (st_tokens_tokenizer_info(rc->data, &d) != 0) return st_error_prefix("--data");
+  char from[1200], tokdir[1200];
+  if (tr->resume_found || !rc->init_from[0]) {
+    snprintf(from, sizeof from, "%s", tr->resume_found ? tr->resume_from : "its import");
+    snprintf(tokdir, sizeof tokdir, "%s/tokenizer", rc->out);
+  } else {
+    snprintf(from, sizeof from, "--init-from %s", rc->init_from);
+    /* a run directory keeps its tokenizer in tokenizer/; an HF directory holds the files */
+    int n = snprintf(tokdir, sizeof tokdir, "%s/tokenizer", rc->init_from);
+    if (n < 0 || n >= (int)sizeof tokdir || !st_path_exists(tokdir))
+      snprintf(tokdir, sizeof tokdir, "%s", rc->init_from);
+  }
+  if (d.known && rc->tokenizer_digest[0] && strcmp(d.digest, rc->tokenizer_digest) != 0)
+    return st_error_set("--data %s was tokenized with %s (vocab %d, digest %.12s), but the run "
+                        "in %s uses %s (vocab %d, digest %.12s, from %s): its ids mean other "
+                        "text. Tokenize the text again with the run's tokenizer (shardtrain prep "
+                        "--tokenizer %s ...) or %s",
+                        rc->data, d.name, d.vocab_size, d.digest, rc->out, rc->tokenizer_name,
+                        rc->tokenizer_vocab, rc->tokenizer_digest, from, tokdir,
+                        tr->resume_found || !rc->init_from[0]
+                            ? "train it in a new --out"
+                            : "start from a model made for the data's tokenizer");
+  if (d.known && !rc->tokenizer_digest[0])
+    st_run_config_set_tokenizer(rc, d.name, d.digest, d.vocab_size);
+  const int bytes_under_larger = !strcmp(d.name, "bytes") && file_vocab < rc->model.vocab_size;
+  if (file_vocab > 0 && file_vocab != rc->model.vocab_size && !bytes_under_larger)
+    return st_error_set("--data %s holds ids of a %d-token vocabulary (%s), but the model's "
+                        "vocabulary is %d%s: the embedding rows would not match the tokens. Use "
+                        "data made with the model's tokenizer, or %s", rc->data, file_vocab,
+                        d.known ? d.name : "tokenizer unknown", rc->model.vocab_size,
+                        tr->resume_found ? " (from the checkpoint)" : " (--vocab-size)",
+                        tr->resume_found ? "train it in a new --out" : "drop --vocab-size");
+  return 0;
+}
+
+static int setup_data(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  int file_vocab = 0, val_vocab = 0;
+  st_error_code(ST_EXIT_DATA);
+  tr->train = st_tokens_open(rc->data, "train", &file_vocab);
+  if (!tr->train) return st_error_prefix("--data");
+  tr->ntrain = st_tokens_count(tr->train);
+  const char *val_path = rc->val_data[0] ? rc->val_data : (is_bin(rc->data) ? NULL : rc->data);
+  if (val_path) {
+    tr->val = st_tokens_open(val_path, "val", &val_vocab);
+    if (!tr->val) return st_error_prefix(rc->val_data[0] ? "--val-data" : "--data");
+    tr->nval = st_tokens_count(tr->val);
+  }
+  if (rc->model.vocab_size == 0)
+    rc->model.vocab_size = file_vocab > 0 ? file_vocab : 50257; /* .bin: GPT-2 BPE */
+  else if (file_vocab > rc->model.vocab_size)
+    return st_error_set("--vocab-size %d is smaller than the vocabulary of %s (%d); drop the "
+                        "flag or raise it", rc->model.vocab_size, rc->data, file_vocab);
+  if (check_tokenizer(tr, file_vocab) != 0) return -1;
+  st_error_code(ST_EXIT_ERROR);
+  return 0;
+}
+
+static int setup_batch(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  int world = tr->comm->world, B = rc->micro_batch, T = rc->seq_len;
+  st_error_code(ST_EXIT_USAGE);
+  char use[64];
+  if (rc->auto_fit && rc->global_batch % world != 0) {
+    int lo = rc->global_batch / world * world, hi = lo + world;
+    if (lo > 0) snprintf(use, sizeof use, "%d or %d", lo, hi);
+    else snprintf(use, sizeof use, "%d", hi);
+    return st_error_set("--global-batch %d does not divide by %d ranks: every rank takes the "
+                        "same number of sequences; use --global-batch %s",
+                        rc->global_batch, world, use);
+  }
+  if (!rc->auto_fit && rc->global_batch % (B * world) != 0) {
+    int lo = rc->global_batch / (B * world) * (B * world), hi = lo + B * world;
+    if (lo > 0) snprintf(use, sizeof use, "%d or %d", lo, hi);
+    else snprintf(use, sizeof use, "%d", hi);
+    return st_error_set("--global-batch %d does not divide by --micro-batch %d x %d ranks = %d; "
+                        "use --global-batch %s, or change --micro-batch",
+                        rc->global_batch, B, world, B * world, use);
+  }
+  tr->accum = rc->auto_fit ? 0 : rc->global_batch / (B * world); /* auto-fit: chosen later */
+  tr->step_tokens = (int64_t)rc->global_batch * T;
+  if (tr->ntrain < tr->step_tokens + 1) {
+    st_error_code(ST_EXIT_DATA);
+    return st_error_set("%s holds %lld training tokens, fewer than one global batch needs "
+                        "(%d sequences x %d tokens + 1 = %lld); lower --global-batch or "
+                        "--seq-len, or prepare more text", rc->data, (long long)tr->ntrain,
+                        rc->global_batch, T, (long long)tr->step_tokens + 1);
+  }
+  if (tr->val && tr->nval < (int64_t)T + 1) {
+    st_error_code(ST_EXIT_DATA);
+    return st_error_set("the validation split of %s holds %lld tokens, fewer than one sequence "
+                        "(%d + 1); lower --seq-len or prepare with a larger --val-fraction",
+                        st_tokens_path(tr->val), (long long)tr->nval, T);
+  }
+  /* a shape the flags cannot make (--heads 5 --dim 64) is a bad flag
+   * combination, as plan says too */
+  if (st_model_validate(&rc->model)) return -1;
+  st_error_code(ST_EXIT_ERROR);
+  return 0;
+}
+
+/* --attention: which attention the CUDA tables run for the training shape.
+ * cuDNN's plans are built here, before the memory check, because their
+ * workspace is part of the plan. The CPU has only its reference. */
+static int setup_attention(trainer *tr) {
+  const st_run_config *rc = tr->rc;
+  if (tr->device_index < 0) {
+    if (strcmp(rc->attention, "cudnn") == 0)
+      return st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or "
+                           "fp16); the CPU runs its fp32 reference: use --attention auto|flash");
+    snprintf(tr->attn_note, sizeof tr->attn_note, "the CPU reference (softmax kept, T x T per "
+             "head)");
+    return 0;
+  }
+#ifdef SHARDTRAIN_HAVE_CUDA
+  const st_model_config *m = &rc->model;
+  const st_attention_impl want = strcmp(rc->attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
+                                 : strcmp(rc->attention, "flash") == 0 ? ST_ATTENTION_FLASH
+                                                                        : ST_ATTENTION_AUTO;
+  st_attention_choice ch;
+  if (st_cuda_attention_select(want, tr->ops->dtype, rc->micro_batch, rc->seq_len, m->n_embd,
+                               m->n_head, &ch))
+    return -1;
+  snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
+  tr->attn_ws_per_seq = (ch.workspace_bytes + (size_t)rc->micro_batch - 1) / (size_t)rc->micro_batch;
+  st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * (size_t)rc->micro_batch);
+#endif
+  return 0;
+}
+
+/* This rank's configuration as the memory planner takes it. */
+static void plan_input_of(const trainer *tr, st_plan_input *in) {
+  st_run_plan_input(tr->rc, tr->comm->world,
+                    tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU, tr->ops->dtype, in);
+  in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+}
+
+/* The budget every rank plans against: the smallest over ranks, so that all
+ * ranks make the same choice (on GPUs each reads its own free memory). */
+static int agree_budget(trainer *tr, uint64_t *cap) {
+  st_comm *c = tr->comm;
+  double *all = calloc((size_t)c->world, sizeof *all);
+  if (!all) return st_error_set("out of host memory");
+  all[c->rank] = (double)*cap; /* exact: budgets are far below 2^53 bytes */
+  int rc = c->all_reduce_double_sum(c, all, (size_t)c->world);
+  for (int r = 0; !rc && r < c->world; r++)
+    if ((uint64_t)all[r] < *cap) *cap = (uint64_t)all[r];
+  free(all);
+  return rc;
+}
+
+/* --auto-fit / --auto-fit-zero (docs/memory.md, "train --auto-fit"): before
+ * anything is allocated, choose micro-batch, accumulation, recompute and,
+ * with --auto-fit-zero, the ZeRO stage, with the query plan --fit makes from
+ * the same flags; apply the choice to the run's settings and keep its
+ * explanation for the configuration block and metrics.jsonl. *in is updated
+ * to the choice. Collective (the budget is agreed on). */
+static int setup_auto_fit(trainer *tr, st_plan_input *in, uint64_t cap) {
+  st_run_config *rc = tr->rc;
+  char a[32], b[32], c[32];
+  if (!cap)
+    return st_error_setc(ST_EXIT_USAGE, "--auto-fit needs a memory budget: give --gpu-mem SIZE "
+                         "(the CPU backend has no device memory to read)");
+  /* plan --fit reads the device's total; free memory plus the context
+   * estimate can exceed it on an idle GPU, so the budget is the smaller. */
+  if (tr->have_dev_mem && tr->dev_total && cap > tr->dev_total) cap = tr->dev_total;
+  if (agree_budget(tr, &cap)) return -1;
+  in->gpu_mem = cap;
+  const st_plan_input given = *in;
+  st_plan_fit_query q;
+  st_fit_query_make(in, rc->global_batch, rc->micro_batch_given ? rc->micro_batch : 0,
+                    rc->recompute_given ? in->recompute : ST_RECOMPUTE_NONE, rc->zero_stage,
+                    rc->auto_fit == 2, &q);
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return -1;
+  const st_plan_choice *ch = f.found ? &f.choice : &f.least;
+  if (!f.found)
+    return st_error_setc(ST_EXIT_MEMORY, "--auto-fit: nothing fits %s usable per rank (%s, less "
+                         "%g%% headroom) for global batch %d on %d rank(s): even micro-batch %d, "
+                         "recompute %s, ZeRO %d needs %s. Use more ranks%s, a shorter --seq-len "
+                         "or a smaller model (shardtrain plan --fit shows the search; "
+                         "docs/memory.md)", st_format_bytes(ch->plan.usable, a, sizeof a),
+                         tr->plan_source, in->headroom_pct, rc->global_batch, tr->comm->world,
+                         ch->in.micro_batch, st_recompute_name(ch->in.recompute),
+                         ch->in.zero_stage, st_format_bytes(ch->plan.total, b, sizeof b),
+                         rc->auto_fit == 2 ? "" : ", --auto-fit-zero");
+  char why[4096], change[300];
+  st_plan_fit_explain(&q, &f, "               ", why, sizeof why);
+  st_plan_describe_change(&given, &ch->in, rc->global_batch, change, sizeof change);
+  snprintf(tr->auto_fit_text, sizeof tr->auto_fit_text,
+           "  auto-fit   micro-batch %d x grad-accum %d, recompute %s, ZeRO %d%s: plan %s of %s "
+           "usable (%s, less %g%% headroom), %s to spare\n"
+           "             %s%s\n%s\n", ch->in.micro_batch, ch->accum,
+           st_recompute_name(ch->in.recompute), ch->in.zero_stage,
+           rc->auto_fit == 2 ? " (stage chosen: --auto-fit-zero)" : " (stage as given)",
+           st_format_bytes(ch->plan.total, a, sizeof a),
+           st_format_bytes(ch->plan.usable, b, sizeof b), tr->plan_source, in->headroom_pct,
+           st_format_bytes((uint64_t)ch->plan.spare, c, sizeof c),
+           change[0] ? "changed from the flags: " : "the flags' own settings fit and cost least",
+           change, why);
+  cJSON *j = st_plan_fit_cjson(&q, &f);
+  if (j) {
+    cJSON_AddStringToObject(j, "changed", change);
+    tr->auto_fit_json = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+  }
+  if (!tr->auto_fit_json) return st_error_set("out of host memory");
+  rc->micro_batch = ch->in.micro_batch;
+  snprintf(rc->recompute, sizeof rc->recompute, "%s", st_recompute_name(ch->in.recompute));
+  rc->zero_stage = ch->in.zero_stage;
+  tr->accum = ch->accum;
+  *in = ch->in;
+  in->gpu_mem = 0; /* the caller sets its own rank's cap again */
+  return 0;
+}
+
+/* Pre-flight (docs/memory.md): before anything is allocated, this rank's
+ * memory plan must fit --gpu-mem when given and, on CUDA, the device's free
+ * memory, each less --headroom percent. Free memory is read after the CUDA
+ * context and the NCCL communicator exist, so the plan's context estimate
+ * is added to it rather than counted twice. When it does not fit, the
+ * message names the smallest change that would: --fit's search from the
+ * current settings (micro-batch at most the current one, recompute from the
+ * current policy up, the current ZeRO stage first, then higher, then
+ * lower). The CPU checks only against --gpu-mem. */
+static int setup_memory_check(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  st_plan_input in;
+  plan_input_of(tr, &in);
+  uint64_t cap = rc->gpu_mem;
+  char a[32], b[32], c[32];
+  if (rc->enforce_gpu_mem && (!cap || tr->device_index < 0))
+    return st_error_setc(ST_EXIT_USAGE, "--enforce-gpu-mem holds a GPU's memory above --gpu-mem: "
+                         "%s", !cap ? "give --gpu-mem SIZE too" : "it needs the CUDA backend");
+  if (cap) snprintf(tr->plan_source, sizeof tr->plan_source, "--gpu-mem %s",
+                    st_format_bytes(cap, a, sizeof a));
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (tr->device_index >= 0) {
+    uint64_t fr, tot;
+    char name[160];
+    if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    if (rc->enforce_gpu_mem) {
+      uint64_t held;
+      if (st_cuda_hold_above(rc->gpu_mem, &held)) return -1;
+      tr->gpu_mem_held = held;
+      if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    }
+    tr->have_dev_mem = 1;
+    tr->dev_free_before = fr;
+    tr->dev_total = tot;
+    const uint64_t avail = fr + ST_PLAN_CUDA_CONTEXT;
+    if (!cap || avail < cap) {
+      cap = avail;
+      snprintf(tr->plan_source, sizeof tr->plan_source,
+               "%s free on %s + the %s CUDA context estimate, already made",
+               st_format_bytes(fr, a, sizeof a), name,
+               st_format_bytes(ST_PLAN_CUDA_CONTEXT, b, sizeof b));
+    }
+  }
+#endif
+  const int asked_batch = rc->micro_batch;
+  if (tr->gpu_mem_held) {
+    size_t n = strlen(tr->plan_source);
+    snprintf(tr->plan_source + n, sizeof tr->plan_source - n, "; --enforce-gpu-mem holds %s of "
+             "the GPU", st_format_bytes(tr->gpu_mem_held, c, sizeof c));
+  }
+  if (rc->auto_fit && setup_auto_fit(tr, &in, cap)) return -1;
+  if (rc->micro_batch != asked_batch && tr->device_index >= 0) {
+    /* cuDNN's plans and workspace are per shape: choose again at the
+     * micro-batch auto-fit picked, so the arena holds that workspace */
+    if (setup_attention(tr)) return -1;
+    in.attn_workspace_per_seq = tr->attn_ws_per_seq;
+  }
+  in.gpu_mem = cap;
+  if (st_memory_plan_make(&in, &tr->plan)) return -1;
+  if (tr->plan.fits != 0) {
+    tr->plan_json = st_memory_plan_json(rc->model_name, rc->global_batch, tr->accum, &in,
+                                        &tr->plan, tr->plan_source);
+    return tr->plan_json ? 0 : st_error_set("out of host memory");
+  }
+  const st_memory_plan *p = &tr->plan;
+  st_plan_fit_query q;
+  memset(&q, 0, sizeof q);
+  q.base = in;
+  q.global_batch = rc->global_batch;
+  q.search_zero = 2; /* keep the stage if possible, else the next higher */
+  q.order = ST_FIT_NEAREST; /* the smallest change to what was asked for */
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return -1;
+  st_error_code(ST_EXIT_MEMORY);
+  char what[512], change[300];
+  snprintf(what, sizeof what, "the memory plan needs %s per rank, %s is usable (%s, less %g%% "
+           "headroom)", st_format_bytes(p->total, a, sizeof a),
+           st_format_bytes(p->usable, b, sizeof b), tr->plan_source, in.headroom_pct);
+  if (!f.found)
+    return st_error_set("%s, and nothing fits: even micro-batch %d, recompute %s, ZeRO %d needs "
+                        "%s. Use more ranks, a shorter --seq-len or a smaller model "
+                        "(shardtrain plan shows the table; docs/memory.md)", what,
+                        f.least.in.micro_batch, st_recompute_name(f.least.in.recompute),
+                        f.least.in.zero_stage, st_format_bytes(f.least.plan.total, c, sizeof c));
+  st_plan_describe_change(&in, &f.choice.in, rc->global_batch, change, sizeof change);
+  char alt[400] = "";
+  if (f.has_alt[in.recompute]) { /* the same policy at a smaller micro-batch */
+    char d[300];
+    const st_plan_choice *ac = &f.alt[in.recompute];
+    st_plan_describe_change(&in, &ac->in, rc->global_batch, d, sizeof d);
+    snprintf(alt, sizeof alt, "; or, keeping --recompute %s: %s (plan %s)",
+             st_recompute_name(in.recompute), d, st_format_bytes(ac->plan.total, b, sizeof b));
+  }
+  return st_error_set("%s. The smallest change that fits: %s (plan %s)%s. shardtrain plan shows "
+                      "the table and --fit the choices; train --auto-fit instead applies the "
+                      "cheapest by estimated step time (docs/memory.md)", what, change,
+                      st_format_bytes(f.choice.plan.total, c, sizeof c), alt);
+}
+
+
+int st_trainer_alloc_state(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  st_comm *c = tr->comm;
+  int B = rc->micro_batch, T = rc->seq_len;
+  const st_ops *ops = tr->ops;
+  st_recompute rec = st_recompute_parse(rc->recompute);
+  /* ZeRO 2 never holds a full gradient vector, not even during setup. */
+  if ((rc->zero_stage == 2 ? st_model_init_bucketed : st_model_init)(&tr->model, &rc->model, ops,
+                                                                      B, T, c->world, rec))
+    return -1;
+  st_partition_make(tr->model.tab.total, c->rank, c->world, &tr->part);
+  /* ZeRO 0 keeps the whole optimizer state on every rank. */
+  if (rc->zero_stage == 0) st_partition_make(tr->model.tab.total, 0, 1, &tr->opt_part);
+  else tr->opt_part = tr->part;
+  size_t n = (size_t)(rc->zero_stage == 0 ? tr->model.padded_total : tr->part.shard);
+  size_t bt = (size_t)B * T;
+  tr->adam_m = ops->alloc(n * sizeof(float), "adam_m");
+  tr->adam_v = ops->alloc(n * sizeof(float), "adam_v");
+  /* ZeRO 1 on one rank: the shard is the whole gradient vector, which the
+   * model already holds; a copy would cost 4 bytes per parameter for nothing. */
+  tr->grad_shard_aliased = rc->zero_stage == 1 && c->world == 1;
+  if (tr->grad_shard_aliased) tr->grad_shard = tr->model.grads;
+  else tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float), "grad_shard")
+                                            : NULL;
+  /* Mixed precision: fp32 master weights for the range this rank updates;
+   * the model holds the bf16/fp16 working copy. fp32 runs update in place. */
+  if (ops->dtype != ST_FP32) {
+    tr->master = ops->alloc(n * sizeof(float), "master");
+    if (!tr->master)
+      return st_error_set("cannot allocate %.1f MiB of %s memory for fp32 master weights",
+                          n * 4.0 / 1048576.0, ops->name);
+  }
+  st_loss_scaler_init(&tr->scaler, ops->dtype == ST_FP16, rc->loss_scale_max);
+  tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
+  if (!tr->bucket_counts) return st_error_set("out of host memory");
+  if (rc->zero_stage == 2) {
+    /* Only the shard is kept: block gradients live in two buckets (made by
+     * st_model_init_bucketed), and each hook slot's reduction lands in its
+     * own buffer (this rank's share of the slot's range at most) until it
+     * is added to the shard. */
+    const st_model *m = &tr->model;
+    const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
+    const int64_t range[ST_COMM_TAGS] = {m->block_numel, m->block_numel, m->block_begin,
+                                         m->tab.total - lnf};
+    for (int s = 0; s < ST_COMM_TAGS; s++) {
+      int64_t k = range[s] < tr->part.shard ? range[s] : tr->part.shard;
+      tr->recv[s] = ops->alloc((size_t)(k + 1) * sizeof(float), "grads_recv");
+      if (!tr->recv[s])
+        return st_error_set("cannot allocate ZeRO-2 receive buffers (%lld floats)", (long long)k);
+    }
+  }
+  tr->d_inp = ops->alloc(bt * sizeof(int), "tokens");
+  tr->d_tgt = ops->alloc(bt * sizeof(int), "tokens");
+  tr->inp = malloc(bt * sizeof(int));
+  tr->tgt = malloc(bt * sizeof(int));
+  tr->scratch = malloc((bt + 1) * sizeof(int));
+  if (!tr->adam_m || !tr->adam_v || (rc->zero_stage >= 1 && !tr->grad_shard) || !tr->inp ||
+      !tr->tgt || !tr->scratch || !tr->d_inp || !tr->d_tgt)
+    return st_error_set("cannot allocate %s memory for optimizer state (%zu floats) and batches",
+                        ops->name, n * 2);
+  tr->config_json = st_run_config_to_json(rc);
+  return 0;
+}
+
+/* The backend's own buffers, made now at the plan's sizes (ops->reserve),
+ * so that nothing is allocated inside the step loop: on CUDA the cuBLASLt
+ * workspace and cuda_scratch, which would otherwise appear on the first
+ * matmul and the first backward. */
+static int setup_reserve(trainer *tr) {
+  const st_memory_plan *p = &tr->plan;
+  if (tr->ops->reserve((size_t)p->cublaslt, (size_t)p->scratch) == 0) return 0;
+  char a[32], b[32];
+  char c[32];
+  return st_error_set("cannot allocate the %s backend's own buffers at setup (cuBLASLt "
+                      "workspace %s, scratch %s, cuDNN attention workspace %s) on %s: the device "
+                      "ran out of memory below the plan; lower --micro-batch or raise --headroom "
+                      "(docs/memory.md)", tr->ops->name, st_format_bytes(p->cublaslt, a, sizeof a),
+                      st_format_bytes(p->scratch, b, sizeof b),
+                      st_format_bytes(p->attn_workspace, c, sizeof c), tr->device_name);
+}
+
+/* The arena (kernels/arena.h): one raw allocation of the plan's arena
+ * bytes, which the backend then carves every planned buffer from.
+ * ST_FAULT_ARENA_SHORT=BYTES makes it that much smaller, so that the last
+ * buffers do not fit (the overflow test). Out-of-memory errors here and in
+ * setup_state carry ST_EXIT_OOM and the report (rank/train/oom.c). */
+static int setup_arena(trainer *tr) {
+  uint64_t bytes = tr->plan.arena;
+  const char *f = getenv("ST_FAULT_ARENA_SHORT");
+  if (f) {
+    const uint64_t cut = strtoull(f, NULL, 10);
+    bytes = cut < bytes ? bytes - cut : 0;
+  }
+  snprintf(tr->phase, sizeof tr->phase, "setup, before the first step");
+  tr->arena_block = tr->ops->alloc((size_t)bytes, "arena");
+  char msg[4096];
+  if (!tr->arena_block) {
+    st_oom_report(tr, tr->phase, "arena", bytes, "the arena's one allocation failed", msg,
+                  sizeof msg);
+    return st_error_setc(ST_EXIT_OOM, "%s", msg);
+  }
+  st_arena_init(&tr->arena, tr->arena_block, (size_t)bytes);
+  tr->ops->use_arena(&tr->arena);
+  st_oom_install(tr);
+  return 0;
+}
+
+/* Model and optimizer state, then the backend's own buffers, all carved
+ * from the arena. A buffer that does not fit is an out-of-memory, named
+ * by its category; an arena not exactly full means the plan and the
+ * allocating code disagree, which is a bug. */
+static int setup_state(trainer *tr) {
+  int rc = st_trainer_alloc_state(tr);
+  if (!rc) rc = setup_reserve(tr);
+  const st_arena *a = &tr->arena;
+  char msg[4096], detail[160];
+  if (a->failed) {
+    snprintf(detail, sizeof detail, "a buffer of this category did not fit in the arena (%zu "
+             "bytes left of %zu)", a->size - a->failed_used, a->size);
+    st_oom_report(tr, tr->phase, a->failed_category, a->failed_bytes, detail, msg, sizeof msg);
+    return st_error_setc(ST_EXIT_OOM, "%s", msg);
+  }
+  if (rc) return -1;
+  if (a->used != a->size) {
+    char parts[1024] = "";
+    size_t n = 0;
+    for (int i = 0; i < a->ncat && n < sizeof parts; i++) {
+      int known = 0;
+      uint64_t want = st_memory_plan_category(&tr->plan, a->cat[i].name, &known);
+      n += (size_t)snprintf(parts + n, sizeof parts - n, "%s%s %llu (plan %llu)", i ? ", " : "",
+                            a->cat[i].name, (unsigned long long)a->cat[i].bytes,
+                            (unsigned long long)want);
+    }
+    return st_error_set("internal error: setup carved %zu bytes from the arena, but the memory "
+                        "plan sized it %zu bytes; by category: %s. rank/memory/memory_plan.c and the "
+                        "allocating code must agree (docs/memory.md, \"The arena\"); please "
+                        "report this", a->used, a->size, parts);
+  }
+  return 0;
+}
+
+/* The end of setup: the arena is sealed (an allocation from now on is a
+ * raw one, which the count below sees), the allocation count the step
+ * loop must keep (trainer.c checks it), and on CUDA the device's free
+ * memory now. */
+static void setup_done(trainer *tr) {
+  tr->arena.sealed = 1;
+  tr->allocs_setup = tr->ops->allocations(NULL);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  size_t fr, tot;
+  if (tr->have_dev_mem && st_cuda_mem_info(&fr, &tot) == 0) tr->dev_free_after = fr;
+  else tr->have_dev_mem = 0;
+#endif
+}
+
+/* host[padded_total] fp32 -> the working weights (storage dtype) and, in
+ * mixed precision, this rank's fp32 master range. */
+static int set_weights(trainer *tr, const float *host) {
+  if (st_model_set_weights(&tr->model, host)) return -1;
+  if (tr->master)
+    tr->ops->to_device(tr->master, host + tr->opt_part.begin,
+                       (size_t)(tr->opt_part.end - tr->opt_part.begin) * sizeof(float));
+  return 0;
+}
+
+/* --init-from SRC (io/model_source.h): the model's shape is the source's.
+ * A shape flag that says otherwise is a usage error naming it. When --out
+ * already holds a checkpoint, the resume wins (a requeued fine-tune
+ * continues, it does not start over) and the two shapes must agree. Reads
+ * the shape only; setup_resume reads the weights. */
+static int setup_init_from(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  if (!rc->init_from[0]) return 0;
+  /* inherited from the checkpoint's config: the source is not needed (it may be gone) */
+  if (tr->resume_found && !st_run_config_given(rc, "--init-from")) return 0;
+  st_model_source s;
+  if (st_model_source_open(rc->init_from, &s)) return st_error_prefix("--init-from");
+  const st_model_config *c = &s.cfg;
+  const struct {
+    const char *flag;
+    int src, now;
+  } k[] = {{"--layers", c->n_layer, rc->model.n_layer},
+           {"--heads", c->n_head, rc->model.n_head},
+           {"--dim", c->n_embd, rc->model.n_embd},
+           {"--vocab-size", c->vocab_size, rc->model.vocab_size}};
+  for (int i = 0; i < 4; i++) {
+    const int by_flag = st_run_config_given(rc, k[i].flag);
+    const int by_preset = i < 3 && st_run_config_given(rc, "--model");
+    if ((by_flag || by_preset) && k[i].src != k[i].now)
+      return st_error_setc(ST_EXIT_USAGE, "%s%s%s sets %s %d, but --init-from %s has %d: the "
+                           "shape comes from the model source; drop %s",
+                           by_flag ? k[i].flag : "--model ", by_flag ? "" : rc->model_name,
+                           "", k[i].flag, k[i].now, rc->init_from, k[i].src,
+                           by_flag ? k[i].flag : "--model");
+  }
+  if (tr->resume_found) {
+    const st_model_config *m = &rc->model;
+    if (m->n_layer != c->n_layer || m->n_head != c->n_head || m->n_embd != c->n_embd ||
+        m->block_size != c->block_size || m->vocab_size != c->vocab_size)
+      return st_error_setc(ST_EXIT_CHECKPOINT, "--init-from %s is a %d-layer, %d-head, width "
+                           "%d model with %d positions and vocab %d, but %s, which --resume "
+                           "continues, holds a %d-layer, %d-head, width %d one with %d and %d: "
+                           "give another --out for a new fine-tune", rc->init_from, c->n_layer,
+                           c->n_head, c->n_embd, c->block_size, c->vocab_size, tr->resume_from,
+                           m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size);
+    size_t n = strlen(tr->resume_note.text);
+    snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n,
+             "  notice     --init-from %s not read: %s holds a checkpoint (step %lld), which "
+             "--resume %s continues (a requeued fine-tune continues, it does not restart)\n",
+             rc->init_from, rc->out, (long long)tr->resume_meta.step, rc->resume);
+    return 0;
+  }
+  rc->model = *c;
+  snprintf(rc->model_name, sizeof rc->model_name, "imported");
+  /* the source's tokenizer, when it has one we read, is the run's: data of
+   * another is refused in setup_data */
+  st_tokenizer *tok = s.tokenizer_dir[0] ? st_tokenizer_load(s.tokenizer_dir) : NULL;
+  if (tok)
+    st_run_config_set_tokenizer(rc, st_tokenizer_name(tok), st_tokenizer_digest(tok),
+                                st_tokenizer_vocab_size(tok));
+  st_tokenizer_free(tok);
+  if (!st_run_config_given(rc, "--seq-len")) rc->seq_len = c->block_size;
+  if (rc->seq_len > c->block_size)
+    return st_error_setc(ST_EXIT_USAGE, "--seq-len %d exceeds the %d positions of --init-from "
+                         "%s; give --seq-len %d or less", rc->seq_len, c->block_size,
+                         rc->init_from, c->block_size);
+  return 0;
+}
+
+/* What --resume names, before anything depends on the settings: the
+ * checkpoint's config fills every setting the flags did not give
+ * (rank/train/resume_config.h), so that the batch, the model, the memory plan and
+ * the schedule are those of the run being continued, and a setting that
+ * would change the function its weights compute is refused here, before
+ * any compute or allocation. Reads only. */
+static int setup_checkpoint(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  tr->resume_found = 0;
+  tr->resume_from[0] = 0;
+  if (strcmp(rc->resume, "none") == 0) {
+    char latest[1200];
+    snprintf(latest, sizeof latest, "%s/ckpt/latest", rc->out);
+    if (st_path_exists(latest)) {
+      st_error_code(ST_EXIT_USAGE);
+      return st_error_set("--resume none, but %s already holds checkpoints (see %s); pass "
+                          "--resume auto to continue that run, or choose a new --out so "
+                          "nothing is overwritten", rc->out, latest);
+    }
+    return setup_init_from(tr);
+  }
+  if (st_ckpt_resolve(rc->out, rc->resume, tr->resume_from, (int)sizeof tr->resume_from,
+                      &tr->resume_found)) {
+    st_error_code(ST_EXIT_CHECKPOINT);
+    if (strncmp(st_error_msg(), "--resume", 8) == 0) return -1; /* it names the flag already */
+    return st_error_prefix("--resume %s", rc->resume);
+  }
+  if (!tr->resume_found) return setup_init_from(tr);
+  if (st_ckpt_read_meta(tr->resume_from, &tr->resume_meta)) {
+    st_error_code(ST_EXIT_CHECKPOINT);
+    return st_error_prefix("--resume %s", rc->resume);
+  }
+  if (st_resume_config_apply(rc, &tr->resume_meta, tr->resume_from, tr->comm->world,
+                             &tr->resume_note))
+    return -1;
+  return setup_init_from(tr);
+}
+
+/* "N bytes" for a file, "missing" when it cannot be read. */
+static void file_size_field(st_agree_list *l, const char *name, const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0)
+    st_agree_add(l, name, ST_EXIT_DATA, "every rank must read the same file (a path on a "
+                 "filesystem every node mounts, or identical copies)", "%s: %lld bytes", path,
+                 (long long)st.st_size);
+  else
+    st_agree_add(l, name, ST_EXIT_DATA, "every rank must read the same file (a path on a "
+                 "filesystem every node mounts, or identical copies)", "%s: missing", path);
+}
+
+/* After the checkpoint's settings are in: every rank holds the same
+ * settings (flags that merely repeat a default on one rank can differ in
+ * effect on resume), resumes the same checkpoint, and reads data files of
+ * the same size. Collective, of fixed size (rank/train/config_agree.h). */
+static int setup_agree_resolved(trainer *tr) {
+  const st_run_config *rc = tr->rc;
+  st_agree_list l;
+  memset(&l, 0, sizeof l);
+  st_agree_run_config(&l, rc);
+  if (tr->resume_found)
+    st_agree_add(&l, "the checkpoint to resume", ST_EXIT_CHECKPOINT, "every rank must see the "
+                 "same run directory (--out on a filesystem every node mounts)", "%s (step %lld)",
+                 tr->resume_from, (long long)tr->resume_meta.step);
+  else
+    st_agree_add(&l, "the checkpoint to resume", ST_EXIT_CHECKPOINT, "every rank must see the "
+                 "same run directory (--out on a filesystem every node mounts)", "none");
+  file_size_field(&l, "the --data file", rc->data);
+  if (rc->val_data[0]) file_size_field(&l, "the --val-data file", rc->val_data);
+  return st_agree_check(tr->comm, &l);
+}
+
+/* Resume from the checkpoint setup_checkpoint found, or initialise fresh
+ * weights. */
+static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
+  st_run_config *rc = tr->rc;
+  const int found = tr->resume_found;
+  *resumed = 0;
+  st_rng_seed(&tr->rng, rc->seed);
+  snprintf(from, (size_t)cap, "%s", tr->resume_from);
+  if (!found) {
+    size_t np = (size_t)tr->model.padded_total;
+    float *host = calloc(np, sizeof(float));
+    if (!host) return st_error_set("cannot allocate host memory for initial weights");
+    int rc_init;
+    if (rc->init_from[0]) { /* the source's weights, a fresh optimizer, step 0 */
+      st_model_source s;
+      rc_init = st_model_source_open(rc->init_from, &s) ||
+                st_model_source_read(&s, &tr->model.tab, host) || set_weights(tr, host);
+      if (rc_init) st_error_prefix("--init-from");
+    } else {
+      rc_init = st_model_draw_weights(&tr->model, &tr->rng, host) || set_weights(tr, host);
+    }
+    free(host);
+    return rc_init ? -1 : 0;
+  }
+  /* Read into host staging buffers, then hand them to the backend. */
+  st_ckpt_meta meta;
+  size_t np = (size_t)tr->model.padded_total, nm = (size_t)(tr->opt_part.end - tr->opt_part.begin);
+  float *hp = calloc(np, sizeof(float)), *hm = calloc(nm + 1, sizeof(float)),
+        *hv = calloc(nm + 1, sizeof(float));
+  int rc_load = -1;
+  if (!hp || !hm || !hv) st_error_set("cannot allocate host memory to load %s", from);
+  else rc_load = st_ckpt_load_shared(from, &tr->model.tab, &tr->opt_part, tr->comm->rank,
+                                     tr->comm->world, hp, hm, hv, &meta);
+  if (!rc_load) rc_load = set_weights(tr, hp);
+  if (!rc_load) {
+    tr->ops->to_device(tr->adam_m, hm, nm * sizeof(float));
+    tr->ops->to_device(tr->adam_v, hv, nm * sizeof(float));
+  }
+  free(hp);
+  free(hm);
+  free(hv);
+  st_error_code(ST_EXIT_CHECKPOINT);
+  if (rc_load) return -1;
+  st_error_code(ST_EXIT_ERROR);
+  snprintf(tr->ckpt_config, sizeof tr->ckpt_config, "%s", meta.config_json);
+  tr->step = meta.step;
+  tr->data_pos = meta.data_position;
+  tr->tokens_seen = meta.tokens_seen;
+  tr->rng.s[0] = meta.rng_state[0];
+  tr->rng.s[1] = meta.rng_state[1];
+  if (meta.has_scaler && tr->scaler.enabled) {
+    tr->scaler.scale = (float)meta.loss_scale;
+    if (tr->scaler.scale > tr->scaler.max_scale) tr->scaler.scale = tr->scaler.max_scale;
+    tr->scaler.clean_steps = meta.scaler_clean_steps;
+    tr->scaler.hysteresis_left = meta.scaler_hysteresis_left;
+  }
+  if (meta.has_scaler) tr->scaler.skipped_steps = meta.skipped_steps;
+  *resumed = 1;
+  return 0;
+}
+
+/* A fresh run keeps its tokenizer's files in RUN_DIR/tokenizer/ (copied
+ * from the data file's /tokenizer), for sample, eval and export. Rank 0,
+ * after the run directory is ours; an existing tokenizer/ (an import's) is
+ * kept. */
+static int setup_tokenizer_files(trainer *tr, int resumed) {
+  const st_run_config *rc = tr->rc;
+  if (resumed || tr->comm->rank != 0) return 0;
+  char dir[1100];
+  snprintf(dir, sizeof dir, "%s/tokenizer", rc->out);
+  if (st_is_dir(dir)) return 0;
+  int n = 0;
+  st_error_code(ST_EXIT_ERROR);
+  if (st_tokens_extract_tokenizer(rc->data, dir, &n) != 0)
+    return st_error_prefix("--out %s: cannot store the tokenizer's files", rc->out);
+  return 0;
+}
+
+int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
+  int code;
+  /* The checkpoint's settings first: everything after depends on them. */
+  if ((code = st_trainer_agree(tr, st_run_dir_lock_existing(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_checkpoint(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_agree_resolved(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_backend(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_collectives(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_data(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_batch(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_attention(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_memory_check(tr) != 0))) return code;
+  /* Memory before the run directory: an out-of-memory here writes nothing. */
+  if ((code = st_trainer_agree(tr, setup_arena(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_state(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_prepare(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_check_writable(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_check_shared(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_run_dir_check_no_overwrite(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_tokenizer_files(tr, *resumed) != 0))) return code;
+  setup_done(tr);
+  return 0;
+}

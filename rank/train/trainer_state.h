@@ -1,0 +1,133 @@
+/* trainer_state.h - the state one rank's training job carries, shared by
+ * the setup (train_setup.c) and the step loop (trainer.c). Internal to rank/. */
+#ifndef ST_TRAINER_STATE_H
+#define ST_TRAINER_STATE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "collectives/collectives.h"
+#include "io/run_lock.h"
+#include "io/tokens.h"
+#include "launcher/env.h"
+#include "rank/train/faults.h"
+#include "rank/optim/loss_scaler.h"
+#include "rank/memory/gpu_monitor.h"
+#include "rank/memory/memory_plan.h"
+#include "rank/model/model.h"
+#include "rank/optim/partition.h"
+#include "rank/train/resume_config.h"
+#include "util/rng.h"
+#include "rank/train/run_config.h"
+
+typedef struct {
+  st_run_config *rc;
+  const st_env *env;
+  st_comm *comm;
+  st_token_source *train, *val;
+  int64_t ntrain, nval;
+  int accum;               /* gradient accumulation steps */
+  int64_t step_tokens;     /* global batch in tokens */
+  st_model model;
+  st_partition part;       /* this rank's ZeRO partition */
+  st_partition opt_part;   /* range whose Adam state this rank keeps */
+  const st_ops *ops;       /* the backend: its memory holds everything below but inp/tgt */
+  st_comm *dcomm;          /* collectives on backend memory: comm itself, or NCCL on GPUs */
+  st_comm nccl;            /* storage for the NCCL communicator when used */
+  char device_name[128];   /* "cpu" or "cuda:N (NVIDIA H200)" */
+  int device_index;        /* CUDA device of this rank, -1 on CPU */
+  int profile;             /* ST_PROFILE_OPS set: ops timed one by one (kernels/profile.h) */
+  int omp_auto;            /* OpenMP threads chosen here (OMP_NUM_THREADS unset) */
+  float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
+  float *master;           /* fp32 master weights of opt_part; NULL when the storage is
+                            * fp32 (the model's params are then the master copy) */
+  st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
+  st_memory_plan plan;     /* this rank's memory plan, checked before allocation */
+  char plan_source[320];   /* what the plan was checked against ("" when not) */
+  char attn_note[320];     /* the attention that runs, for the configuration block */
+  uint64_t attn_ws_per_seq;/* cuDNN attention workspace per sequence (0: ours) */
+  char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
+  st_arena arena;          /* every buffer of the plan's arena, carved at setup, then sealed */
+  void *arena_block;       /* its one raw allocation (ops->alloc), NULL before setup makes it */
+  uint64_t gpu_mem_held;   /* --enforce-gpu-mem: bytes of the GPU held above the cap */
+  char phase[96];          /* where the run is, for an out-of-memory report ("step 5") */
+  char auto_fit_text[6144]; /* --auto-fit: the configuration block's lines ("" without) */
+  char *auto_fit_json;     /* --auto-fit: the search's choice and reasons (metrics.jsonl) */
+  int64_t allocs_setup;    /* the backend's allocation count when setup ended (ops->allocations) */
+  char alloc_msg[400];     /* what allocated after setup ("" while nothing has) */
+  int have_dev_mem;        /* CUDA: dev_free_before/after and dev_total were read */
+  uint64_t dev_free_before, dev_free_after, dev_total; /* cudaMemGetInfo around allocation */
+  float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
+  int grad_shard_aliased;  /* ZeRO 1 on one rank: grad_shard is model.grads itself */
+  float *recv[ST_COMM_TAGS]; /* ZeRO 2: this rank's share of each hook slot's range */
+  size_t *bucket_counts;   /* per-rank share of the range being reduced */
+  int slot_busy[ST_COMM_TAGS];      /* a reduction started on this tag is in flight */
+  int64_t slot_lo[ST_COMM_TAGS];    /* its first element inside this rank's partition */
+  size_t slot_mine[ST_COMM_TAGS];   /* and how many elements this rank receives */
+  int *inp, *tgt, *scratch; /* host: what the data loader fills */
+  int *d_inp, *d_tgt;      /* the same in backend memory */
+  st_rng rng;
+  int64_t step, data_pos, tokens_seen, epoch;
+  char *config_json;
+  char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
+  /* What --resume names, resolved and read before the settings are used
+   * (train_setup.c, setup_checkpoint): found, its step directory, its
+   * metadata, and what its config changed (rank/train/resume_config.h). */
+  int resume_found;
+  char resume_from[1200];
+  st_ckpt_meta resume_meta;
+  st_resume_note resume_note;
+  int trained, validated;  /* did this invocation train / validate at all */
+  long long val_step;      /* the step of the latest validation (val_loss) */
+  FILE *metrics;
+  st_run_lock lock;        /* RUN/run.lock, held by rank 0 (io/run_lock.h); run_id on all ranks */
+  st_gpu_monitor mon;      /* device/process memory readings (gpu_monitor.h) */
+  st_faults faults;        /* the tests' ST_FAULT_* injections (faults.h) */
+  int stats_every;         /* --gpu-stats-every, or --log-every when 0 */
+  int mem_over;            /* use is above --mem-warn-fraction (warned once, until it drops) */
+  st_mem_sample sample;    /* this rank's latest reading */
+  int sample_max[4];       /* over ranks, KiB: rss, cudaMemGetInfo used, NVML used; temp C */
+  double t_start, val_loss;
+  double last_loss;
+  /* --step-timing: this step's seconds by phase (compute is the rest) */
+  struct { double data, compute, comm, optimizer, total; } timing;
+} trainer;
+
+/* All ranks learn whether any failed; the lowest failing rank prints its
+ * message once. Returns that rank's exit code, or 0 when none failed.
+ * Collective over tr->comm. */
+int st_trainer_agree(trainer *tr, int failed);
+
+/* Everything before the first step, each stage agreed on by all ranks:
+ * backend and GPU binding, collectives, data, batch arithmetic, run
+ * directory (writable, shared across nodes), model and optimizer state,
+ * then resume or fresh initialisation. Returns an exit code (0 = ready);
+ * *resumed and from (the checkpoint directory) say what was loaded. */
+int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap);
+
+/* The model and optimizer state in backend memory (tr->ops), sized by
+ * tr->rc and tr->comm's rank count: what the memory plan
+ * (rank/memory/memory_plan.h) counts, allocated here and nowhere else. 0, or -1
+ * with st_error. Part of st_trainer_setup; separate for tests. The
+ * backend's own buffers (cuBLASLt workspace, CUDA scratch) are reserved by
+ * st_trainer_setup after it, at the plan's sizes (ops->reserve). */
+int st_trainer_alloc_state(trainer *tr);
+
+/* The out-of-memory report against tr's plan (rank/train/oom.c) into out[cap]:
+ * when ("step 5", "setup, before step 1"), the category the memory was for
+ * (a plan category name, or anything else for memory outside the plan),
+ * requested bytes (0: unknown), detail (what failed; may be NULL); then
+ * the plan, the arena, the device's free and total memory now, the
+ * checkpoint, and a suggested fix. */
+void st_oom_report(const trainer *tr, const char *when, const char *category, uint64_t requested,
+                   const char *detail, char *out, size_t cap);
+/* Make st_oom_fatal (kernels/arena.h) report against tr's plan, using
+ * tr->phase, and end the job with ST_EXIT_OOM (MPI_Abort, so no peer hangs
+ * in a collective); uninstall before tr goes away. */
+void st_oom_install(trainer *tr);
+void st_oom_uninstall(void);
+
+/* Rank 0 prints the configuration block. */
+void st_trainer_print_config(trainer *tr, int resumed, const char *from);
+
+#endif
