@@ -71,10 +71,11 @@ typedef struct {
   void (*timeline_mark)(const char *label, int tag);
   void (*timeline_step_end)(long long step, int rank);
 
-  /* out[B,T,C] = wte[inp[b,t]] + wpe[t].  inp: token ids in [0, V). */
+  /* out[B,T,C] = wte[inp[b,t]] + wpe[t].  inp: token ids in [0, V). wpe
+   * NULL (rotary positions): out = wte[inp]. */
   void (*encoder_forward)(void *out, const int *inp, const void *wte,
                           const void *wpe, int B, int T, int C);
-  /* dwte[inp] += dout; dwpe[t] += sum_b dout[b,t]. */
+  /* dwte[inp] += dout; dwpe[t] += sum_b dout[b,t] (skipped when dwpe is NULL). */
   void (*encoder_backward)(float *dwte, float *dwpe, const void *dout,
                            const int *inp, int B, int T, int C);
 
@@ -86,6 +87,31 @@ typedef struct {
                              const void *dout, const void *inp,
                              const void *w, const float *mean,
                              const float *rstd, int N, int C);
+
+  /* RMSNorm (Zhang & Sennrich 2019; Llama): out = inp * rstd * w with
+   * rstd = 1/sqrt(mean(inp^2) + eps), over the last dim; rstd [N] saved
+   * for backward. No bias. */
+  void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *w, int N, int C,
+                          float eps);
+  /* dinp ACCUMULATES (the residual stream, as layernorm_backward's); dw += . */
+  void (*rmsnorm_backward)(void *dinp, float *dw, const void *dout, const void *inp,
+                           const void *w, const float *rstd, int N, int C);
+
+  /* Rotary position embedding (Su et al. 2021), Hugging Face Llama's
+   * rotate-half form, IN PLACE on the q and k heads of qkv[B,T,(NH+2*NKV)*HD]
+   * (q heads, then k heads, then v heads, per row; v is untouched): for
+   * pair i < HD/2 of a head at position p = pos0 + t,
+   *   x[i]      <- x[i] cos - x[i+HD/2] sin,
+   *   x[i+HD/2] <- x[i+HD/2] cos + x[i] sin,
+   * with cos = cs[p*HD + i], sin = cs[p*HD + HD/2 + i]: cs is an fp32 table
+   * [maxT, HD] (rank/model/rope.h builds it, Llama 3 scaling included) in
+   * the backend's memory. */
+  void (*rope_forward)(void *qkv, const float *cs, int B, int T, int pos0, int NH, int NKV,
+                       int HD);
+  /* The transpose (inverse rotation) IN PLACE on the dq and dk heads of
+   * dqkv, positions 0..T-1: turns the gradient w.r.t. rotated q, k into the
+   * gradient w.r.t. the projection's output. */
+  void (*rope_backward)(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int HD);
 
   /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
   void (*matmul_forward)(void *out, const void *inp, const void *w,
@@ -108,34 +134,43 @@ typedef struct {
                                const void *inp, const void *w, const void *pre, int N, int C,
                                int OC);
 
-  /* Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v per row, heads
-   * of size C/NH. out[B,T,C]. att is what forward saves for backward and datt
+  /* Causal multi-head self-attention with grouped-query attention
+   * (Ainslie et al. 2023): qkv[B,T,(NH+2*NKV)*HD] holds NH query heads, then
+   * NKV key heads, then NKV value heads per row, HD = C/NH; query head h
+   * reads kv head h / (NH/NKV). NKV == NH is GPT-2's [B,T,3C]; NKV divides
+   * NH. out[B,T,C], scale 1/sqrt(HD). att is what forward saves for backward and datt
    * backward's scratch, each attention_state_floats(B, T, NH) floats: the CPU
    * reference keeps the softmax [B,NH,T,T]; a flash-attention backend keeps
    * only per-row statistics (O(B*NH*T)), so no T x T matrix exists. */
   int64_t (*attention_state_floats)(int B, int T, int NH);
   void (*attention_forward)(void *out, float *att, const void *qkv,
-                            int B, int T, int C, int NH);
+                            int B, int T, int C, int NH, int NKV);
   /* out: forward's output (flash backends take D = rowsum(dO * O) from it). */
   void (*attention_backward)(void *dqkv, float *datt, const void *dout,
                              const void *qkv, const void *out, const float *att,
-                             int B, int T, int C, int NH);
+                             int B, int T, int C, int NH, int NKV);
 
-  /* Inference (rank/model/infer.h): causal attention of n_new new positions over a
-   * KV cache. kcache and vcache [B, maxT, C] (storage dtype) hold the keys
-   * and values of positions 0 .. pos0-1 of each sequence; the op first
-   * writes the new rows' keys and values (from qkv[B, n_new, 3C], q|k|v per
-   * row as in attention_forward) at positions pos0 .. pos0+n_new-1, then
+  /* Inference (rank/model/infer.h): causal attention of n_new new positions
+   * over a KV cache. kcache and vcache [B, maxT, NKV*HD] (storage dtype)
+   * hold the keys and values of positions 0 .. pos0-1 of each sequence; the
+   * op first writes the new rows' keys and values (from qkv[B, n_new,
+   * (NH+2*NKV)*HD], laid out as in attention_forward, RoPE already applied) at positions pos0 .. pos0+n_new-1, then
    * out[B, n_new, C] gets the attention of the query at position pos0+i over
    * keys 0 .. pos0+i. pos0 + n_new <= maxT. With pos0 = 0 and n_new = T the
    * rows equal attention_forward's; each later call costs n_new positions,
    * not a re-run of the prefix. Keeps no softmax state (no backward). */
   void (*attention_decode)(void *out, void *kcache, void *vcache, const void *qkv, int B,
-                           int n_new, int pos0, int maxT, int C, int NH);
+                           int n_new, int pos0, int maxT, int C, int NH, int NKV);
 
   /* GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2). */
   void (*gelu_forward)(void *out, const void *inp, int64_t n);
   void (*gelu_backward)(void *dinp, const void *inp, const void *dout, int64_t n);
+
+  /* SwiGLU (Shazeer 2020): inp[N,2F] holds gate | up per row;
+   * out[N,F] = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
+  void (*swiglu_forward)(void *out, const void *inp, int N, int F);
+  /* dinp[N,2F] (OVERWRITTEN) = d gate | d up from dout[N,F] and inp. */
+  void (*swiglu_backward)(void *dinp, const void *dout, const void *inp, int N, int F);
 
   /* out = a + b, n elements. */
   void (*residual_forward)(void *out, const void *a, const void *b, int64_t n);

@@ -99,13 +99,14 @@ static void p_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const vo
   TIMED(l, g_inner->matmul_backward_gelu(dinp, dw, dbias, dout, inp, w, pre, N, C, OC));
 }
 static void p_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
-                                int NH) {
-  TIMED("attention_forward", g_inner->attention_forward(out, att, qkv, B, T, C, NH));
+                                int NH, int NKV) {
+  TIMED("attention_forward", g_inner->attention_forward(out, att, qkv, B, T, C, NH, NKV));
 }
 static void p_attention_backward(void *dqkv, float *datt, const void *dout, const void *qkv,
-                                 const void *out, const float *att, int B, int T, int C, int NH) {
+                                 const void *out, const float *att, int B, int T, int C, int NH,
+                                 int NKV) {
   TIMED("attention_backward",
-        g_inner->attention_backward(dqkv, datt, dout, qkv, out, att, B, T, C, NH));
+        g_inner->attention_backward(dqkv, datt, dout, qkv, out, att, B, T, C, NH, NKV));
 }
 static void p_gelu_forward(void *out, const void *inp, int64_t n) {
   TIMED("gelu_forward", g_inner->gelu_forward(out, inp, n));

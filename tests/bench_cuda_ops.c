@@ -77,9 +77,9 @@ static void bench(void) {
        GPU->matmul_backward(c, dw, dw + 3 * C * C, a, b, w, BT, C, 3 * C));
   TIME("matmul_forward 768->50304 (lm head)", -2.0 * BT * C * Vp, 3,
        GPU->matmul_forward(logits, a, w, NULL, BT, C, Vp));
-  TIME("attention_forward", -ATT_FLOP, 5, GPU->attention_forward(c, att, a, B, T, C, NH));
+  TIME("attention_forward", -ATT_FLOP, 5, GPU->attention_forward(c, att, a, B, T, C, NH, NH));
   TIME("attention_backward", -2.5 * ATT_FLOP, 5,
-       GPU->attention_backward(b, datt, a, a, c, att, B, T, C, NH));
+       GPU->attention_backward(b, datt, a, a, c, att, B, T, C, NH, NH));
   TIME("gelu_forward (4C)", 2.0 * 4 * BTC * es, 10, GPU->gelu_forward(c, a, 4 * BTC));
   TIME("gelu_backward (4C)", 4.0 * 4 * BTC * es, 10, GPU->gelu_backward(c, a, b, 4 * BTC));
   TIME("residual_forward", 3.0 * BTC * es, 10, GPU->residual_forward(c, a, b, BTC));

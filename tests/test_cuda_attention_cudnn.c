@@ -157,14 +157,14 @@ static int run_gpu(st_attention_impl impl, const float *qkv, const float *dout, 
   float *d_datt = dev(NULL, GPU->attention_state_floats(B, T, NH));
   float *junk = randn(N * 3 * C, 3.0f);
   void *d_dqkv = dev_st(junk, N * 3 * C);
-  GPU->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
-  GPU->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_out, d_att, B, T, C, NH);
+  GPU->attention_forward(d_out, d_att, d_qkv, B, T, C, NH, NH);
+  GPU->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_out, d_att, B, T, C, NH, NH);
   *out = back_st(d_out, N * C);
   *stats = back(d_att, NS);
   *dqkv = back_st(d_dqkv, N * 3 * C);
   if (dqkv2) {
     upload_st(d_dqkv, junk, N * 3 * C);
-    GPU->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_out, d_att, B, T, C, NH);
+    GPU->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_out, d_att, B, T, C, NH, NH);
     *dqkv2 = back_st(d_dqkv, N * 3 * C);
   }
   free(junk);
@@ -231,10 +231,10 @@ static void timing(st_attention_impl impl, const char *name) {
   for (int i = 0; i < reps + 2; i++) {
     GPU->synchronize();
     double t0 = now_s();
-    GPU->attention_forward(out, att, qkv, B, T, C, NH);
+    GPU->attention_forward(out, att, qkv, B, T, C, NH, NH);
     GPU->synchronize();
     double t1 = now_s();
-    GPU->attention_backward(dqkv, datt, dout, qkv, out, att, B, T, C, NH);
+    GPU->attention_backward(dqkv, datt, dout, qkv, out, att, B, T, C, NH, NH);
     GPU->synchronize();
     double t2 = now_s();
     if (i >= 2) tf += t1 - t0, tb += t2 - t1;

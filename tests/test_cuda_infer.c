@@ -52,12 +52,12 @@ static void test_decode(int B, int T, int C, int NH, int maxT, int pos_start, co
     const int n = plan[c];
     const int64_t rows = (int64_t)B * n;
     float *qkv = randn_st(rows * 3 * C, 1), *out = malloc((size_t)rows * C * sizeof(float));
-    CPU->attention_decode(out, ref_k, ref_v, qkv, B, n, pos, maxT, C, NH);
+    CPU->attention_decode(out, ref_k, ref_v, qkv, B, n, pos, maxT, C, NH, NH);
     void *d_qkv = dev_st(qkv, rows * 3 * C), *d_out = dev_st(NULL, rows * C);
-    GPU->attention_decode(d_out, dk, dv, d_qkv, B, n, pos, maxT, C, NH);
+    GPU->attention_decode(d_out, dk, dv, d_qkv, B, n, pos, maxT, C, NH, NH);
     float *g1 = back_st(d_out, rows * C);
     /* the same step again over the same cache prefix: same bits */
-    GPU->attention_decode(d_out, dk, dv, d_qkv, B, n, pos, maxT, C, NH);
+    GPU->attention_decode(d_out, dk, dv, d_qkv, B, n, pos, maxT, C, NH, NH);
     float *g2 = back_st(d_out, rows * C);
     if (c == 0 || !plan[c + 1]) { /* print the first and last chunk, check all */
       char what[96];

@@ -364,12 +364,12 @@ static void test_attention(int B, int T, int C, int NH) {
   const int64_t GATT = GPU->attention_state_floats(B, T, NH);
   float *qkv = randn_st(BT3C, 1);
   float *out = malloc(BTC * 4), *att = malloc(ATT * 4);
-  CPU->attention_forward(out, att, qkv, B, T, C, NH);
+  CPU->attention_forward(out, att, qkv, B, T, C, NH, NH);
   void *d_qkv = dev_st(qkv, BT3C), *d_out = dev_st(NULL, BTC);
   float *d_att = dev(NULL, GATT);
   float *g[2][2];
   for (int k = 0; k < 2; k++) {
-    GPU->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
+    GPU->attention_forward(d_out, d_att, d_qkv, B, T, C, NH, NH);
     g[k][0] = back_st(d_out, BTC), g[k][1] = back(d_att, GATT);
   }
   /* The tensor-core kernels (bf16/fp16) round P to the dtype before P V, as
@@ -382,7 +382,7 @@ static void test_attention(int B, int T, int C, int NH) {
 
   float *dout = randn_st(BTC, 1), *dqkv0 = randn_st(BT3C, 1), *dqkv = copy_of(dqkv0, BT3C);
   float *datt = malloc(ATT * 4);
-  CPU->attention_backward(dqkv, datt, dout, qkv, out, att, B, T, C, NH);
+  CPU->attention_backward(dqkv, datt, dout, qkv, out, att, B, T, C, NH, NH);
   /* the CUDA backward uses the output and state of the CUDA forward, left in
    * d_out and d_att */
   void *d_dout = dev_st(dout, BTC), *d_dqkv = dev_st(NULL, BT3C);
@@ -391,7 +391,7 @@ static void test_attention(int B, int T, int C, int NH) {
   upload(d_datt, junk, GATT);
   for (int k = 0; k < 2; k++) {
     upload_st(d_dqkv, dqkv0, BT3C);
-    GPU->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_out, d_att, B, T, C, NH);
+    GPU->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_out, d_att, B, T, C, NH, NH);
     g[k][0] = back_st(d_dqkv, BT3C);
   }
   /* D from the rounded output: see the header */

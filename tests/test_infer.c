@@ -49,7 +49,7 @@ static void test_decode_matches_forward(void **state) {
   float *qkv = randn((int64_t)B * T * 3 * C, &r);
   float *ref = calloc((size_t)B * T * C, sizeof(float));
   float *att = calloc((size_t)op->attention_state_floats(B, T, NH), sizeof(float));
-  op->attention_forward(ref, att, qkv, B, T, C, NH);
+  op->attention_forward(ref, att, qkv, B, T, C, NH, NH);
   /* chunkings of the T positions: all at once, prefill 5 then one by one, uneven */
   static const int plans[3][14] = {{13, 0}, {5, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {1, 4, 2, 6, 0}};
   float *kc = calloc((size_t)B * maxT * C, sizeof(float));
@@ -64,7 +64,7 @@ static void test_decode_matches_forward(void **state) {
         memcpy(in + (size_t)b * n * 3 * C, qkv + ((size_t)b * T + pos) * 3 * C,
                (size_t)n * 3 * C * sizeof(float));
       float *o = calloc((size_t)B * n * C, sizeof(float));
-      op->attention_decode(o, kc, vc, in, B, n, pos, maxT, C, NH);
+      op->attention_decode(o, kc, vc, in, B, n, pos, maxT, C, NH, NH);
       for (int b = 0; b < B; b++)
         memcpy(out + ((size_t)b * T + pos) * C, o + (size_t)b * n * C, (size_t)n * C * sizeof(float));
       free(o);

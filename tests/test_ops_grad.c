@@ -114,7 +114,7 @@ static void test_layernorm(void **state) {
 typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH; } at_ctx;
 static double at_loss(void *p) {
   at_ctx *c = p;
-  ops->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+  ops->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->NH);
   return dot(c->out, c->R, (int64_t)c->B * c->T * c->C);
 }
 static void test_attention(void **state) {
@@ -125,7 +125,7 @@ static void test_attention(void **state) {
   c.out = zeros((int64_t)c.B * c.T * c.C); c.att = zeros((int64_t)c.B * c.NH * c.T * c.T);
   at_loss(&c);
   float *dqkv = zeros(n), *datt = zeros((int64_t)c.B * c.NH * c.T * c.T);
-  ops->attention_backward(dqkv, datt, c.R, c.qkv, c.out, c.att, c.B, c.T, c.C, c.NH);
+  ops->attention_backward(dqkv, datt, c.R, c.qkv, c.out, c.att, c.B, c.T, c.C, c.NH, c.NH);
   assert_int_equal(check("attention dqkv", c.qkv, dqkv, n, at_loss, &c, 432), 0);
   /* Causality: the first position's output must not depend on later keys. */
   float before = c.out[0];

@@ -11,7 +11,8 @@
 int64_t cpu_attention_state_floats(int B, int T, int NH) { return (int64_t)B * NH * T * T; }
 
 void cpu_attention_forward(void *out_, float *att, const void *qkv_, int B, int T, int C,
-                           int NH) {
+                           int NH, int NKV) {
+  (void)NKV; /* GQA: not yet */
   float *out = out_;
   const float *qkv = qkv_;
   const int hs = C / NH, C3 = 3 * C;
@@ -50,7 +51,9 @@ void cpu_attention_forward(void *out_, float *att, const void *qkv_, int B, int 
 /* datt is scratch of the same shape as att. Softmax backward:
  * dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j]). */
 void cpu_attention_backward(void *dqkv_, float *datt, const void *dout_, const void *qkv_,
-                            const void *out, const float *att, int B, int T, int C, int NH) {
+                            const void *out, const float *att, int B, int T, int C, int NH,
+                            int NKV) {
+  (void)NKV; /* GQA: not yet */
   float *dqkv = dqkv_;
   const float *dout = dout_;
   const float *qkv = qkv_;

@@ -18,7 +18,8 @@ static float score(const float *q, const float *k, int hs, float scale) {
 }
 
 void cpu_attention_decode(void *out_, void *kcache_, void *vcache_, const void *qkv_, int B,
-                          int n_new, int pos0, int maxT, int C, int NH) {
+                          int n_new, int pos0, int maxT, int C, int NH, int NKV) {
+  (void)NKV; /* GQA: not yet */
   float *out = out_, *kc = kcache_, *vc = vcache_;
   const float *qkv = qkv_;
   const int hs = C / NH, C3 = 3 * C;

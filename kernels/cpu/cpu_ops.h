@@ -21,11 +21,12 @@ void cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                          const void *inp, const void *w, int N, int C, int OC);
 int64_t cpu_attention_state_floats(int B, int T, int NH);
 void cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
-                           int NH);
+                           int NH, int NKV);
 void cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *qkv,
-                            const void *out, const float *att, int B, int T, int C, int NH);
+                            const void *out, const float *att, int B, int T, int C, int NH,
+                            int NKV);
 void cpu_attention_decode(void *out, void *kcache, void *vcache, const void *qkv, int B,
-                          int n_new, int pos0, int maxT, int C, int NH);
+                          int n_new, int pos0, int maxT, int C, int NH, int NKV);
 void cpu_gelu_forward(void *out, const void *inp, int64_t n);
 void cpu_gelu_backward(void *dinp, const void *inp, const void *dout, int64_t n);
 void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w,

@@ -506,7 +506,8 @@ extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int
 
 template <typename S>
 void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int T, int C,
-                            int NH) {
+                            int NH, int NKV) {
+  if (NKV != NH) st_cuda_fail("attention: GQA not yet", __FILE__, __LINE__);
   if (use_cudnn<S>(B, T, C, NH)) {
     cudnn_check(cuda_attention_cudnn_forward(out_, att, qkv_, B, T, C, NH, st_storage_dtype<S>(),
                                              g_cudnn_ws));
@@ -529,7 +530,9 @@ void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int
 
 template <typename S>
 void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const void *qkv_,
-                             const void *out_, const float *att, int B, int T, int C, int NH) {
+                             const void *out_, const float *att, int B, int T, int C, int NH,
+                             int NKV) {
+  if (NKV != NH) st_cuda_fail("attention: GQA not yet", __FILE__, __LINE__);
   if (use_cudnn<S>(B, T, C, NH)) {
     cudnn_check(cuda_attention_cudnn_backward(dqkv_, dout_, qkv_, out_, att, B, T, C, NH,
                                               st_storage_dtype<S>(), g_cudnn_ws));
@@ -552,7 +555,9 @@ void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const 
 }
 
 #define ATT_INST(S)                                                                           \
-  template void cuda_attention_forward<S>(void *, float *, const void *, int, int, int, int); \
+  template void cuda_attention_forward<S>(void *, float *, const void *, int, int, int, int,  \
+                                          int);                                              \
   template void cuda_attention_backward<S>(void *, float *, const void *, const void *,       \
-                                           const void *, const float *, int, int, int, int);
+                                           const void *, const float *, int, int, int, int,  \
+                                           int);
 ST_FOR_EACH_STORAGE(ATT_INST)

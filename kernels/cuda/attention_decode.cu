@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
 template <typename S>
 void cuda_attention_decode(void *out_, void *kcache_, void *vcache_, const void *qkv_, int B,
-                           int n_new, int pos0, int maxT, int C, int NH) {
+                           int n_new, int pos0, int maxT, int C, int NH, int NKV) {
+  if (NKV != NH) st_cuda_fail("attention_decode: GQA not yet", __FILE__, __LINE__);
   S *out = (S *)out_, *kc = (S *)kcache_, *vc = (S *)vcache_;
   const S *qkv = (const S *)qkv_;
   const int64_t n = (int64_t)B * n_new * C;
@@ -113,5 +114,5 @@ void cuda_attention_decode(void *out_, void *kcache_, void *vcache_, const void 
 
 #define DEC_INST(S)                                                                          \
   template void cuda_attention_decode<S>(void *, void *, void *, const void *, int, int, int, \
-                                         int, int, int);
+                                         int, int, int, int);
 ST_FOR_EACH_STORAGE(DEC_INST)

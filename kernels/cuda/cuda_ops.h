@@ -220,13 +220,14 @@ void cuda_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *
 int64_t cuda_attention_state_floats(int B, int T, int NH);
 template <typename S>
 void cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
-                            int NH);
+                            int NH, int NKV);
 template <typename S>
 void cuda_attention_backward(void *dqkv, float *datt, const void *dout, const void *qkv,
-                             const void *out, const float *att, int B, int T, int C, int NH);
+                             const void *out, const float *att, int B, int T, int C, int NH,
+                             int NKV);
 template <typename S>
 void cuda_attention_decode(void *out, void *kcache, void *vcache, const void *qkv, int B,
-                           int n_new, int pos0, int maxT, int C, int NH);
+                           int n_new, int pos0, int maxT, int C, int NH, int NKV);
 template <typename S> void cuda_gelu_forward(void *out, const void *inp, int64_t n);
 template <typename S>
 void cuda_gelu_backward(void *dinp, const void *inp, const void *dout, int64_t n);

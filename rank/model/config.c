@@ -20,17 +20,98 @@ static const preset k_presets[] = {
     {"gpt2-774m", 36, 20, 1280}, {"gpt2-1558m", 48, 25, 1600},
 };
 
+/* The Llama family at the shapes of their published config.json files
+ * (Hugging Face meta-llama/Llama-3.2-1B, -3B, Llama-3.1-8B, Qwen/Qwen2.5-0.5B,
+ * -1.5B, HuggingFaceTB/SmolLM2-135M, -360M). */
+typedef struct {
+  const char *name;
+  st_arch arch;
+  int layers, heads, kv_heads, dim, ffn, vocab, max_pos, untied;
+  float theta, eps;
+  float scale_factor; /* Llama 3 rope scaling (low 1, high 4, original 8192); 0: none */
+} family_preset;
+
+static const family_preset k_family[] = {
+    {"llama-3.2-1b", ST_ARCH_LLAMA, 16, 32, 8, 2048, 8192, 128256, 131072, 0, 500000.0f, 1e-5f, 32.0f},
+    {"llama-3.2-3b", ST_ARCH_LLAMA, 28, 24, 8, 3072, 8192, 128256, 131072, 0, 500000.0f, 1e-5f, 32.0f},
+    {"llama-3.1-8b", ST_ARCH_LLAMA, 32, 32, 8, 4096, 14336, 128256, 131072, 1, 500000.0f, 1e-5f, 8.0f},
+    {"qwen2.5-0.5b", ST_ARCH_QWEN2, 24, 14, 2, 896, 4864, 151936, 32768, 0, 1000000.0f, 1e-6f, 0},
+    {"qwen2.5-1.5b", ST_ARCH_QWEN2, 28, 12, 2, 1536, 8960, 151936, 32768, 0, 1000000.0f, 1e-6f, 0},
+    {"smollm2-135m", ST_ARCH_LLAMA, 30, 9, 3, 576, 1536, 49152, 8192, 0, 100000.0f, 1e-5f, 0},
+    {"smollm2-360m", ST_ARCH_LLAMA, 32, 15, 5, 960, 2560, 49152, 8192, 0, 100000.0f, 1e-5f, 0},
+};
+
+const char *st_arch_name(st_arch arch) {
+  switch (arch) {
+  case ST_ARCH_LLAMA: return "llama";
+  case ST_ARCH_QWEN2: return "qwen2";
+  default: return "gpt2";
+  }
+}
+
+int st_arch_parse(const char *name, st_arch *arch) {
+  const st_arch all[] = {ST_ARCH_GPT2, ST_ARCH_LLAMA, ST_ARCH_QWEN2};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(name, st_arch_name(all[i])) == 0) {
+      *arch = all[i];
+      return 0;
+    }
+  return st_error_set("unknown --arch '%s'; use gpt2, llama or qwen2", name);
+}
+
+void st_model_arch_defaults(st_model_config *cfg, st_arch arch) {
+  cfg->arch = arch;
+  if (arch == ST_ARCH_GPT2) {
+    cfg->norm = ST_NORM_LAYERNORM;
+    cfg->pos = ST_POS_LEARNED;
+    cfg->mlp = ST_MLP_GELU;
+    cfg->no_bias = 0;
+    cfg->norm_eps = 1e-5f;
+    cfg->rope_theta = 0;
+    return;
+  }
+  cfg->norm = ST_NORM_RMSNORM;
+  cfg->pos = ST_POS_ROPE;
+  cfg->mlp = ST_MLP_SWIGLU;
+  cfg->no_bias = arch == ST_ARCH_QWEN2 ? ST_NO_BIAS_ALL & ~ST_NO_BIAS_QKV : ST_NO_BIAS_ALL;
+  cfg->norm_eps = arch == ST_ARCH_QWEN2 ? 1e-6f : 1e-5f;
+  cfg->rope_theta = arch == ST_ARCH_QWEN2 ? 1000000.0f : 500000.0f;
+}
+
 int st_model_preset(const char *name, st_model_config *cfg) {
   for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
     if (strcmp(name, k_presets[i].name) == 0) {
+      st_model_arch_defaults(cfg, ST_ARCH_GPT2);
       cfg->n_layer = k_presets[i].layers;
       cfg->n_head = k_presets[i].heads;
       cfg->n_embd = k_presets[i].dim;
       return 0;
     }
   }
+  for (size_t i = 0; i < sizeof k_family / sizeof k_family[0]; i++) {
+    const family_preset *f = &k_family[i];
+    if (strcmp(name, f->name) != 0) continue;
+    st_model_arch_defaults(cfg, f->arch);
+    cfg->n_layer = f->layers;
+    cfg->n_head = f->heads;
+    cfg->n_kv_head = f->kv_heads;
+    cfg->n_embd = f->dim;
+    cfg->ffn_dim = f->ffn;
+    cfg->vocab_size = f->vocab;
+    cfg->block_size = f->max_pos;
+    cfg->untied = f->untied;
+    cfg->rope_theta = f->theta;
+    cfg->norm_eps = f->eps;
+    memset(&cfg->rope_scaling, 0, sizeof cfg->rope_scaling);
+    if (f->scale_factor > 0)
+      cfg->rope_scaling = (st_rope_scaling){ST_ROPE_SCALING_LLAMA3, f->scale_factor, 1.0f, 4.0f,
+                                            8192};
+    return 0;
+  }
   return st_error_set("unknown --model preset '%s'; use one of tiny, small, gpt2-124m, "
-                      "gpt2-350m, gpt2-774m, gpt2-1558m, or give --layers/--heads/--dim",
+                      "gpt2-350m, gpt2-774m, gpt2-1558m, llama-3.2-1b, llama-3.2-3b, "
+                      "llama-3.1-8b, qwen2.5-0.5b, qwen2.5-1.5b, smollm2-135m, smollm2-360m, "
+                      "or give --layers/--heads/--dim",
                       name);
 }
 
@@ -45,6 +126,32 @@ int st_model_validate(st_model_config *cfg) {
   /* the token files' bound (io/tokens.h: uint32 ids past 65536) */
   if (cfg->vocab_size < 2 || cfg->vocab_size > (1 << 24))
     return st_error_set("vocabulary size %d out of range [2, %d]", cfg->vocab_size, 1 << 24);
+  if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
+  if (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head != 0)
+    return st_error_set("--kv-heads %d must divide --heads %d", cfg->n_kv_head, cfg->n_head);
+  if (cfg->ffn_dim == 0) cfg->ffn_dim = 4 * cfg->n_embd;
+  if (cfg->ffn_dim < 1) return st_error_set("--ffn-dim must be >= 1, got %d", cfg->ffn_dim);
+  if (cfg->norm_eps == 0) cfg->norm_eps = 1e-5f;
+  if (!(cfg->norm_eps > 0 && cfg->norm_eps < 1))
+    return st_error_set("--norm-eps must be in (0, 1), got %g", (double)cfg->norm_eps);
+  if (cfg->norm == ST_NORM_LAYERNORM && cfg->norm_eps != 1e-5f)
+    return st_error_set("--norm-eps %g: LayerNorm uses 1e-5 only; RMSNorm (--arch llama|qwen2) "
+                        "takes any epsilon",
+                        (double)cfg->norm_eps);
+  if (cfg->pos == ST_POS_ROPE) {
+    if (cfg->rope_theta == 0) cfg->rope_theta = 10000.0f;
+    if (!(cfg->rope_theta > 1))
+      return st_error_set("--rope-theta must be > 1, got %g", (double)cfg->rope_theta);
+    if (st_model_head_dim(cfg) % 2 != 0)
+      return st_error_set("rotary positions need an even head size; --dim %d / --heads %d = %d",
+                          cfg->n_embd, cfg->n_head, st_model_head_dim(cfg));
+    const st_rope_scaling *r = &cfg->rope_scaling;
+    if (r->kind == ST_ROPE_SCALING_LLAMA3 &&
+        !(r->factor >= 1 && r->low_freq_factor > 0 && r->high_freq_factor > r->low_freq_factor &&
+          r->original_max_pos > 0))
+      return st_error_set("llama3 rope scaling needs factor >= 1, 0 < low_freq_factor < "
+                          "high_freq_factor and original_max_position_embeddings > 0");
+  }
   cfg->padded_vocab_size = (cfg->vocab_size + 127) / 128 * 128;
   return 0;
 }

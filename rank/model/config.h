@@ -4,21 +4,91 @@
 
 #include <stdint.h>
 
-/* Shape of a GPT-2 style decoder. vocab_size is the tokenizer's vocabulary;
- * padded_vocab_size rounds it up to a multiple of 128 (padded rows of the
- * tied embedding exist but never win a softmax and get no gradient). */
+/* The architecture of a decoder-only transformer: one description that
+ * the one schedule (rank/model/model.c) reads. GPT-2 (Radford et al. 2019)
+ * and the Llama family (Llama 3, Qwen2, SmolLM2: Touvron et al. 2023,
+ * Grattafiori et al. 2024, Yang et al. 2024) are instances of it.
+ *
+ * Every field's zero value is GPT-2's choice, so a config that sets only
+ * the shape (n_layer .. vocab_size) is GPT-2; st_model_validate fills the
+ * derived zeros (n_kv_head, ffn_dim, norm_eps, rope_theta) and
+ * st_model_arch_defaults sets a family's choices in one call. */
+typedef enum { ST_ARCH_GPT2 = 0, ST_ARCH_LLAMA = 1, ST_ARCH_QWEN2 = 2 } st_arch;
+typedef enum { ST_NORM_LAYERNORM = 0, ST_NORM_RMSNORM = 1 } st_norm_kind;
+typedef enum { ST_POS_LEARNED = 0, ST_POS_ROPE = 1 } st_pos_kind;
+typedef enum { ST_MLP_GELU = 0, ST_MLP_SWIGLU = 1 } st_mlp_kind;
+typedef enum { ST_ROPE_SCALING_NONE = 0, ST_ROPE_SCALING_LLAMA3 = 1 } st_rope_scaling_kind;
+
+/* Projections without a bias (bits of st_model_config.no_bias). GPT-2: 0;
+ * Llama: all; Qwen2: all but ST_NO_BIAS_QKV. RMSNorm never has a bias. */
+enum {
+  ST_NO_BIAS_QKV = 1,   /* attn.qkv.bias */
+  ST_NO_BIAS_PROJ = 2,  /* attn.proj.bias */
+  ST_NO_BIAS_MLP = 4,   /* mlp.fc.bias and mlp.proj.bias */
+  ST_NO_BIAS_ALL = 7
+};
+
+/* Llama 3's frequency-dependent RoPE scaling (Hugging Face
+ * rope_scaling {"rope_type": "llama3", ...}, _compute_llama3_parameters):
+ * wavelengths longer than original_max_pos / low_freq_factor are divided
+ * by factor, shorter than original_max_pos / high_freq_factor kept, and
+ * the band between interpolated smoothly. */
+typedef struct {
+  st_rope_scaling_kind kind;
+  float factor, low_freq_factor, high_freq_factor;
+  int original_max_pos;
+} st_rope_scaling;
+
+/* vocab_size is the tokenizer's vocabulary; padded_vocab_size rounds it up
+ * to a multiple of 128 (padded rows of the embedding and the head exist but
+ * never win a softmax and get no gradient). Attention has n_head query
+ * heads and n_kv_head key/value heads (GQA; 1 is MQA) of head_dim =
+ * n_embd / n_head each. */
 typedef struct {
   int n_layer;
   int n_head;
   int n_embd;            /* C, the residual width */
-  int block_size;        /* maximum sequence length (rows of wpe) */
+  int block_size;        /* maximum sequence length (rows of wpe; RoPE: positions) */
   int vocab_size;
   int padded_vocab_size;
+  st_arch arch;          /* the family: names, import/export, defaults */
+  int n_kv_head;         /* 0: n_head */
+  int ffn_dim;           /* MLP hidden width; 0: 4 * n_embd */
+  st_norm_kind norm;
+  float norm_eps;        /* 0: 1e-5 (LayerNorm is always 1e-5) */
+  st_pos_kind pos;
+  float rope_theta;      /* RoPE base; 0: 10000 */
+  st_rope_scaling rope_scaling;
+  st_mlp_kind mlp;       /* SwiGLU's mlp.fc holds gate rows, then up rows: [2F, C] */
+  unsigned no_bias;      /* ST_NO_BIAS_* bits */
+  int untied;            /* 1: lm_head.weight of its own; 0: the head is wte */
 } st_model_config;
 
-/* Fill cfg from a preset name ("tiny", "small", "gpt2-124m", "gpt2-350m",
- * "gpt2-774m", "gpt2-1558m"). vocab_size and block_size are left for the
- * caller to set. 0, or -1 with st_error naming the known presets. */
+/* Set arch and its choices of norm, positions, MLP, biases and the
+ * defaults of norm_eps and rope_theta (gpt2: LayerNorm, learned, GELU, all
+ * biases; llama: RMSNorm 1e-5, RoPE 500000, SwiGLU, no biases; qwen2:
+ * RMSNorm 1e-6, RoPE 1e6, SwiGLU, q/k/v biases). Shape, n_kv_head, ffn_dim,
+ * rope_scaling and untied are left as they are. */
+void st_model_arch_defaults(st_model_config *cfg, st_arch arch);
+/* "gpt2", "llama", "qwen2" <-> st_arch. Parse: 0, or -1 with st_error. */
+const char *st_arch_name(st_arch arch);
+int st_arch_parse(const char *name, st_arch *arch);
+/* Head size, n_embd / n_head. */
+static inline int st_model_head_dim(const st_model_config *c) { return c->n_embd / c->n_head; }
+/* Width of the fused q|k|v projection's output: (n_head + 2 n_kv_head) * head_dim.
+ * Valid after st_model_validate (n_kv_head set). */
+static inline int st_model_qkv_dim(const st_model_config *c) {
+  return (c->n_head + 2 * c->n_kv_head) * st_model_head_dim(c);
+}
+
+/* Fill cfg from a preset name. GPT-2 sizes ("tiny", "small", "gpt2-124m",
+ * "gpt2-350m", "gpt2-774m", "gpt2-1558m") set the shape and leave
+ * vocab_size and block_size for the caller; the family presets
+ * ("llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b",
+ * "qwen2.5-1.5b", "smollm2-135m", "smollm2-360m") set the whole
+ * description at the real model's shape, vocab_size and block_size
+ * (max_position_embeddings) included. 0, or -1 with st_error naming the
+ * known presets. */
 int st_model_preset(const char *name, st_model_config *cfg);
 /* Check divisibility and ranges, and set padded_vocab_size. 0 or -1. */
 int st_model_validate(st_model_config *cfg);

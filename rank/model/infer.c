@@ -99,7 +99,7 @@ int st_infer_step(st_infer *m, const int *tokens, int n_new, float *logits) {
     op->layernorm_forward(m->ln, m->mean, m->rstd, m->x, w->ln1_w, w->ln1_b, n_new, C);
     op->matmul_forward(m->qkv, m->ln, w->qkv_w, w->qkv_b, n_new, C, 3 * C);
     op->attention_decode(m->atty, m->kc[l], m->vc[l], m->qkv, 1, n_new, m->pos, m->max_pos, C,
-                         NH);
+                         NH, NH);
     op->matmul_forward(m->tmp, m->atty, w->attproj_w, w->attproj_b, n_new, C, C);
     op->residual_forward(m->x, m->x, m->tmp, (int64_t)n_new * C);
     op->layernorm_forward(m->ln, m->mean, m->rstd, m->x, w->ln2_w, w->ln2_b, n_new, C);

@@ -285,7 +285,7 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   const st_block_params *w = &m->p.h[l];
   op->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT, C);
   op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, 3 * C);
-  op->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+  op->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, NH);
   op->matmul_forward(a->attproj, a->atty, w->attproj_w, w->attproj_b, BT, C, C);
   op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
   op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT,
@@ -405,7 +405,8 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
 
     op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty, w->attproj_w,
                         BT, C, C);
-    op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, NH);
+    op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, NH,
+                           NH);
     op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, 3 * C);
     op->layernorm_backward(m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
                            a->ln1_rstd, BT, C);
