@@ -10,7 +10,6 @@
 
 #define SWIGLU_THREADS 256
 
-__device__ __forceinline__ float swiglu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* Pack e covers outputs [e*V, e*V + V) of one row (F % V == 0). */
 template <typename S, int V>
@@ -25,7 +24,7 @@ __global__ void swiglu_forward_kernel(S *out, const S *inp, int F, int64_t npack
     st_load<S, V>(gv, g);
     st_load<S, V>(uv, g + F);
 #pragma unroll
-    for (int k = 0; k < V; k++) ov[k] = gv[k] * swiglu_sigmoid(gv[k]) * uv[k];
+    for (int k = 0; k < V; k++) ov[k] = gv[k] / (1.0f + expf(-gv[k])) * uv[k]; /* the CPU's order */
     st_store<S, V>(out + row * F + f, ov);
   }
 }
@@ -45,9 +44,9 @@ __global__ void swiglu_backward_kernel(S *dinp, const S *dout, const S *inp, int
     st_load<S, V>(dv, dout + row * F + f);
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      const float s = swiglu_sigmoid(gv[k]);
+      const float e1 = 1.0f + expf(-gv[k]), s = 1.0f / e1;
       dg[k] = dv[k] * uv[k] * s * (1.0f + gv[k] * (1.0f - s));
-      du[k] = dv[k] * gv[k] * s;
+      du[k] = dv[k] * (gv[k] / e1);
     }
     S *di = dinp + row * 2 * F + f;
     st_store<S, V>(di, dg);
