@@ -68,6 +68,12 @@ int st_cuda_hold_above(uint64_t cap, uint64_t *held);
 
 int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
                              st_attention_choice *out);
+/* The same for grouped-query attention: NKV key/value heads (NKV divides
+ * NH; NKV = NH is st_cuda_attention_select). cuDNN's plans are built for
+ * that head layout; -1 with st_error (usage class) when NKV does not
+ * divide NH. */
+int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
+                                 int NKV, st_attention_choice *out);
 
 #ifdef __cplusplus
 }

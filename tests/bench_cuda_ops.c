@@ -1,6 +1,9 @@
 /* bench_cuda_ops.c - each CUDA op timed at GPT-2 124M shapes (B=8, T=1024)
- * for each storage dtype: ms, and GB/s or TFLOP/s. A benchmark, not a test
- * (not in ctest); ST_CUDA_OPS_DTYPE=fp32|bf16|fp16 times one dtype.
+ * for each storage dtype: ms, and GB/s or TFLOP/s; then the Llama family's
+ * ops at the llama-3.2-1b shape (B=4, T=2048, width 2048, 32 heads, 8 KV
+ * heads, FFN 8192): RMSNorm, RoPE, SwiGLU and GQA attention (ours, and
+ * cuDNN's for bf16/fp16). A benchmark, not a test (not in ctest);
+ * ST_CUDA_OPS_DTYPE=fp32|bf16|fp16 times one dtype.
  *   build/tests/bench_cuda_ops
  */
 #include <math.h>
@@ -95,6 +98,49 @@ static void bench(void) {
   free(tok), free(x);
 }
 
+static void bench_family(void) {
+  const int B = 4, T = 2048, C = 2048, NH = 32, NKV = 8, HD = C / NH, F = 8192, BT = B * T;
+  const int64_t BTC = (int64_t)BT * C, R = (int64_t)(NH + 2 * NKV) * HD, QKV = BT * R;
+  const int64_t ATT = GPU->attention_state_floats(B, T, NH), N2F = (int64_t)BT * 2 * F;
+  const double ATT_FLOP = 2.0 * B * NH * (double)T * T * HD, es = (double)ES;
+  printf("timings, llama-3.2-1b shapes, B=%d T=%d C=%d NH=%d NKV=%d F=%d (%s)\n", B, T, C, NH,
+         NKV, F, GPU->name);
+  float *a = dev(NULL, N2F), *b = dev(NULL, N2F), *c = dev(NULL, N2F), *w = dev(NULL, C);
+  float *dw = dev(NULL, C), *rstd = dev(NULL, BT), *att = dev(NULL, ATT), *datt = dev(NULL, ATT);
+  float *x = randn(N2F, 1), *cs = randn((int64_t)T * HD, 1);
+  upload_st(a, x, N2F), upload_st(b, x, N2F), upload_st(w, x, C);
+  float *d_cs = dev(cs, (int64_t)T * HD);
+  const float *sync_ptr = rstd;
+  TIME("rmsnorm_forward", 2.0 * BTC * es, 10, GPU->rmsnorm_forward(c, rstd, a, w, BT, C, 1e-5f));
+  TIME("rmsnorm_backward", 4.0 * BTC * es, 10,
+       GPU->rmsnorm_backward(c, dw, b, a, w, rstd, BT, C));
+  TIME("rope_forward (q and k heads)", 2.0 * BT * (NH + NKV) * HD * es, 10,
+       GPU->rope_forward(a, d_cs, B, T, 0, NH, NKV, HD));
+  TIME("rope_backward", 2.0 * BT * (NH + NKV) * HD * es, 10,
+       GPU->rope_backward(a, d_cs, B, T, NH, NKV, HD));
+  TIME("swiglu_forward", 3.0 * BT * F * es, 10, GPU->swiglu_forward(c, a, BT, F));
+  TIME("swiglu_backward", 5.0 * BT * F * es, 10, GPU->swiglu_backward(c, b, a, BT, F));
+  upload_st(a, x, QKV); /* the rotations above drifted it */
+  TIME("attention_forward GQA (ours)", -ATT_FLOP, 5,
+       GPU->attention_forward(c, att, a, B, T, C, NH, NKV));
+  TIME("attention_backward GQA (ours)", -2.5 * ATT_FLOP, 5,
+       GPU->attention_backward(b, datt, a, a, c, att, B, T, C, NH, NKV));
+  st_attention_choice ch;
+  if (DT != ST_FP32 &&
+      st_cuda_attention_select_gqa(ST_ATTENTION_CUDNN, DT, B, T, C, NH, NKV, &ch) == 0 &&
+      GPU->reserve(0, 0) == 0) {
+    TIME("attention_forward GQA (cuDNN)", -ATT_FLOP, 5,
+         GPU->attention_forward(c, att, a, B, T, C, NH, NKV));
+    TIME("attention_backward GQA (cuDNN)", -2.5 * ATT_FLOP, 5,
+         GPU->attention_backward(b, datt, a, a, c, att, B, T, C, NH, NKV));
+    st_cuda_attention_select_gqa(ST_ATTENTION_FLASH, DT, B, T, C, NH, NKV, &ch);
+  } else if (DT != ST_FP32) {
+    printf("  cuDNN GQA attention: not timed (no plan)\n");
+  }
+  float *bufs[] = {a, b, c, w, dw, rstd, att, datt, d_cs};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) GPU->free(bufs[i]);
+  free(x), free(cs);
+}
 
 int main(void) {
   char name[128];
@@ -107,6 +153,7 @@ int main(void) {
     if (only && *only && strcmp(only, st_dtype_name(dts[i])) != 0) continue;
     use_dtype(dts[i]);
     bench();
+    bench_family();
   }
   return 0;
 }

@@ -263,7 +263,7 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
   uint16_t *out16[2];
   float *lse32[2];
   for (int r = 0; r < 2; r++) {
-    cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, dt);
+    cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, dt);
     CK(cudaDeviceSynchronize());
     out16[r] = (uint16_t *)malloc(n1 * 2);
     lse32[r] = (float *)malloc(nl * sizeof(float));
@@ -288,7 +288,7 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
   for (int r = 0; r < 2; r++) {
     CK(cudaMemcpy(d_dqkv, init16, n3 * 2, cudaMemcpyHostToDevice));
     CK(cudaMemset(d_scratch, 0xFF, nl * sizeof(float))); /* NaNs: D must be recomputed */
-    cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, dt);
+    cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, dt);
     CK(cudaDeviceSynchronize());
     g16[r] = (uint16_t *)malloc(n3 * 2);
     CK(cudaMemcpy(g16[r], d_dqkv, n3 * 2, cudaMemcpyDeviceToHost));
@@ -345,9 +345,9 @@ static void bench(st_dtype dt) {
   CK(cudaEventCreate(&e1));
   float ms = 0.0f;
 
-  cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, dt); /* warm-up */
+  cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, dt); /* warm-up */
   CK(cudaEventRecord(e0));
-  for (int r = 0; r < reps; r++) cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, dt);
+  for (int r = 0; r < reps; r++) cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, dt);
   CK(cudaEventRecord(e1));
   CK(cudaEventSynchronize(e1));
   CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -355,10 +355,10 @@ static void bench(st_dtype dt) {
   printf("  %s forward   B=%d T=%d C=%d NH=%d: %8.3f ms  %6.1f TFLOP/s\n", st_dtype_name(dt), B, T,
          C, NH, ms, flop / ms * 1e-9);
 
-  cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, dt);
+  cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, dt);
   CK(cudaEventRecord(e0));
   for (int r = 0; r < reps; r++)
-    cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, dt);
+    cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, dt);
   CK(cudaEventRecord(e1));
   CK(cudaEventSynchronize(e1));
   CK(cudaEventElapsedTime(&ms, e0, e1));

@@ -1,6 +1,9 @@
 /* attention.cu - causal multi-head self-attention (Vaswani et al. 2017) as
  * flash attention (Dao et al. 2022) on CUDA cores: no T x T matrix exists;
- * memory is O(B*T*C). qkv, out, dout and dqkv are in the storage type S;
+ * memory is O(B*T*C). Grouped-query attention (Ainslie et al. 2023): qkv
+ * rows are [(NH + 2 NKV) hs] (ops.h), query head h reads kv head
+ * h / (NH/NKV); NKV = NH is plain multi-head attention. qkv, out, dout
+ * and dqkv are in the storage type S;
  * tiles are widened to fp32 as they are loaded into shared memory and all
  * arithmetic is fp32, so S changes only the loads and the final stores.
  * What forward saves for backward (`att`, fp32) is the per-row log-sum-exp
@@ -22,9 +25,9 @@
  * sum_j P_ij dP_ij, which would need a second walk over the key tiles) and
  * writes it to datt; then it walks the key tiles once: P = exp(S - L)
  * recomputed, dP = dO V^T, dS = P * (dP - D) * scale, dQ += dS K.
- * dkv_kernel, one block per key tile and launched after dq_kernel (it reads
- * D), walks the query tiles from the diagonal on: dV += P^T dO,
- * dK += dS^T Q. Each gradient element is owned by one thread that sums in a
+ * dkv_kernel, one block per (kv head, key tile) and launched after
+ * dq_kernel (it reads D), walks the query heads of its group and, for each,
+ * the query tiles from the diagonal on: dV += P^T dO, dK += dS^T Q. Each gradient element is owned by one thread that sums in a
  * fixed order and adds once into dqkv (one rounding to S): no atomics,
  * bit-identical from run to run.
  */
@@ -143,16 +146,18 @@ __device__ __forceinline__ float fa_row_sum(float v) {
 
 template <int HD, typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_forward_kernel(S *out, float *lse, const S *qkv, int T, int C, int NH, float scale) {
+    flash_forward_kernel(S *out, float *lse, const S *qkv, int T, int C, int NH, int NKV,
+                         float scale) {
   constexpr int LD = HD + 1, NJ = HD / 16;
   extern __shared__ float smem[];
   float *Qs = smem, *Ks = Qs + FA_T * LD, *Vs = Ks + FA_T * LD, *Ps = Vs + FA_T * LD;
   const int nq = (T + FA_T - 1) / FA_T;
   const int qt = nq - 1 - (int)blockIdx.y; /* longest rows first */
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, R = C + 2 * NKV * hs;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, q0 = qt * FA_T;
-  const S *base = qkv + (int64_t)b * T * C3 + h * hs;
-  fa_load<HD>(Qs, base, C3, q0, T, hs);
+  const S *base = qkv + (int64_t)b * T * R + h * hs;
+  const S *kbase = qkv + (int64_t)b * T * R + C + (h / (NH / NKV)) * hs, *vbase = kbase + NKV * hs;
+  fa_load<HD>(Qs, base, R, q0, T, hs);
   float m[4], l[4], o[4][NJ];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
@@ -163,8 +168,8 @@ __global__ void __launch_bounds__(FA_THREADS)
   for (int kt = 0; kt <= qt; kt++) {
     const int k0 = kt * FA_T;
     __syncthreads();
-    fa_load<HD>(Ks, base + C, C3, k0, T, hs);
-    fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
+    fa_load<HD>(Ks, kbase, R, k0, T, hs);
+    fa_load<HD>(Vs, vbase, R, k0, T, hs);
     __syncthreads();
     float s[4][4];
     fa_dot<HD>(s, Qs, Ks, ty, tx);
@@ -215,17 +220,18 @@ __global__ void __launch_bounds__(FA_THREADS)
 template <int HD, typename S>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_dq_kernel(S *dqkv, float *Dg, const S *dout, const S *qkv, const S *out,
-                    const float *lse, int T, int C, int NH, float scale) {
+                    const float *lse, int T, int C, int NH, int NKV, float scale) {
   constexpr int LD = HD + 1, NJ = HD / 16;
   extern __shared__ float smem[];
   float *Qs = smem, *dOs = Qs + FA_T * LD, *Ks = dOs + FA_T * LD, *Vs = Ks + FA_T * LD;
   float *dSs = Vs + FA_T * LD;
   const int nq = (T + FA_T - 1) / FA_T;
   const int qt = nq - 1 - (int)blockIdx.y;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, R = C + 2 * NKV * hs;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, q0 = qt * FA_T;
-  const S *base = qkv + (int64_t)b * T * C3 + h * hs;
-  fa_load<HD>(Qs, base, C3, q0, T, hs);
+  const S *base = qkv + (int64_t)b * T * R + h * hs;
+  const S *kbase = qkv + (int64_t)b * T * R + C + (h / (NH / NKV)) * hs, *vbase = kbase + NKV * hs;
+  fa_load<HD>(Qs, base, R, q0, T, hs);
   fa_load<HD>(dOs, dout + (int64_t)b * T * C + h * hs, C, q0, T, hs);
   /* D = rowsum(dO * O): O borrows the K tile's buffer until the walk starts */
   fa_load<HD>(Ks, out + (int64_t)b * T * C + h * hs, C, q0, T, hs);
@@ -250,8 +256,8 @@ __global__ void __launch_bounds__(FA_THREADS)
   for (int kt = 0; kt <= qt; kt++) {
     const int k0 = kt * FA_T;
     __syncthreads(); /* the previous tile (or O) is no longer read */
-    fa_load<HD>(Ks, base + C, C3, k0, T, hs);
-    fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
+    fa_load<HD>(Ks, kbase, R, k0, T, hs);
+    fa_load<HD>(Vs, vbase, R, k0, T, hs);
     __syncthreads();
     float s[4][4], dp[4][4];
     fa_dot2<HD>(s, dp, Qs, Ks, dOs, Vs, ty, tx);
@@ -272,7 +278,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   for (int i = 0; i < 4; i++) {
     const int r = q0 + ty + 16 * i;
     if (r >= T) continue;
-    S *g = dqkv + ((int64_t)b * T + r) * C3 + h * hs;
+    S *g = dqkv + ((int64_t)b * T + r) * R + h * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const int d = tx + 16 * j;
@@ -281,12 +287,15 @@ __global__ void __launch_bounds__(FA_THREADS)
   }
 }
 
-/* One block per (b, h, key tile): dK and dV (added to dqkv). Here a thread's
- * micro-tile rows are keys (ty + 16i) and its columns queries (tx + 16j). */
+/* One block per (b, kv head, key tile): dK and dV, written into dqkv. Here
+ * a thread's micro-tile rows are keys (ty + 16i) and its columns queries
+ * (tx + 16j). With GQA the block walks the query heads of its group one
+ * after the other (each from the diagonal query tile on), so the group's
+ * sum is taken by the owner of each element in a fixed order. */
 template <int HD, typename S>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_dkv_kernel(S *dqkv, const float *Dg, const S *dout, const S *qkv, const float *lse,
-                     int T, int C, int NH, float scale) {
+                     int T, int C, int NH, int NKV, float scale) {
   constexpr int LD = HD + 1, NJ = HD / 16;
   extern __shared__ float smem[];
   float *Ks = smem, *Vs = Ks + FA_T * LD, *Qs = Vs + FA_T * LD, *dOs = Qs + FA_T * LD;
@@ -294,57 +303,62 @@ __global__ void __launch_bounds__(FA_THREADS)
   float *Ds = Ls + FA_T;
   const int nq = (T + FA_T - 1) / FA_T;
   const int kt = blockIdx.y; /* key tile 0 has the most query tiles: first */
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
+  const int bk = blockIdx.x, b = bk / NKV, kh = bk % NKV, G = NH / NKV;
+  const int hs = C / NH, R = C + 2 * NKV * hs;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, k0 = kt * FA_T;
-  const S *base = qkv + (int64_t)b * T * C3 + h * hs;
-  const S *dobase = dout + (int64_t)b * T * C + h * hs;
-  fa_load<HD>(Ks, base + C, C3, k0, T, hs);
-  fa_load<HD>(Vs, base + 2 * C, C3, k0, T, hs);
+  const S *kbase = qkv + (int64_t)b * T * R + C + kh * hs, *vbase = kbase + NKV * hs;
+  fa_load<HD>(Ks, kbase, R, k0, T, hs);
+  fa_load<HD>(Vs, vbase, R, k0, T, hs);
   float dk[4][NJ], dv[4][NJ];
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < NJ; j++) dk[i][j] = 0.0f, dv[i][j] = 0.0f;
-  for (int qt = kt; qt < nq; qt++) {
-    const int q0 = qt * FA_T;
-    __syncthreads();
-    fa_load<HD>(Qs, base, C3, q0, T, hs);
-    fa_load<HD>(dOs, dobase, C, q0, T, hs);
-    if (threadIdx.x < FA_T) {
-      const int r = q0 + threadIdx.x;
-      Ls[threadIdx.x] = r < T ? lse[(int64_t)bh * T + r] : 0.0f;
-      Ds[threadIdx.x] = r < T ? Dg[(int64_t)bh * T + r] : 0.0f;
-    }
-    __syncthreads();
-    float s[4][4], dp[4][4];
-    fa_dot2<HD>(s, dp, Ks, Qs, Vs, dOs, ty, tx);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int rl = tx + 16 * j, r = q0 + rl;
-      const float Lr = Ls[rl], Dr = Ds[rl];
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int c = k0 + ty + 16 * i;
-        const float p = (c <= r && r < T) ? expf(s[i][j] * scale - Lr) : 0.0f;
-        Ps[(ty + 16 * i) * FA_PLD + rl] = p;
-        dSs[(ty + 16 * i) * FA_PLD + rl] = p * (dp[i][j] - Dr) * scale;
+  for (int g = 0; g < G; g++) {
+    const int h = kh * G + g, bh = b * NH + h;
+    const S *base = qkv + (int64_t)b * T * R + h * hs;
+    const S *dobase = dout + (int64_t)b * T * C + h * hs;
+    for (int qt = kt; qt < nq; qt++) {
+      const int q0 = qt * FA_T;
+      __syncthreads();
+      fa_load<HD>(Qs, base, R, q0, T, hs);
+      fa_load<HD>(dOs, dobase, C, q0, T, hs);
+      if (threadIdx.x < FA_T) {
+        const int r = q0 + threadIdx.x;
+        Ls[threadIdx.x] = r < T ? lse[(int64_t)bh * T + r] : 0.0f;
+        Ds[threadIdx.x] = r < T ? Dg[(int64_t)bh * T + r] : 0.0f;
       }
+      __syncthreads();
+      float s[4][4], dp[4][4];
+      fa_dot2<HD>(s, dp, Ks, Qs, Vs, dOs, ty, tx);
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int rl = tx + 16 * j, r = q0 + rl;
+        const float Lr = Ls[rl], Dr = Ds[rl];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int c = k0 + ty + 16 * i;
+          const float p = (c <= r && r < T) ? expf(s[i][j] * scale - Lr) : 0.0f;
+          Ps[(ty + 16 * i) * FA_PLD + rl] = p;
+          dSs[(ty + 16 * i) * FA_PLD + rl] = p * (dp[i][j] - Dr) * scale;
+        }
+      }
+      __syncthreads();
+      fa_pm<HD>(dv, Ps, dOs, ty, tx);
+      fa_pm<HD>(dk, dSs, Qs, ty, tx);
     }
-    __syncthreads();
-    fa_pm<HD>(dv, Ps, dOs, ty, tx);
-    fa_pm<HD>(dk, dSs, Qs, ty, tx);
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int c = k0 + ty + 16 * i;
     if (c >= T) continue;
-    S *g = dqkv + ((int64_t)b * T + c) * C3 + C + h * hs;
+    S *gk = dqkv + ((int64_t)b * T + c) * R + C + kh * hs, *gv = gk + NKV * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       const int d = tx + 16 * j;
       if (d < hs) {
-        g[d] = st_st<S>(dk[i][j]);
-        g[C + d] = st_st<S>(dv[i][j]);
+        gk[d] = st_st<S>(dk[i][j]);
+        gv[d] = st_st<S>(dv[i][j]);
       }
     }
   }
@@ -360,29 +374,31 @@ static size_t fa_dkv_smem() {
 }
 
 template <int HD, typename S>
-static void fa_forward(S *out, float *lse, const S *qkv, int B, int T, int C, int NH,
+static void fa_forward(S *out, float *lse, const S *qkv, int B, int T, int C, int NH, int NKV,
                        float scale) {
   const size_t sm = fa_forward_smem<HD>();
   ST_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HD, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
   const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_T - 1) / FA_T));
-  flash_forward_kernel<HD, S><<<grid, FA_THREADS, sm>>>(out, lse, qkv, T, C, NH, scale);
+  flash_forward_kernel<HD, S><<<grid, FA_THREADS, sm>>>(out, lse, qkv, T, C, NH, NKV, scale);
   ST_CUDA_LAUNCHED();
 }
 
 template <int HD, typename S>
 static void fa_backward(S *dqkv, float *D, const S *dout, const S *qkv, const S *out,
-                        const float *lse, int B, int T, int C, int NH, float scale) {
-  const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_T - 1) / FA_T));
+                        const float *lse, int B, int T, int C, int NH, int NKV, float scale) {
+  const unsigned ntiles = (unsigned)((T + FA_T - 1) / FA_T);
+  const dim3 grid((unsigned)(B * NH), ntiles), kvgrid((unsigned)(B * NKV), ntiles);
   const size_t sq = fa_dq_smem<HD>(), skv = fa_dkv_smem<HD>();
   ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<HD, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq));
   ST_CUDA_CHECK(cudaFuncSetAttribute(flash_dkv_kernel<HD, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv));
-  flash_dq_kernel<HD, S><<<grid, FA_THREADS, sq>>>(dqkv, D, dout, qkv, out, lse, T, C, NH,
+  flash_dq_kernel<HD, S><<<grid, FA_THREADS, sq>>>(dqkv, D, dout, qkv, out, lse, T, C, NH, NKV,
                                                    scale);
   ST_CUDA_LAUNCHED();
-  flash_dkv_kernel<HD, S><<<grid, FA_THREADS, skv>>>(dqkv, D, dout, qkv, lse, T, C, NH, scale);
+  flash_dkv_kernel<HD, S><<<kvgrid, FA_THREADS, skv>>>(dqkv, D, dout, qkv, lse, T, C, NH, NKV,
+                                                      scale);
   ST_CUDA_LAUNCHED();
 }
 
@@ -417,9 +433,16 @@ static void *g_cudnn_ws;
 static size_t g_cudnn_ws_bytes, g_cudnn_ws_want;
 
 template <typename S>
-static int use_cudnn(int B, int T, int C, int NH) {
+static int use_cudnn(int B, int T, int C, int NH, int NKV) {
   return sizeof(S) == 2 && g_use_cudnn &&
-         cuda_attention_cudnn_ready(B, T, C, NH, st_storage_dtype<S>());
+         cuda_attention_cudnn_ready(B, T, C, NH, NKV, st_storage_dtype<S>());
+}
+
+/* A head layout no kernel can index is a caller's bug (the model config is
+ * validated long before): fatal. */
+static void check_heads(int C, int NH, int NKV) {
+  if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || C % NH != 0)
+    st_cuda_fail("attention: NKV must divide NH and NH must divide C", __FILE__, __LINE__);
 }
 
 static void cudnn_check(int rc) {
@@ -448,11 +471,14 @@ int cuda_attention_reserve(void) {
   return 0;
 }
 
-extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C,
-                                        int NH, st_attention_choice *out) {
+extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T,
+                                            int C, int NH, int NKV, st_attention_choice *out) {
   memset(out, 0, sizeof *out);
   out->impl = ST_ATTENTION_FLASH;
   g_use_cudnn = 0;
+  if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
+    return st_error_setc(ST_EXIT_USAGE, "--kv-heads: %d key/value heads do not divide %d heads; "
+                         "use a divisor of --heads", NKV, NH);
   const char *ours = dt == ST_FP32 || !cuda_attention_tc_supported(C, NH, dt)
                          ? "our flash attention (fp32 arithmetic, attention.cu)"
                          : "our tensor-core FlashAttention-2 (attention_tc.cu)";
@@ -479,7 +505,7 @@ extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int
   }
   size_t ws = 0;
   int det = 0;
-  if (cuda_attention_cudnn_prepare(B, T, C, NH, dt, &ws, &det)) {
+  if (cuda_attention_cudnn_prepare(B, T, C, NH, NKV, dt, &ws, &det)) {
     if (want == ST_ATTENTION_CUDNN)
       return st_error_set("--attention cudnn: %s; use --attention flash (or auto, which falls "
                           "back to it)", cuda_attention_cudnn_error());
@@ -504,17 +530,22 @@ extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int
   return 0;
 }
 
+extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C,
+                                        int NH, st_attention_choice *out) {
+  return st_cuda_attention_select_gqa(want, dt, B, T, C, NH, NH, out);
+}
+
 template <typename S>
 void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int T, int C,
                             int NH, int NKV) {
-  if (NKV != NH) st_cuda_fail("attention: GQA not yet", __FILE__, __LINE__);
-  if (use_cudnn<S>(B, T, C, NH)) {
-    cudnn_check(cuda_attention_cudnn_forward(out_, att, qkv_, B, T, C, NH, st_storage_dtype<S>(),
-                                             g_cudnn_ws));
+  check_heads(C, NH, NKV);
+  if (use_cudnn<S>(B, T, C, NH, NKV)) {
+    cudnn_check(cuda_attention_cudnn_forward(out_, att, qkv_, B, T, C, NH, NKV,
+                                             st_storage_dtype<S>(), g_cudnn_ws));
     return;
   }
   if (use_tc<S>(C, NH)) {
-    cuda_attention_tc_forward(out_, att, qkv_, B, T, C, NH, st_storage_dtype<S>());
+    cuda_attention_tc_forward(out_, att, qkv_, B, T, C, NH, NKV, st_storage_dtype<S>());
     return;
   }
   S *out = (S *)out_;
@@ -522,9 +553,9 @@ void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int
   if ((int64_t)B * T * C == 0) return;
   const int hs = C / NH, tile = st_attention_simt_tile(C, NH);
   const float scale = 1.0f / sqrtf((float)hs);
-  if (tile == 32) fa_forward<32>(out, att, qkv, B, T, C, NH, scale);
-  else if (tile == 64) fa_forward<64>(out, att, qkv, B, T, C, NH, scale);
-  else if (tile == 128) fa_forward<128>(out, att, qkv, B, T, C, NH, scale);
+  if (tile == 32) fa_forward<32>(out, att, qkv, B, T, C, NH, NKV, scale);
+  else if (tile == 64) fa_forward<64>(out, att, qkv, B, T, C, NH, NKV, scale);
+  else if (tile == 128) fa_forward<128>(out, att, qkv, B, T, C, NH, NKV, scale);
   else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
 
@@ -532,14 +563,14 @@ template <typename S>
 void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const void *qkv_,
                              const void *out_, const float *att, int B, int T, int C, int NH,
                              int NKV) {
-  if (NKV != NH) st_cuda_fail("attention: GQA not yet", __FILE__, __LINE__);
-  if (use_cudnn<S>(B, T, C, NH)) {
-    cudnn_check(cuda_attention_cudnn_backward(dqkv_, dout_, qkv_, out_, att, B, T, C, NH,
+  check_heads(C, NH, NKV);
+  if (use_cudnn<S>(B, T, C, NH, NKV)) {
+    cudnn_check(cuda_attention_cudnn_backward(dqkv_, dout_, qkv_, out_, att, B, T, C, NH, NKV,
                                               st_storage_dtype<S>(), g_cudnn_ws));
     return;
   }
   if (use_tc<S>(C, NH)) {
-    cuda_attention_tc_backward(dqkv_, datt, dout_, qkv_, out_, att, B, T, C, NH,
+    cuda_attention_tc_backward(dqkv_, datt, dout_, qkv_, out_, att, B, T, C, NH, NKV,
                                st_storage_dtype<S>());
     return;
   }
@@ -548,9 +579,9 @@ void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const 
   if ((int64_t)B * T * C == 0) return;
   const int hs = C / NH, tile = st_attention_simt_tile(C, NH);
   const float scale = 1.0f / sqrtf((float)hs);
-  if (tile == 32) fa_backward<32>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
-  else if (tile == 64) fa_backward<64>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
-  else if (tile == 128) fa_backward<128>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, scale);
+  if (tile == 32) fa_backward<32>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, NKV, scale);
+  else if (tile == 64) fa_backward<64>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, NKV, scale);
+  else if (tile == 128) fa_backward<128>(dqkv, datt, dout, qkv, out, att, B, T, C, NH, NKV, scale);
   else st_cuda_fail("attention: head size above 128 is not supported", __FILE__, __LINE__);
 }
 

@@ -199,29 +199,32 @@ enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV
        UID_SCALE, UID_ONE, UID_NEG, UID_VIRTUAL = 100 };
 
 typedef struct {
-  int64_t B, T, C, NH, hs;
+  int64_t B, T, C, NH, NKV, hs;
   cudnnDataType_t io;
 } shape;
 
-/* Strides of the [B,NH,T,hs] views: into qkv/dqkv (row 3C), into out/dout
- * (row C); the transposed [B,NH,hs,T] view of a qkv third; S [B,NH,T,T],
- * S^T, and the per-row [B,NH,T,1]. */
+/* Strides of the views, R = (NH + 2 NKV) hs the qkv row: the [B,NH,T,hs]
+ * query heads of qkv/dqkv and of out/dout (row C); the [B,NKV,T,hs] key
+ * or value heads and their transposed [B,NKV,hs,T] view; S [B,NH,T,T],
+ * S^T, and the per-row [B,NH,T,1]. Grouped-query attention is the matmuls'
+ * broadcast of the NKV heads over the NH (cuDNN's SDPA pattern). */
 typedef struct {
-  int64_t qkv_d[4], qkv_s[4], kt_d[4], kt_s[4], o_s[4];
+  int64_t qkv_d[4], qkv_s[4], kv_d[4], kt_d[4], kt_s[4], o_s[4];
   int64_t ss_d[4], ss_s[4], st_s[4], row_d[4], row_s[4], one[4];
-  int64_t od_s[4]; /* packed [B,NH,T,hs], for the dO*O product */
+  int64_t od_s[4]; /* packed [B,NH,T,hs]: the dO*O product, and GQA's per-query-head dK, dV */
 } layout;
 
 static void make_layout(const shape *s, layout *l) {
-  const int64_t B = s->B, T = s->T, C = s->C, H = s->NH, hs = s->hs;
-  const int64_t qd[4] = {B, H, T, hs}, qs[4] = {T * 3 * C, hs, 3 * C, 1};
-  const int64_t kd[4] = {B, H, hs, T}, ks[4] = {T * 3 * C, hs, 1, 3 * C};
+  const int64_t B = s->B, T = s->T, C = s->C, H = s->NH, KV = s->NKV, hs = s->hs;
+  const int64_t R = C + 2 * KV * hs;
+  const int64_t qd[4] = {B, H, T, hs}, qs[4] = {T * R, hs, R, 1}, kvd[4] = {B, KV, T, hs};
+  const int64_t kd[4] = {B, KV, hs, T}, ks[4] = {T * R, hs, 1, R};
   const int64_t os[4] = {T * C, hs, C, 1};
   const int64_t sd[4] = {B, H, T, T}, ss[4] = {H * T * T, T * T, T, 1},
                 sts[4] = {H * T * T, T * T, 1, T};
   const int64_t rd[4] = {B, H, T, 1}, rs[4] = {H * T, T, 1, 1}, one[4] = {1, 1, 1, 1};
   const int64_t ods[4] = {H * T * hs, T * hs, hs, 1};
-  memcpy(l->qkv_d, qd, sizeof qd), memcpy(l->qkv_s, qs, sizeof qs);
+  memcpy(l->qkv_d, qd, sizeof qd), memcpy(l->qkv_s, qs, sizeof qs), memcpy(l->kv_d, kvd, sizeof kvd);
   memcpy(l->kt_d, kd, sizeof kd), memcpy(l->kt_s, ks, sizeof ks);
   memcpy(l->o_s, os, sizeof os);
   memcpy(l->ss_d, sd, sizeof sd), memcpy(l->ss_s, ss, sizeof ss), memcpy(l->st_s, sts, sizeof sts);
@@ -264,7 +267,7 @@ static void build_forward(graph *g, const shape *sh) {
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, io = sh->io;
   cudnnBackendDescriptor_t q = tensor(g, UID_Q, io, l.qkv_d, l.qkv_s, false);
   cudnnBackendDescriptor_t kt = tensor(g, UID_K, io, l.kt_d, l.kt_s, false);
-  cudnnBackendDescriptor_t v = tensor(g, UID_V, io, l.qkv_d, l.qkv_s, false);
+  cudnnBackendDescriptor_t v = tensor(g, UID_V, io, l.kv_d, l.qkv_s, false);
   cudnnBackendDescriptor_t o = tensor(g, UID_O, io, l.qkv_d, l.o_s, false);
   cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, l.row_d, l.row_s, false);
   cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, l.one, l.one, true);
@@ -297,8 +300,14 @@ static void build_backward(graph *g, const shape *sh) {
   cudnnBackendDescriptor_t dout = tensor(g, UID_DO, io, l.qkv_d, l.o_s, false);
   cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, l.row_d, l.row_s, false);
   cudnnBackendDescriptor_t dq = tensor(g, UID_DQ, io, l.qkv_d, l.qkv_s, false);
-  cudnnBackendDescriptor_t dk = tensor(g, UID_DK, io, l.qkv_d, l.qkv_s, false);
-  cudnnBackendDescriptor_t dv = tensor(g, UID_DV, io, l.qkv_d, l.qkv_s, false);
+  cudnnBackendDescriptor_t dk = tensor(g, UID_DK, io, l.kv_d, l.qkv_s, false);
+  cudnnBackendDescriptor_t dv = tensor(g, UID_DV, io, l.kv_d, l.qkv_s, false);
+  /* GQA: dK and dV per query head (virtual), then summed over each group
+   * into the kv heads by a reduction, as the cuDNN frontend's SDPA
+   * backward does */
+  const bool gqa = sh->NKV != sh->NH;
+  cudnnBackendDescriptor_t dkf = gqa ? tensor(g, 0, io, l.qkv_d, l.od_s, false) : dk;
+  cudnnBackendDescriptor_t dvf = gqa ? tensor(g, 0, io, l.qkv_d, l.od_s, false) : dv;
   cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, l.one, l.one, true);
   cudnnBackendDescriptor_t one = tensor(g, UID_ONE, f32, l.one, l.one, true);
   cudnnBackendDescriptor_t neg = tensor(g, UID_NEG, f32, l.one, l.one, true);
@@ -319,7 +328,8 @@ static void build_backward(graph *g, const shape *sh) {
   pointwise(g, CUDNN_POINTWISE_SUB, f32, s, stats, NULL, sd, -1);
   pointwise(g, CUDNN_POINTWISE_EXP, f32, sd, NULL, NULL, p, -1);
   reshape(g, p, pt);
-  matmul(g, pt, dout, dv);
+  matmul(g, pt, dout, dvf);
+  if (gqa) reduction(g, CUDNN_REDUCE_TENSOR_ADD, dvf, dv);
 
   /* dS = (dO V^T - D) * P * scale; dK = dS^T Q; dQ = dS K */
   cudnnBackendDescriptor_t dp = tensor(g, 0, f32, l.ss_d, l.ss_s, false);
@@ -328,14 +338,15 @@ static void build_backward(graph *g, const shape *sh) {
   cudnnBackendDescriptor_t dp3 = tensor(g, 0, f32, l.ss_d, l.ss_s, false);
   cudnnBackendDescriptor_t ds = tensor(g, 0, f32, l.ss_d, l.ss_s, false);
   cudnnBackendDescriptor_t dst = tensor(g, 0, io, l.ss_d, l.st_s, false);
-  cudnnBackendDescriptor_t k = tensor(g, 0, io, l.qkv_d, l.qkv_s, false);
+  cudnnBackendDescriptor_t k = tensor(g, 0, io, l.kv_d, l.qkv_s, false);
   matmul(g, dout, vt, dp);
   pointwise(g, CUDNN_POINTWISE_MUL, f32, dp, one, NULL, dp1, -1);
   pointwise(g, CUDNN_POINTWISE_SUB, f32, dp1, dsum, NULL, dp2, -1);
   pointwise(g, CUDNN_POINTWISE_MUL, f32, dp2, p, NULL, dp3, -1);
   pointwise(g, CUDNN_POINTWISE_MUL, f32, dp3, scale, NULL, ds, -1);
   reshape(g, ds, dst);
-  matmul(g, dst, q, dk);
+  matmul(g, dst, q, dkf);
+  if (gqa) reduction(g, CUDNN_REDUCE_TENSOR_ADD, dkf, dk);
   reshape(g, kt, k);
   matmul(g, ds, k, dq);
 }
@@ -448,7 +459,7 @@ static int make_plan(graph *g, const char *what, int want_det, cudnnBackendDescr
  * frontend keeps them too: a plan refers to its engine config). */
 typedef struct {
   int used;
-  int B, T, C, NH;
+  int B, T, C, NH, NKV;
   st_dtype dt;
   graph gf, gb;
   cudnnBackendDescriptor_t fwd, bwd;
@@ -458,32 +469,34 @@ typedef struct {
 
 static entry g_cache[CACHE_SLOTS];
 
-static entry *find(int B, int T, int C, int NH, st_dtype dt) {
+static entry *find(int B, int T, int C, int NH, int NKV, st_dtype dt) {
   for (int i = 0; i < CACHE_SLOTS; i++) {
     entry *e = &g_cache[i];
-    if (e->used && e->B == B && e->T == T && e->C == C && e->NH == NH && e->dt == dt) return e;
+    if (e->used && e->B == B && e->T == T && e->C == C && e->NH == NH && e->NKV == NKV &&
+        e->dt == dt)
+      return e;
   }
   return NULL;
 }
 
-int cuda_attention_cudnn_ready(int B, int T, int C, int NH, st_dtype dt) {
-  return find(B, T, C, NH, dt) != NULL;
+int cuda_attention_cudnn_ready(int B, int T, int C, int NH, int NKV, st_dtype dt) {
+  return find(B, T, C, NH, NKV, dt) != NULL;
 }
 
-int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, st_dtype dt, size_t *workspace_bytes,
-                                 int *deterministic) {
+int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
+                                 size_t *workspace_bytes, int *deterministic) {
   g_err[0] = 0;
   if (dt != ST_BF16 && dt != ST_FP16)
     return fail("cuDNN attention runs bf16 and fp16 storage, not %s", st_dtype_name(dt));
-  if (B < 1 || T < 1 || NH < 1 || C % NH != 0)
-    return fail("cuDNN attention: bad shape B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || NKV < 1 || NH % NKV != 0)
+    return fail("cuDNN attention: bad shape B=%d T=%d C=%d NH=%d NKV=%d", B, T, C, NH, NKV);
   const int hs = C / NH;
   /* cuDNN 9's fused attention engines: head size a multiple of 8, at most
    * 128 for the backward on Hopper (its documented support surface). */
   if (hs % 8 != 0 || hs > 128)
     return fail("cuDNN attention needs a head size that is a multiple of 8 and at most 128, "
                 "got %d (C=%d / NH=%d)", hs, C, NH);
-  entry *e = find(B, T, C, NH, dt);
+  entry *e = find(B, T, C, NH, NKV, dt);
   if (!e) {
     for (int i = 0; i < CACHE_SLOTS && !e; i++)
       if (!g_cache[i].used) e = &g_cache[i];
@@ -496,7 +509,7 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, st_dtype dt, size_
                     cudnnGetErrorString(s));
       }
     }
-    const shape sh = {B, T, C, NH, hs, dt == ST_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
+    const shape sh = {B, T, C, NH, NKV, hs, dt == ST_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
     memset(e, 0, sizeof *e);
     e->gf.next_uid = e->gb.next_uid = UID_VIRTUAL;
     int det_f = 0;
@@ -514,7 +527,7 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, st_dtype dt, size_
       memset(e, 0, sizeof *e);
       return -1;
     }
-    e->B = B, e->T = T, e->C = C, e->NH = NH, e->dt = dt;
+    e->B = B, e->T = T, e->C = C, e->NH = NH, e->NKV = NKV, e->dt = dt;
     e->used = 1;
   }
   *workspace_bytes = (size_t)(e->ws_fwd > e->ws_bwd ? e->ws_fwd : e->ws_bwd);
@@ -548,35 +561,38 @@ static int execute(cudnnBackendDescriptor_t plan, int n, const int64_t *uids, vo
   return 0;
 }
 
-/* The k-th third (q, k or v) of a [B,T,3C] buffer of dtype dt. */
-static void *third(const void *base, int k, int C, st_dtype dt) {
-  return (char *)(uintptr_t)base + (size_t)k * C * st_dtype_size(dt);
+/* Column col of the first row of a qkv-shaped buffer of dtype dt: the q
+ * heads start at 0, the k heads at C, the v heads at C + NKV hs. */
+static void *column(const void *base, int64_t col, st_dtype dt) {
+  return (char *)(uintptr_t)base + (size_t)col * st_dtype_size(dt);
 }
 
 int cuda_attention_cudnn_forward(void *out, float *stats, const void *qkv, int B, int T, int C,
-                                 int NH, st_dtype dt, void *workspace) {
-  entry *e = find(B, T, C, NH, dt);
-  if (!e) return fail("cuDNN attention forward: shape B=%d T=%d C=%d NH=%d %s was not prepared",
-                      B, T, C, NH, st_dtype_name(dt));
+                                 int NH, int NKV, st_dtype dt, void *workspace) {
+  entry *e = find(B, T, C, NH, NKV, dt);
+  if (!e) return fail("cuDNN attention forward: shape B=%d T=%d C=%d NH=%d NKV=%d %s was not "
+                      "prepared", B, T, C, NH, NKV, st_dtype_name(dt));
   float scale = 1.0f / sqrtf((float)(C / NH)), neg = -FLT_MAX;
+  const int64_t vcol = C + (int64_t)NKV * (C / NH);
   const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG};
-  void *ptrs[] = {third(qkv, 0, C, dt), third(qkv, 1, C, dt), third(qkv, 2, C, dt), out, stats,
+  void *ptrs[] = {column(qkv, 0, dt), column(qkv, C, dt), column(qkv, vcol, dt), out, stats,
                   &scale, &neg};
   return execute(e->fwd, 7, uids, ptrs, workspace, "attention forward");
 }
 
 int cuda_attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                  const float *stats, int B, int T, int C, int NH, st_dtype dt,
-                                  void *workspace) {
-  entry *e = find(B, T, C, NH, dt);
-  if (!e) return fail("cuDNN attention backward: shape B=%d T=%d C=%d NH=%d %s was not prepared",
-                      B, T, C, NH, st_dtype_name(dt));
+                                  const float *stats, int B, int T, int C, int NH, int NKV,
+                                  st_dtype dt, void *workspace) {
+  entry *e = find(B, T, C, NH, NKV, dt);
+  if (!e) return fail("cuDNN attention backward: shape B=%d T=%d C=%d NH=%d NKV=%d %s was not "
+                      "prepared", B, T, C, NH, NKV, st_dtype_name(dt));
   float scale = 1.0f / sqrtf((float)(C / NH)), one = 1.0f, neg = -FLT_MAX;
+  const int64_t vcol = C + (int64_t)NKV * (C / NH);
   const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK, UID_DV,
                           UID_SCALE, UID_ONE, UID_NEG};
-  void *ptrs[] = {third(qkv, 0, C, dt),  third(qkv, 1, C, dt),  third(qkv, 2, C, dt),
-                  (void *)out,           (void *)dout,          (void *)stats,
-                  third(dqkv, 0, C, dt), third(dqkv, 1, C, dt), third(dqkv, 2, C, dt),
-                  &scale,                &one,                  &neg};
+  void *ptrs[] = {column(qkv, 0, dt),  column(qkv, C, dt),  column(qkv, vcol, dt),
+                  (void *)out,         (void *)dout,        (void *)stats,
+                  column(dqkv, 0, dt), column(dqkv, C, dt), column(dqkv, vcol, dt),
+                  &scale,              &one,                &neg};
   return execute(e->bwd, 12, uids, ptrs, workspace, "attention backward");
 }

@@ -2,10 +2,14 @@
  * flash attention (scaled dot-product attention, cuDNN 9 backend graph API),
  * forward and backward, for bf16 and fp16 storage.
  *
- * Layouts are the op table's (kernels/ops.h): qkv and dqkv [B,T,3C] (q | k |
- * v per row, head h at columns h*hs..h*hs+hs-1 of each third), out and dout
- * [B,T,C], stats [B,NH,T] fp32. cuDNN reads and writes them in place as
- * strided [B,NH,T,hs] views; nothing is copied.
+ * Layouts are the op table's (kernels/ops.h): qkv and dqkv [B,T,(NH+2*NKV)*hs]
+ * (NH query heads, then NKV key heads, then NKV value heads per row, hs
+ * columns each; query head h reads kv head h/(NH/NKV): grouped-query
+ * attention, NKV = NH being [B,T,3C]), out and dout [B,T,C], stats [B,NH,T]
+ * fp32. cuDNN reads and writes them in place as strided [B,NH,T,hs] and
+ * [B,NKV,T,hs] views; nothing is copied. With NKV < NH the backward forms
+ * dK and dV per query head inside the fused graph and sums each group into
+ * its kv head there (the cuDNN frontend's SDPA pattern).
  *
  * stats is cuDNN's softmax statistic: the natural-log log-sum-exp of the
  * scaled scores, max_j(s_ij) + log(sum_j exp(s_ij - max)), s = q.k / sqrt(hs)
@@ -22,7 +26,7 @@
  * cuda_attention_cudnn_prepare reports whether it was. The workspace is
  * the price: O(B*NH*T^2), not O(T) like our own kernels.
  *
- * Plans are built at setup, once per (B, T, NH, hs, dtype) (causal always),
+ * Plans are built at setup, once per (B, T, NH, NKV, hs, dtype) (causal always),
  * and kept in a small fixed cache; the forward and backward calls only look
  * them up, so nothing is built or allocated inside a training step. All
  * work runs on the legacy default stream of the device that was current at
@@ -40,34 +44,34 @@ extern "C" {
 #endif
 
 /* Build (or find) the forward and backward execution plans for B sequences
- * of T tokens, width C, NH heads (hs = C/NH), storage dt (ST_BF16 or
- * ST_FP16). The first call creates the cuDNN handle on the current device.
+ * of T tokens, width C, NH query heads (hs = C/NH) and NKV key/value heads
+ * (NKV divides NH), storage dt (ST_BF16 or ST_FP16). The first call creates the cuDNN handle on the current device.
  * *workspace_bytes: the device workspace the larger of the two plans needs
  * (bytes; the caller allocates it once, at setup); *deterministic: 1 when
  * the backward engine carries no nondeterminism note. 0 on success; -1 when
  * cuDNN cannot run the shape (no engine builds, unsupported dtype or head
  * size, cache full, no cuDNN library), with the reason in
  * cuda_attention_cudnn_error(). Never aborts. */
-int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, st_dtype dt, size_t *workspace_bytes,
-                                 int *deterministic);
+int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
+                                 size_t *workspace_bytes, int *deterministic);
 
 /* 1 when prepare has succeeded for this shape and dtype (a cache lookup:
  * builds nothing). */
-int cuda_attention_cudnn_ready(int B, int T, int C, int NH, st_dtype dt);
+int cuda_attention_cudnn_ready(int B, int T, int C, int NH, int NKV, st_dtype dt);
 
-/* out [B,T,C] and stats [B,NH,T] written from qkv [B,T,3C]. workspace: at
+/* out [B,T,C] and stats [B,NH,T] written from qkv. workspace: at
  * least prepare's *workspace_bytes of device memory (may be NULL when that
  * is 0). 0, or -1 with the reason in cuda_attention_cudnn_error() when the
  * shape was not prepared or cuDNN fails (callers treat that as fatal). */
 int cuda_attention_cudnn_forward(void *out, float *stats, const void *qkv, int B, int T, int C,
-                                 int NH, st_dtype dt, void *workspace);
+                                 int NH, int NKV, st_dtype dt, void *workspace);
 
-/* dqkv [B,T,3C] OVERWRITTEN with the gradients of q, k and v from dout
+/* dqkv (laid out as qkv) OVERWRITTEN with the gradients of q, k and v from dout
  * [B,T,C], forward's qkv, out and stats. workspace and return as for
  * forward. */
 int cuda_attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                  const float *stats, int B, int T, int C, int NH, st_dtype dt,
-                                  void *workspace);
+                                  const float *stats, int B, int T, int C, int NH, int NKV,
+                                  st_dtype dt, void *workspace);
 
 /* The last failure's reason ("" when none). */
 const char *cuda_attention_cudnn_error(void);

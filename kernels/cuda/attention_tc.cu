@@ -50,8 +50,10 @@
  *   dq: one block per query tile of 64 rows (16 per warp), walking key tiles
  *     0..diagonal (64 keys; 32 for hs = 128): S = Q K^T, dP = dO V^T,
  *     P = exp2(S*scale*log2e - lse*log2e), dS = P (dP - D), dQ += dS K.
- *   dkv: one block per key tile of 64 keys (16 per warp), walking query
- *     tiles from the diagonal to the end (64 queries; 32 for hs = 128),
+ *   dkv: one block per (kv head, key tile of 64 keys; 16 per warp), walking
+ *     the query heads of its group (grouped-query attention: query head h
+ *     reads kv head h / (NH/NKV)) and for each the query tiles from the
+ *     diagonal to the end (64 queries; 32 for hs = 128),
  *     computing the transposed products directly: S^T = K Q^T, dP^T = V dO^T,
  *     dV += P^T dO, dK += dS^T Q (so P^T and dS^T are again accumulators that
  *     become A operands in registers).
@@ -212,7 +214,7 @@ __device__ __forceinline__ void tc_load_vec(float *dst, const float *v, int row0
 
 template <typename E, int HD, int MT>
 __global__ void __launch_bounds__(TC_THREADS)
-    tc_forward_kernel(E *out, float *lse, const E *qkv, int T, int C, int NH, float sl2) {
+    tc_forward_kernel(E *out, float *lse, const E *qkv, int T, int C, int NH, int NKV, float sl2) {
   typedef tc_type<E> TT;
   constexpr int BR = TC_WARPS * 16 * MT, BC = 64, LDS = HD + 8;
   constexpr int KD = HD / 16, ND = HD / 8, NC = BC / 8;
@@ -220,14 +222,15 @@ __global__ void __launch_bounds__(TC_THREADS)
   E *Qs = (E *)tc_smem, *Ks = Qs + BR * LDS, *Vs = Ks + 2 * BC * LDS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int nq = (T + BR - 1) / BR, qt = nq - 1 - (int)blockIdx.y; /* longest rows first */
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C3 = 3 * C;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, R = C + 2 * NKV * HD;
   const int q0 = qt * BR, wrow = warp * 16 * MT, w0 = q0 + wrow; /* the warp's first row */
-  const E *base = qkv + (int64_t)b * T * C3 + h * HD;
+  const E *base = qkv + (int64_t)b * T * R + h * HD;
+  const E *kbase = qkv + (int64_t)b * T * R + C + (h / (NH / NKV)) * HD, *vbase = kbase + NKV * HD;
   const int kend = min(T, q0 + BR), nk = (kend + BC - 1) / BC;
 
-  tc_load_rows<E, HD, BR>(Qs, base, C3, q0, T);
-  tc_load_rows<E, HD, BC>(Ks, base + C, C3, 0, T);
-  tc_load_rows<E, HD, BC>(Vs, base + 2 * C, C3, 0, T);
+  tc_load_rows<E, HD, BR>(Qs, base, R, q0, T);
+  tc_load_rows<E, HD, BC>(Ks, kbase, R, 0, T);
+  tc_load_rows<E, HD, BC>(Vs, vbase, R, 0, T);
   tc_cp_commit();
 
   uint32_t qf[MT][KD][4];
@@ -247,8 +250,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const E *Kb = Ks + (kt & 1) * BC * LDS, *Vb = Vs + (kt & 1) * BC * LDS;
     if (kt + 1 < nk) {
       /* that buffer was last read in iteration kt-1, which ended in a barrier */
-      tc_load_rows<E, HD, BC>(Ks + ((kt + 1) & 1) * BC * LDS, base + C, C3, k0 + BC, T);
-      tc_load_rows<E, HD, BC>(Vs + ((kt + 1) & 1) * BC * LDS, base + 2 * C, C3, k0 + BC, T);
+      tc_load_rows<E, HD, BC>(Ks + ((kt + 1) & 1) * BC * LDS, kbase, R, k0 + BC, T);
+      tc_load_rows<E, HD, BC>(Vs + ((kt + 1) & 1) * BC * LDS, vbase, R, k0 + BC, T);
       tc_cp_commit();
       tc_cp_wait<1>();
     } else {
@@ -403,22 +406,23 @@ __global__ void tc_delta_kernel(float *D, const E *dout, const E *out, int64_t r
 template <typename E, int HD, int BC>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *Dg, int T,
-                 int C, int NH, float sl2, float scale) {
+                 int C, int NH, int NKV, float sl2, float scale) {
   typedef tc_type<E> TT;
   constexpr int BR = TC_WARPS * 16, LDS = HD + 8, KD = HD / 16, ND = HD / 8, NC = BC / 8;
   extern __shared__ __align__(16) unsigned char tc_smem[];
   E *Qs = (E *)tc_smem, *dOs = Qs + BR * LDS, *Ks = dOs + BR * LDS, *Vs = Ks + 2 * BC * LDS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int nq = (T + BR - 1) / BR, qt = nq - 1 - (int)blockIdx.y;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C3 = 3 * C;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, R = C + 2 * NKV * HD;
   const int q0 = qt * BR, wrow = 16 * warp, w0 = q0 + wrow;
-  const E *base = qkv + (int64_t)b * T * C3 + h * HD;
+  const E *base = qkv + (int64_t)b * T * R + h * HD;
+  const E *kbase = qkv + (int64_t)b * T * R + C + (h / (NH / NKV)) * HD, *vbase = kbase + NKV * HD;
   const int kend = min(T, q0 + BR), nk = (kend + BC - 1) / BC;
 
-  tc_load_rows<E, HD, BR>(Qs, base, C3, q0, T);
+  tc_load_rows<E, HD, BR>(Qs, base, R, q0, T);
   tc_load_rows<E, HD, BR>(dOs, dout + (int64_t)b * T * C + h * HD, C, q0, T);
-  tc_load_rows<E, HD, BC>(Ks, base + C, C3, 0, T);
-  tc_load_rows<E, HD, BC>(Vs, base + 2 * C, C3, 0, T);
+  tc_load_rows<E, HD, BC>(Ks, kbase, R, 0, T);
+  tc_load_rows<E, HD, BC>(Vs, vbase, R, 0, T);
   tc_cp_commit();
 
   float L2[2], Dr[2];
@@ -438,8 +442,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int k0 = kt * BC;
     const E *Kb = Ks + (kt & 1) * BC * LDS, *Vb = Vs + (kt & 1) * BC * LDS;
     if (kt + 1 < nk) {
-      tc_load_rows<E, HD, BC>(Ks + ((kt + 1) & 1) * BC * LDS, base + C, C3, k0 + BC, T);
-      tc_load_rows<E, HD, BC>(Vs + ((kt + 1) & 1) * BC * LDS, base + 2 * C, C3, k0 + BC, T);
+      tc_load_rows<E, HD, BC>(Ks + ((kt + 1) & 1) * BC * LDS, kbase, R, k0 + BC, T);
+      tc_load_rows<E, HD, BC>(Vs + ((kt + 1) & 1) * BC * LDS, vbase, R, k0 + BC, T);
       tc_cp_commit();
       tc_cp_wait<1>();
     } else {
@@ -505,7 +509,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   for (int hh = 0; hh < 2; hh++) {
     const int row = w0 + g + 8 * hh;
     if (row >= T) continue;
-    E *gq = dqkv + ((int64_t)b * T + row) * C3 + h * HD + 2 * t4;
+    E *gq = dqkv + ((int64_t)b * T + row) * R + h * HD + 2 * t4;
 #pragma unroll
     for (int nd = 0; nd < ND; nd++) {
       uint32_t *p = (uint32_t *)(gq + 8 * nd);
@@ -514,12 +518,16 @@ __global__ void __launch_bounds__(TC_THREADS)
   }
 }
 
-/* One block per (b,h) and key tile of 64: dK and dV, added into dqkv. The
- * warp's accumulator rows are keys, its columns queries. */
+/* One block per (b, kv head) and key tile of 64: dK and dV, written into
+ * dqkv. The warp's accumulator rows are keys, its columns queries. With GQA
+ * the block walks (query head of its group, query tile) in one flat
+ * sequence, head-major, so the prefetch of the next Q/dO tile crosses from
+ * one head to the next without a bubble and each element's sum over the
+ * group is taken in a fixed order by its owner. */
 template <typename E, int HD, int BQ>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *Dg, int T,
-                  int C, int NH, float sl2, float scale) {
+                  int C, int NH, int NKV, float sl2, float scale) {
   typedef tc_type<E> TT;
   constexpr int BK = TC_WARPS * 16, LDS = HD + 8, KD = HD / 16, ND = HD / 8, NQ = BQ / 8;
   extern __shared__ __align__(16) unsigned char tc_smem[];
@@ -527,19 +535,25 @@ __global__ void __launch_bounds__(TC_THREADS)
   float *Ls = (float *)(dOs + 2 * BQ * LDS), *Ds = Ls + 2 * BQ;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int k0 = (int)blockIdx.y * BK; /* key tile 0 has the most query tiles: first */
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C3 = 3 * C;
+  const int bk = blockIdx.x, b = bk / NKV, kh = bk % NKV, grp = NH / NKV, R = C + 2 * NKV * HD;
   const int wrow = 16 * warp, w0 = k0 + wrow; /* the warp's first key */
-  const E *base = qkv + (int64_t)b * T * C3 + h * HD;
-  const E *dobase = dout + (int64_t)b * T * C + h * HD;
-  const float *lrow = lse + (int64_t)bh * T, *drow = Dg + (int64_t)bh * T;
-  const int nq = (T + BQ - 1) / BQ, qt0 = k0 / BQ, count = nq - qt0;
+  const E *kbase = qkv + (int64_t)b * T * R + C + kh * HD, *vbase = kbase + NKV * HD;
+  const int nq = (T + BQ - 1) / BQ, qt0 = k0 / BQ, per = nq - qt0, count = grp * per;
+  /* step j of the walk: query head kh*grp + j/per, query tile qt0 + j%per */
+#define TC_DKV_LOAD(j, buf)                                                                      \
+  do {                                                                                           \
+    const int h_ = kh * grp + (j) / per, r0_ = (qt0 + (j) % per) * BQ;                           \
+    const int64_t bh_ = (int64_t)b * NH + h_;                                                    \
+    tc_load_rows<E, HD, BQ>(Qs + (buf) * BQ * LDS, qkv + (int64_t)b * T * R + h_ * HD, R, r0_, T); \
+    tc_load_rows<E, HD, BQ>(dOs + (buf) * BQ * LDS, dout + (int64_t)b * T * C + h_ * HD, C, r0_, \
+                            T);                                                                  \
+    tc_load_vec<BQ>(Ls + (buf) * BQ, lse + bh_ * T, r0_, T);                                     \
+    tc_load_vec<BQ>(Ds + (buf) * BQ, Dg + bh_ * T, r0_, T);                                      \
+  } while (0)
 
-  tc_load_rows<E, HD, BK>(Ks, base + C, C3, k0, T);
-  tc_load_rows<E, HD, BK>(Vs, base + 2 * C, C3, k0, T);
-  tc_load_rows<E, HD, BQ>(Qs, base, C3, qt0 * BQ, T);
-  tc_load_rows<E, HD, BQ>(dOs, dobase, C, qt0 * BQ, T);
-  tc_load_vec<BQ>(Ls, lrow, qt0 * BQ, T);
-  tc_load_vec<BQ>(Ds, drow, qt0 * BQ, T);
+  tc_load_rows<E, HD, BK>(Ks, kbase, R, k0, T);
+  tc_load_rows<E, HD, BK>(Vs, vbase, R, k0, T);
+  TC_DKV_LOAD(0, 0);
   tc_cp_commit();
 
   float dk[ND][4], dv[ND][4];
@@ -549,14 +563,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int e = 0; e < 4; e++) dk[nd][e] = 0.0f, dv[nd][e] = 0.0f;
 
   for (int i = 0; i < count; i++) {
-    const int q0 = (qt0 + i) * BQ, cur = i & 1, nxt = cur ^ 1;
+    const int q0 = (qt0 + i % per) * BQ, cur = i & 1, nxt = cur ^ 1;
     const E *Qb = Qs + cur * BQ * LDS, *dOb = dOs + cur * BQ * LDS;
     const float *Lb = Ls + cur * BQ, *Db = Ds + cur * BQ;
     if (i + 1 < count) {
-      tc_load_rows<E, HD, BQ>(Qs + nxt * BQ * LDS, base, C3, q0 + BQ, T);
-      tc_load_rows<E, HD, BQ>(dOs + nxt * BQ * LDS, dobase, C, q0 + BQ, T);
-      tc_load_vec<BQ>(Ls + nxt * BQ, lrow, q0 + BQ, T);
-      tc_load_vec<BQ>(Ds + nxt * BQ, drow, q0 + BQ, T);
+      TC_DKV_LOAD(i + 1, nxt);
       tc_cp_commit();
       tc_cp_wait<1>();
     } else {
@@ -632,15 +643,17 @@ __global__ void __launch_bounds__(TC_THREADS)
   for (int hh = 0; hh < 2; hh++) {
     const int key = w0 + g + 8 * hh;
     if (key >= T) continue;
-    E *gk = dqkv + ((int64_t)b * T + key) * C3 + C + h * HD + 2 * t4;
+    E *gk = dqkv + ((int64_t)b * T + key) * R + C + kh * HD + 2 * t4;
 #pragma unroll
     for (int nd = 0; nd < ND; nd++) {
-      uint32_t *pk = (uint32_t *)(gk + 8 * nd), *pv = (uint32_t *)(gk + C + 8 * nd);
+      uint32_t *pk = (uint32_t *)(gk + 8 * nd), *pv = (uint32_t *)(gk + NKV * HD + 8 * nd);
       *pk = TT::pack(dk[nd][2 * hh] * scale, dk[nd][2 * hh + 1] * scale);
       *pv = TT::pack(dv[nd][2 * hh], dv[nd][2 * hh + 1]);
     }
   }
 }
+
+#undef TC_DKV_LOAD
 
 /* ---- host side */
 
@@ -658,20 +671,22 @@ static void tc_check(const void *p, const char *what) {
 }
 
 template <typename E, int HD>
-static void tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH) {
+static void tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
+                       int NKV) {
   constexpr int MT = tc_cfg<HD>::FWD_MT, BR = TC_WARPS * 16 * MT;
   const size_t sm = (size_t)(BR + 4 * 64) * (HD + 8) * sizeof(E);
   const float sl2 = TC_LOG2E / sqrtf((float)HD);
   ST_CUDA_CHECK(cudaFuncSetAttribute(tc_forward_kernel<E, HD, MT>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
   const dim3 grid((unsigned)(B * NH), (unsigned)((T + BR - 1) / BR));
-  tc_forward_kernel<E, HD, MT><<<grid, TC_THREADS, sm>>>((E *)out, lse, (const E *)qkv, T, C, NH, sl2);
+  tc_forward_kernel<E, HD, MT><<<grid, TC_THREADS, sm>>>((E *)out, lse, (const E *)qkv, T, C, NH,
+                                                         NKV, sl2);
   ST_CUDA_LAUNCHED();
 }
 
 template <typename E, int HD>
 static void tc_backward(void *dqkv, float *D, const void *dout, const void *qkv, const void *out,
-                        const float *lse, int B, int T, int C, int NH) {
+                        const float *lse, int B, int T, int C, int NH, int NKV) {
   constexpr int BC = tc_cfg<HD>::BWD_BC, BR = TC_WARPS * 16;
   const float scale = 1.0f / sqrtf((float)HD), sl2 = scale * TC_LOG2E;
   const int64_t rows = (int64_t)B * T * NH;
@@ -683,13 +698,15 @@ static void tc_backward(void *dqkv, float *D, const void *dout, const void *qkv,
   ST_CUDA_CHECK(cudaFuncSetAttribute(tc_dq_kernel<E, HD, BC>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq));
   tc_dq_kernel<E, HD, BC><<<grid, TC_THREADS, sq>>>((E *)dqkv, (const E *)dout, (const E *)qkv, lse,
-                                                    D, T, C, NH, sl2, scale);
+                                                    D, T, C, NH, NKV, sl2, scale);
   ST_CUDA_LAUNCHED();
   const size_t skv = (size_t)(2 * BR + 4 * BC) * (HD + 8) * sizeof(E) + 4 * BC * sizeof(float);
   ST_CUDA_CHECK(cudaFuncSetAttribute(tc_dkv_kernel<E, HD, BC>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv));
-  tc_dkv_kernel<E, HD, BC><<<grid, TC_THREADS, skv>>>((E *)dqkv, (const E *)dout, (const E *)qkv,
-                                                      lse, D, T, C, NH, sl2, scale);
+  const dim3 kvgrid((unsigned)(B * NKV), grid.y);
+  tc_dkv_kernel<E, HD, BC><<<kvgrid, TC_THREADS, skv>>>((E *)dqkv, (const E *)dout,
+                                                        (const E *)qkv, lse, D, T, C, NH, NKV,
+                                                        sl2, scale);
   ST_CUDA_LAUNCHED();
 }
 
@@ -698,42 +715,46 @@ int cuda_attention_tc_supported(int C, int NH, st_dtype dt) {
 }
 
 void cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
-                               st_dtype dt) {
+                               int NKV, st_dtype dt) {
   if ((int64_t)B * T * C == 0) return;
   if (!cuda_attention_tc_supported(C, NH, dt))
     st_cuda_fail("attention_tc: unsupported head size or dtype", __FILE__, __LINE__);
+  if (NKV <= 0 || NH % NKV != 0)
+    st_cuda_fail("attention_tc: NKV must divide NH", __FILE__, __LINE__);
   tc_check(out, "attention_tc: out is not 16-byte aligned");
   tc_check(qkv, "attention_tc: qkv is not 16-byte aligned");
   const int hs = C / NH;
   if (dt == ST_BF16) {
-    if (hs == 32) tc_forward<__nv_bfloat16, 32>(out, lse, qkv, B, T, C, NH);
-    else if (hs == 64) tc_forward<__nv_bfloat16, 64>(out, lse, qkv, B, T, C, NH);
-    else tc_forward<__nv_bfloat16, 128>(out, lse, qkv, B, T, C, NH);
+    if (hs == 32) tc_forward<__nv_bfloat16, 32>(out, lse, qkv, B, T, C, NH, NKV);
+    else if (hs == 64) tc_forward<__nv_bfloat16, 64>(out, lse, qkv, B, T, C, NH, NKV);
+    else tc_forward<__nv_bfloat16, 128>(out, lse, qkv, B, T, C, NH, NKV);
   } else {
-    if (hs == 32) tc_forward<__half, 32>(out, lse, qkv, B, T, C, NH);
-    else if (hs == 64) tc_forward<__half, 64>(out, lse, qkv, B, T, C, NH);
-    else tc_forward<__half, 128>(out, lse, qkv, B, T, C, NH);
+    if (hs == 32) tc_forward<__half, 32>(out, lse, qkv, B, T, C, NH, NKV);
+    else if (hs == 64) tc_forward<__half, 64>(out, lse, qkv, B, T, C, NH, NKV);
+    else tc_forward<__half, 128>(out, lse, qkv, B, T, C, NH, NKV);
   }
 }
 
 void cuda_attention_tc_backward(void *dqkv, float *scratch, const void *dout, const void *qkv,
                                 const void *out, const float *lse, int B, int T, int C, int NH,
-                                st_dtype dt) {
+                                int NKV, st_dtype dt) {
   if ((int64_t)B * T * C == 0) return;
   if (!cuda_attention_tc_supported(C, NH, dt))
     st_cuda_fail("attention_tc: unsupported head size or dtype", __FILE__, __LINE__);
+  if (NKV <= 0 || NH % NKV != 0)
+    st_cuda_fail("attention_tc: NKV must divide NH", __FILE__, __LINE__);
   tc_check(dqkv, "attention_tc: dqkv is not 16-byte aligned");
   tc_check(dout, "attention_tc: dout is not 16-byte aligned");
   tc_check(qkv, "attention_tc: qkv is not 16-byte aligned");
   tc_check(out, "attention_tc: out is not 16-byte aligned");
   const int hs = C / NH;
   if (dt == ST_BF16) {
-    if (hs == 32) tc_backward<__nv_bfloat16, 32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    else if (hs == 64) tc_backward<__nv_bfloat16, 64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    else tc_backward<__nv_bfloat16, 128>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    if (hs == 32) tc_backward<__nv_bfloat16, 32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+    else if (hs == 64) tc_backward<__nv_bfloat16, 64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+    else tc_backward<__nv_bfloat16, 128>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
   } else {
-    if (hs == 32) tc_backward<__half, 32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    else if (hs == 64) tc_backward<__half, 64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
-    else tc_backward<__half, 128>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    if (hs == 32) tc_backward<__half, 32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+    else if (hs == 64) tc_backward<__half, 64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+    else tc_backward<__half, 128>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
   }
 }

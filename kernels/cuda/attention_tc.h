@@ -17,17 +17,20 @@
  * head sizes 32, 64 and 128. */
 int cuda_attention_tc_supported(int C, int NH, st_dtype dt);
 
-/* qkv [B,T,3C] in dtype dt: row (b,t) holds q | k | v, head h at columns h*hs..h*hs+hs-1 of each third.
- * out [B,T,C] in dt (written, not accumulated). lse [B,NH,T] fp32: log-sum-exp of the scaled scores
- * (scale 1/sqrt(hs)) of each row, natural log. */
+/* qkv [B,T,(NH+2*NKV)*hs] in dtype dt (hs = C/NH): row (b,t) holds NH query heads, then NKV key
+ * heads, then NKV value heads, hs columns each; query head h reads kv head h/(NH/NKV) (grouped-query
+ * attention; NKV = NH is [B,T,3C]). NKV must divide NH. out [B,T,C] in dt (written, not
+ * accumulated). lse [B,NH,T] fp32: log-sum-exp of the scaled scores (scale 1/sqrt(hs)) of each row,
+ * natural log. */
 void cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
-                               st_dtype dt);
+                               int NKV, st_dtype dt);
 
-/* dqkv [B,T,3C] in dt: ACCUMULATES (+=) the gradients of q, k and v (read-add-write; callers usually
- * zero it first). dout, out [B,T,C] in dt (out is forward's output, used for D = rowsum(dO*O)). lse as
- * forward saved it. scratch: B*NH*T floats the function may overwrite (for D). */
+/* dqkv, laid out as qkv, in dt: OVERWRITTEN with the gradients of q, k and v (each kv head's the
+ * sum over the query heads of its group). dout, out [B,T,C] in dt (out is forward's output, used for
+ * D = rowsum(dO*O)). lse as forward saved it. scratch: B*NH*T floats the function may overwrite
+ * (for D). */
 void cuda_attention_tc_backward(void *dqkv, float *scratch, const void *dout, const void *qkv,
                                 const void *out, const float *lse, int B, int T, int C, int NH,
-                                st_dtype dt);
+                                int NKV, st_dtype dt);
 
 #endif

@@ -205,6 +205,17 @@ void cuda_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,
                              const void *inp, const void *w, const float *mean,
                              const float *rstd, int N, int C);
 template <typename S>
+void cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C,
+                          float eps);
+template <typename S>
+void cuda_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp,
+                           const void *w, const float *rstd, int N, int C);
+template <typename S>
+void cuda_rope_forward(void *qkv, const float *cs, int B, int T, int pos0, int NH, int NKV,
+                       int HD);
+template <typename S>
+void cuda_rope_backward(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int HD);
+template <typename S>
 void cuda_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N,
                          int C, int OC);
 template <typename S>
@@ -231,6 +242,9 @@ void cuda_attention_decode(void *out, void *kcache, void *vcache, const void *qk
 template <typename S> void cuda_gelu_forward(void *out, const void *inp, int64_t n);
 template <typename S>
 void cuda_gelu_backward(void *dinp, const void *inp, const void *dout, int64_t n);
+template <typename S> void cuda_swiglu_forward(void *out, const void *inp, int N, int F);
+template <typename S>
+void cuda_swiglu_backward(void *dinp, const void *dout, const void *inp, int N, int F);
 template <typename S>
 void cuda_residual_forward(void *out, const void *a, const void *b, int64_t n);
 void cuda_accumulate_f32(float *dst, const float *src, int64_t n);

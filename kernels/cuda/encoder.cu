@@ -1,4 +1,5 @@
-/* encoder.cu - token + position embedding, forward and backward.
+/* encoder.cu - token + position embedding, forward and backward. wpe NULL
+ * (rotary positions): out = wte[inp]; dwpe NULL: no position gradient.
  *
  * The backward has to add rows of dout into rows of dwte picked by token id,
  * and a token can appear many times in a batch. Instead of atomics (whose
@@ -22,9 +23,11 @@ __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, con
     const int c = (int)(e % C), t = (int)(bt % T);
     float a[V], b[V];
     st_load<S, V>(a, wte + (int64_t)inp[bt] * C + c);
-    st_load<S, V>(b, wpe + (int64_t)t * C + c);
+    if (wpe) { /* uniform over the launch */
+      st_load<S, V>(b, wpe + (int64_t)t * C + c);
 #pragma unroll
-    for (int k = 0; k < V; k++) a[k] += b[k];
+      for (int k = 0; k < V; k++) a[k] += b[k];
+    }
     st_store<S, V>(out + e, a);
   }
 }
@@ -104,6 +107,7 @@ void cuda_encoder_backward(float *dwte, float *dwpe, const void *dout_, const in
   if (BT == 0 || C == 0) return;
   encoder_backward_wte_kernel<S><<<BT, ENC_THREADS>>>(dwte, dout, inp, BT, C);
   ST_CUDA_LAUNCHED();
+  if (!dwpe) return;
   int64_t TC = (int64_t)T * C;
   encoder_backward_wpe_kernel<S><<<st_blocks(TC, ENC_THREADS), ENC_THREADS>>>(dwpe, dout, B, T,
                                                                              C);

@@ -50,6 +50,10 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.encoder_backward = cuda_encoder_backward<S>;
   t.layernorm_forward = cuda_layernorm_forward<S>;
   t.layernorm_backward = cuda_layernorm_backward<S>;
+  t.rmsnorm_forward = cuda_rmsnorm_forward<S>;
+  t.rmsnorm_backward = cuda_rmsnorm_backward<S>;
+  t.rope_forward = cuda_rope_forward<S>;
+  t.rope_backward = cuda_rope_backward<S>;
   t.matmul_forward = cuda_matmul_forward<S>;
   t.matmul_backward = cuda_matmul_backward<S>;
   t.matmul_gelu_forward = cuda_matmul_gelu_forward<S>;
@@ -60,6 +64,8 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.attention_decode = cuda_attention_decode<S>;
   t.gelu_forward = cuda_gelu_forward<S>;
   t.gelu_backward = cuda_gelu_backward<S>;
+  t.swiglu_forward = cuda_swiglu_forward<S>;
+  t.swiglu_backward = cuda_swiglu_backward<S>;
   t.residual_forward = cuda_residual_forward<S>;
   t.accumulate_f32 = cuda_accumulate_f32;
   t.softmax_crossentropy = cuda_softmax_crossentropy<S>;
