@@ -15,8 +15,11 @@
  *    as the transpose: <rope(x), y> = <x, rope_backward(y)>, and its
  *    inverse: rope_backward(rope(x)) = x;
  *  - attention_decode with GQA: rows bit for bit attention_forward's,
- *    whatever the chunking; the cache holds the k and v heads.
+ *    whatever the chunking; the cache holds the k and v heads;
+ *  - the profiled table (kernels/profile.h) runs the family's ops with the
+ *    same bits and names them in its report; an op a backend lacks stays NULL.
  */
+#define _POSIX_C_SOURCE 200809L /* fmemopen */
 #include <math.h>
 #include <omp.h>
 #include <setjmp.h>
@@ -29,6 +32,7 @@
 #include <cmocka.h>
 
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 #include "tests/fd_check.h"
 #include "util/rng.h"
 
@@ -312,6 +316,54 @@ static void test_encoder_no_wpe(void **state) {
   free(c.wte); free(c.R); free(c.out); free(dwte);
 }
 
+/* ---- the profiled table passes the family's ops through ---- */
+static void test_profiled_table(void **state) {
+  (void)state;
+  const st_ops *p = st_ops_profiled(ops);
+  st_ops_profile_reset();
+  enum { N = 3, C = 8, F = 4, T = 3, NH = 2, NKV = 1, HD = 4 };
+  const int RS = (NH + 2 * NKV) * HD;
+  enum { M = 64 }; /* room for the largest: T * RS = 48 */
+  float *x = randn(M, 1), *w = randn(C, 1), *d = randn(M, 1), *cs = randn(T * HD, 1);
+  float a[M], b[M], ra[N], rb[N], dwa[C] = {0}, dwb[C] = {0};
+  ops->rmsnorm_forward(a, ra, x, w, N, C, 1e-6f);
+  p->rmsnorm_forward(b, rb, x, w, N, C, 1e-6f);
+  assert_memory_equal(a, b, N * C * sizeof *a);
+  memset(a, 0, sizeof a); memset(b, 0, sizeof b);
+  ops->rmsnorm_backward(a, dwa, d, x, w, ra, N, C);
+  p->rmsnorm_backward(b, dwb, d, x, w, rb, N, C);
+  assert_memory_equal(a, b, N * C * sizeof *a);
+  assert_memory_equal(dwa, dwb, sizeof dwa);
+  memcpy(a, x, T * RS * sizeof *a); memcpy(b, x, T * RS * sizeof *b);
+  ops->rope_forward(a, cs, 1, T, 0, NH, NKV, HD);
+  p->rope_forward(b, cs, 1, T, 0, NH, NKV, HD);
+  ops->rope_backward(a, cs, 1, T, NH, NKV, HD);
+  p->rope_backward(b, cs, 1, T, NH, NKV, HD);
+  assert_memory_equal(a, b, T * RS * sizeof *a);
+  ops->swiglu_forward(a, x, N, F);
+  p->swiglu_forward(b, x, N, F);
+  assert_memory_equal(a, b, N * F * sizeof *a);
+  ops->swiglu_backward(a, d, x, N, F);
+  p->swiglu_backward(b, d, x, N, F);
+  assert_memory_equal(a, b, N * 2 * F * sizeof *a);
+  char buf[4096] = {0};
+  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+  assert_non_null(f);
+  st_ops_profile_report(f, 1, 0);
+  fclose(f);
+  static const char *names[] = {"rmsnorm_forward", "rmsnorm_backward", "rope_forward",
+                                "rope_backward",   "swiglu_forward",   "swiglu_backward"};
+  for (int i = 0; i < 6; i++) assert_non_null(strstr(buf, names[i]));
+  st_ops lacking = *ops;
+  lacking.rope_forward = NULL;
+  lacking.swiglu_backward = NULL;
+  p = st_ops_profiled(&lacking);
+  assert_null(p->rope_forward);
+  assert_null(p->swiglu_backward);
+  assert_non_null(p->rmsnorm_forward);
+  free(x); free(w); free(d); free(cs);
+}
+
 int main(void) {
   st_rng_seed(&g_rng, 14);
   ops = st_ops_cpu();
@@ -320,7 +372,7 @@ int main(void) {
       cmocka_unit_test(test_rope_forward),  cmocka_unit_test(test_rope_backward),
       cmocka_unit_test(test_attention_mha), cmocka_unit_test(test_attention_gqa),
       cmocka_unit_test(test_attention_mqa), cmocka_unit_test(test_decode_gqa),
-      cmocka_unit_test(test_encoder_no_wpe),
+      cmocka_unit_test(test_encoder_no_wpe), cmocka_unit_test(test_profiled_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
