@@ -10,6 +10,8 @@
  *    st_model_num_params equal to its total, and the published parameter
  *    counts of Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B and SmolLM2-135M
  *    (their safetensors' totals) from the presets;
+ *  - initial weights as Hugging Face draws them: every matrix N(0, 0.02),
+ *    RMSNorm gains 1, biases 0, padded vocabulary rows 0;
  *  - the RoPE table against inv_freq in double (HF's formula), each Llama 3
  *    band (kept, interpolated, divided by factor) present;
  *  - the whole-model gradient of every parameter tensor against central
@@ -172,6 +174,41 @@ static void test_preset_param_counts(void **state) {
   assert_int_equal(st_model_preset("gpt2-124m", &g), 0);
   assert_int_equal(st_model_validate(&g), 0);
   assert_int_equal(st_model_num_params(&g), 124475904LL);
+}
+
+/* ---- initial weights: Hugging Face's _init_weights for the family ---- */
+
+static void test_init(void **state) {
+  (void)state;
+  st_model_config c = qwen2_cfg();
+  c.untied = 1;
+  st_model m;
+  assert_int_equal(st_model_init(&m, &c, ops, 1, 1, 1, ST_RECOMPUTE_NONE), 0);
+  float *w = malloc((size_t)m.padded_total * sizeof(float));
+  st_rng r;
+  st_rng_seed(&r, 1);
+  assert_int_equal(st_model_draw_weights(&m, &r, w), 0);
+  for (int i = 0; i < m.tab.n; i++) {
+    const st_tensor *t = &m.tab.t[i];
+    const float *x = w + t->offset;
+    int64_t n = t->numel;
+    if (!strcmp(t->name, "wte.weight") || !strcmp(t->name, "lm_head.weight")) {
+      n = (int64_t)c.vocab_size * c.n_embd;
+      for (int64_t k = n; k < t->numel; k++) assert_true(x[k] == 0.0f);
+    }
+    if (t->ndim == 2) { /* every matrix N(0, 0.02), projections not scaled down */
+      double ss = 0;
+      for (int64_t k = 0; k < n; k++) ss += (double)x[k] * x[k];
+      const double sd = sqrt(ss / n);
+      if (fabs(sd - 0.02) > 0.002) print_error("%s: std %g\n", t->name, sd);
+      assert_true(fabs(sd - 0.02) < 0.002); /* >= 1024 draws: 2.2% standard error */
+    } else {
+      const float want = strstr(t->name, "bias") ? 0.0f : 1.0f; /* RMSNorm gains 1 */
+      for (int64_t k = 0; k < n; k++) assert_true(x[k] == want);
+    }
+  }
+  free(w);
+  st_model_free(&m);
 }
 
 /* ---- the RoPE table ---- */
@@ -470,7 +507,7 @@ int main(void) {
   ops = st_ops_cpu();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_names),  cmocka_unit_test(test_preset_param_counts),
-      cmocka_unit_test(test_rope_table),   cmocka_unit_test(test_fd_llama),
+      cmocka_unit_test(test_init),         cmocka_unit_test(test_rope_table),   cmocka_unit_test(test_fd_llama),
       cmocka_unit_test(test_fd_qwen2),     cmocka_unit_test(test_recompute),
       cmocka_unit_test(test_bucketed),     cmocka_unit_test(test_measure_acts),
   };
