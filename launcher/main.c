@@ -123,7 +123,7 @@ static int cmd_ckpt(int argc, char **argv) {
   if (strcmp(argv[1], "info") == 0 && st_ckpt_check_files(dir))
     return st_cli_fail(ST_EXIT_CHECKPOINT);
   if (strcmp(argv[1], "verify") == 0) {
-    st_model_config cfg;
+    st_model_config cfg = {0}; /* from_json sets the shape; the rest is GPT-2 (zeros) */
     st_param_table tab;
     if (st_model_from_json(meta.config_json, &cfg) || st_param_table_build(&cfg, &tab))
       return st_cli_fail(ST_EXIT_CHECKPOINT);
