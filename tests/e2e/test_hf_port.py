@@ -220,8 +220,8 @@ case("activation_function relu refused", T0, ["activation_function relu"],
      cfg_edit=lambda c: c.update(activation_function="relu"))
 case("scale_attn_by_inverse_layer_idx refused", T0, ["scale_attn_by_inverse_layer_idx"],
      cfg_edit=lambda c: c.update(scale_attn_by_inverse_layer_idx=True))
-case("unknown model_type", T0, ["model_type \"llama\" is not supported yet"],
-     cfg_edit=lambda c: c.update(model_type="llama"))
+case("unknown model_type", T0, ["model_type \"mistral\" is not supported yet"],
+     cfg_edit=lambda c: c.update(model_type="mistral"))
 mask = np.tril(np.ones((64, 64), np.float32)).reshape(1, 1, 64, 64)
 buf = {f"transformer.h.{l}.attn.bias": ("F32", mask) for l in range(2)}
 buf["transformer.h.0.attn.masked_bias"] = ("F32", np.array(-1e4, np.float32))
