@@ -73,6 +73,21 @@ static void p_layernorm_backward(void *dinp, float *dw, float *db, const void *d
   TIMED("layernorm_backward",
         g_inner->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C));
 }
+static void p_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N,
+                              int C, float eps) {
+  TIMED("rmsnorm_forward", g_inner->rmsnorm_forward(out, rstd, inp, w, N, C, eps));
+}
+static void p_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp,
+                               const void *w, const float *rstd, int N, int C) {
+  TIMED("rmsnorm_backward", g_inner->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C));
+}
+static void p_rope_forward(void *qkv, const float *cs, int B, int T, int pos0, int NH, int NKV,
+                           int HD) {
+  TIMED("rope_forward", g_inner->rope_forward(qkv, cs, B, T, pos0, NH, NKV, HD));
+}
+static void p_rope_backward(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int HD) {
+  TIMED("rope_backward", g_inner->rope_backward(dqkv, cs, B, T, NH, NKV, HD));
+}
 static void p_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N,
                              int C, int OC) {
   char l[80];
@@ -114,6 +129,12 @@ static void p_gelu_forward(void *out, const void *inp, int64_t n) {
 static void p_gelu_backward(void *dinp, const void *inp, const void *dout, int64_t n) {
   TIMED("gelu_backward", g_inner->gelu_backward(dinp, inp, dout, n));
 }
+static void p_swiglu_forward(void *out, const void *inp, int N, int F) {
+  TIMED("swiglu_forward", g_inner->swiglu_forward(out, inp, N, F));
+}
+static void p_swiglu_backward(void *dinp, const void *dout, const void *inp, int N, int F) {
+  TIMED("swiglu_backward", g_inner->swiglu_backward(dinp, dout, inp, N, F));
+}
 static void p_residual_forward(void *out, const void *a, const void *b, int64_t n) {
   TIMED("residual_forward", g_inner->residual_forward(out, a, b, n));
 }
@@ -147,12 +168,18 @@ static double p_sum_squares(const float *x, int64_t n) {
 
 const st_ops *st_ops_profiled(const st_ops *inner) {
   g_inner = inner;
-  g_table = *inner; /* memory functions, dtype, attention_state_floats pass through */
+  g_table = *inner; /* memory functions, dtype, attention_state_floats, decode pass through */
   g_table.zero = p_zero;
   g_table.encoder_forward = p_encoder_forward;
   g_table.encoder_backward = p_encoder_backward;
   g_table.layernorm_forward = p_layernorm_forward;
   g_table.layernorm_backward = p_layernorm_backward;
+  /* The family's ops only where the backend has them: a NULL stays NULL,
+   * so a caller's check for a missing op still sees it. */
+  if (inner->rmsnorm_forward) g_table.rmsnorm_forward = p_rmsnorm_forward;
+  if (inner->rmsnorm_backward) g_table.rmsnorm_backward = p_rmsnorm_backward;
+  if (inner->rope_forward) g_table.rope_forward = p_rope_forward;
+  if (inner->rope_backward) g_table.rope_backward = p_rope_backward;
   g_table.matmul_forward = p_matmul_forward;
   g_table.matmul_backward = p_matmul_backward;
   g_table.matmul_gelu_forward = p_matmul_gelu_forward;
@@ -161,6 +188,8 @@ const st_ops *st_ops_profiled(const st_ops *inner) {
   g_table.attention_backward = p_attention_backward;
   g_table.gelu_forward = p_gelu_forward;
   g_table.gelu_backward = p_gelu_backward;
+  if (inner->swiglu_forward) g_table.swiglu_forward = p_swiglu_forward;
+  if (inner->swiglu_backward) g_table.swiglu_backward = p_swiglu_backward;
   g_table.residual_forward = p_residual_forward;
   g_table.accumulate_f32 = p_accumulate_f32;
   g_table.softmax_crossentropy = p_softmax_crossentropy;

@@ -1,12 +1,6 @@
 /* test_ops_grad.c - every CPU op's backward against central finite
  * differences, and the whole model's gradient likewise.
- *
- * Each check builds L = sum(out * R) for a fixed random R, so dL/dout = R,
- * runs the op's backward with dout = R, and compares each input gradient
- * element with (L(x+h) - L(x-h)) / 2h, h = 1e-3, L summed in double.
- * Tolerance: |analytic - numeric| <= 2e-2 * max(|analytic|, |numeric|) + 2e-3.
- * fp32 rounding of the perturbed forward is the main error source (about
- * 1e-7 * |L| / h); the bound is 10x what was observed when written.
+ * The check and its tolerance: tests/fd_check.h.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -20,51 +14,10 @@
 
 #include "kernels/ops.h"
 #include "rank/model/model.h"
+#include "tests/fd_check.h"
 #include "util/rng.h"
 
-#define H 1e-3f
-
-static st_rng g_rng;
 static const st_ops *ops;
-
-static float *randn(int64_t n, float scale) {
-  float *x = malloc((size_t)n * sizeof *x);
-  for (int64_t i = 0; i < n; i++) x[i] = scale * st_rng_normal(&g_rng);
-  return x;
-}
-static float *zeros(int64_t n) { return calloc((size_t)n, sizeof(float)); }
-
-static double dot(const float *a, const float *b, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-  return s;
-}
-
-/* A forward evaluation: recompute the op's output and return sum(out * R). */
-typedef double (*loss_fn)(void *ctx);
-
-/* Compare grad[i] against finite differences of f over x[i] for up to
- * `samples` indices spread across the array. Returns the number of failures. */
-static int check(const char *what, float *x, const float *grad, int64_t n, loss_fn f, void *ctx,
-                 int samples) {
-  int bad = 0;
-  int64_t stride = n > samples ? n / samples : 1;
-  for (int64_t i = 0; i < n; i += stride) {
-    float old = x[i];
-    x[i] = old + H;
-    double lp = f(ctx);
-    x[i] = old - H;
-    double lm = f(ctx);
-    x[i] = old;
-    double num = (lp - lm) / (2.0 * H), ana = grad[i];
-    double tol = 2e-2 * fmax(fabs(num), fabs(ana)) + 2e-3;
-    if (fabs(num - ana) > tol) {
-      if (bad < 5) print_error("%s[%lld]: analytic %.6g numeric %.6g\n", what, (long long)i, ana, num);
-      bad++;
-    }
-  }
-  return bad;
-}
 
 /* ---- matmul ---- */
 typedef struct { float *out, *inp, *w, *b, *R; int N, C, OC; } mm_ctx;

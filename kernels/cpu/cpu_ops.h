@@ -15,6 +15,13 @@ void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
 void cpu_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,
                             const void *inp, const void *w, const float *mean,
                             const float *rstd, int N, int C);
+void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C,
+                         float eps);
+void cpu_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp,
+                          const void *w, const float *rstd, int N, int C);
+void cpu_rope_forward(void *qkv, const float *cs, int B, int T, int pos0, int NH, int NKV,
+                      int HD);
+void cpu_rope_backward(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int HD);
 void cpu_matmul_forward(void *out, const void *inp, const void *w, const void *bias,
                         int N, int C, int OC);
 void cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
@@ -34,6 +41,8 @@ void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *
 void cpu_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *dout,
                               const void *inp, const void *w, const void *pre, int N, int C,
                               int OC);
+void cpu_swiglu_forward(void *out, const void *inp, int N, int F);
+void cpu_swiglu_backward(void *dinp, const void *dout, const void *inp, int N, int F);
 void cpu_residual_forward(void *out, const void *a, const void *b, int64_t n);
 void cpu_accumulate_f32(float *dst, const float *src, int64_t n);
 void cpu_softmax_crossentropy(float *loss, void *dlogits, const void *logits,

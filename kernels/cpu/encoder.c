@@ -1,4 +1,7 @@
-/* encoder.c - token + position embedding, forward and backward. */
+/* encoder.c - token + position embedding, forward and backward. wpe and
+ * dwpe are NULL for rotary positions (the token embedding alone). */
+#include <string.h>
+
 #include "kernels/cpu/cpu_ops.h"
 
 void cpu_encoder_forward(void *out_, const int *inp, const void *wte_, const void *wpe_,
@@ -10,7 +13,12 @@ void cpu_encoder_forward(void *out_, const int *inp, const void *wte_, const voi
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       float *o = out + ((int64_t)b * T + t) * C;
-      const float *te = wte + (int64_t)inp[b * T + t] * C, *pe = wpe + (int64_t)t * C;
+      const float *te = wte + (int64_t)inp[b * T + t] * C;
+      if (!wpe) {
+        memcpy(o, te, (size_t)C * sizeof(float));
+        continue;
+      }
+      const float *pe = wpe + (int64_t)t * C;
       for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
     }
 }
@@ -28,11 +36,11 @@ void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout_, const int
     for (int b = 0; b < B; b++)
       for (int t = 0; t < T; t++) {
         const float *d = dout + ((int64_t)b * T + t) * C;
-        float *te = dwte + (int64_t)inp[b * T + t] * C, *pe = dwpe + (int64_t)t * C;
-        for (int c = c0; c < c1; c++) {
-          te[c] += d[c];
-          pe[c] += d[c];
-        }
+        float *te = dwte + (int64_t)inp[b * T + t] * C;
+        for (int c = c0; c < c1; c++) te[c] += d[c];
+        if (!dwpe) continue;
+        float *pe = dwpe + (int64_t)t * C;
+        for (int c = c0; c < c1; c++) pe[c] += d[c];
       }
   }
 }

@@ -195,7 +195,18 @@ int st_model_from_json(const char *json, st_model_config *cfg) {
 }
 
 int64_t st_model_num_params(const st_model_config *c) {
-  const int64_t C = c->n_embd, L = c->n_layer;
-  return (int64_t)c->padded_vocab_size * C + (int64_t)c->block_size * C +
-         L * (12 * C * C + 13 * C) + 2 * C;
+  /* rank/model/params.c's table, tensor by tensor; zero n_kv_head and
+   * ffn_dim mean what st_model_validate makes of them */
+  const int64_t C = c->n_embd, L = c->n_layer, Vp = c->padded_vocab_size;
+  const int64_t NKV = c->n_kv_head ? c->n_kv_head : c->n_head;
+  const int64_t F = c->ffn_dim ? c->ffn_dim : 4 * C;
+  const int64_t QKV = (c->n_head + 2 * NKV) * (C / c->n_head);
+  const int64_t FC = c->mlp == ST_MLP_SWIGLU ? 2 * F : F;
+  const int64_t norm = c->norm == ST_NORM_LAYERNORM ? 2 * C : C; /* RMSNorm: no bias */
+  int64_t block = 2 * norm + QKV * C + C * C + FC * C + C * F;
+  if (!(c->no_bias & ST_NO_BIAS_QKV)) block += QKV;
+  if (!(c->no_bias & ST_NO_BIAS_PROJ)) block += C;
+  if (!(c->no_bias & ST_NO_BIAS_MLP)) block += FC + C;
+  return Vp * C + (c->pos == ST_POS_LEARNED ? (int64_t)c->block_size * C : 0) + L * block +
+         norm + (c->untied ? Vp * C : 0);
 }

@@ -101,8 +101,9 @@ void st_model_add_json(struct cJSON *o, const st_model_config *cfg, const char *
 char *st_model_to_json(const st_model_config *cfg);
 /* Parse a model shape written by st_model_to_json. 0 or -1 with st_error. */
 int st_model_from_json(const char *json, st_model_config *cfg);
-/* Number of parameters, the tied embedding counted once (padded rows
- * included: they are real storage). */
+/* Number of parameters of the description (the total of rank/model/params.c's
+ * table): the tied embedding counted once, an untied lm_head apart, padded
+ * rows included (they are real storage). */
 int64_t st_model_num_params(const st_model_config *cfg);
 
 #endif

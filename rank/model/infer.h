@@ -1,14 +1,15 @@
-/* infer.h - GPT-2 inference over the op table with a KV cache: the forward
+/* infer.h - inference over the op table with a KV cache: the forward
  * of rank/model/model.c for new positions only, each block's keys and values kept
  * for every position seen so far, so each generated token costs one
  * position, not a re-run of the prefix (sample uses it; eval uses
  * st_model_forward, which has no cache to keep).
  *
- * One sequence (B = 1). The same ops as training's forward, in the same
- * order (encoder, LayerNorm, QKV matmul, attention, projection, residual,
- * LayerNorm, fused matmul+GELU, projection, residual; ln_f and the tied LM
- * head), except attention, which is attention_decode over the cache; the
- * LM head runs on the last new row only. Everything lives in the memory of
+ * One sequence (B = 1), every architecture the description gives. The same
+ * ops as training's forward, in the same order (encoder, norm, QKV matmul,
+ * RoPE at the cache position, attention, projection, residual, norm, fused
+ * matmul+GELU or matmul+SwiGLU, projection, residual; ln_f and the LM
+ * head), except attention, which is attention_decode over the cache (GQA:
+ * n_kv_head heads cached); the LM head runs on the last new row only. Everything lives in the memory of
  * `ops` (host for CPU, device for CUDA), in its storage dtype.
  */
 #ifndef ST_INFER_H
@@ -30,11 +31,13 @@ typedef struct {
   int max_pos;        /* positions the cache holds: cfg.block_size */
   int max_rows;       /* most new positions one step takes (the prefill) */
   int pos;            /* positions in the cache now */
-  void **kc, **vc;    /* per layer [max_pos, C] keys and values, storage dtype */
+  void **kc, **vc;    /* per layer [max_pos, n_kv_head * head_dim] keys and values */
   void *mem;          /* one allocation for the buffers below and the cache */
   void *x;            /* [max_rows, C] residual stream */
-  void *ln, *qkv, *atty, *tmp, *fch, *fch_gelu; /* [max_rows, C|3C|C|C|4C|4C] */
-  float *mean, *rstd; /* [max_rows] LayerNorm statistics (not needed after) */
+  /* [max_rows, C | QKV | C | C | F or 2F (SwiGLU's gate | up) | F] */
+  void *ln, *qkv, *atty, *tmp, *fch, *fch_act;
+  float *mean, *rstd; /* [max_rows] norm statistics (not needed after) */
+  float *rope_cs;     /* RoPE: [max_pos, head_dim] fp32 cos | sin; else NULL */
   void *lnf;          /* [C] ln_f of the last row */
   void *logits;       /* [padded_vocab_size], storage dtype */
   int *tokens;        /* [max_rows] token ids in backend memory */
@@ -42,7 +45,7 @@ typedef struct {
 } st_infer;
 
 /* Build the parameter table, allocate the weights, a KV cache of
- * cfg->block_size positions and buffers for steps of up to max_rows new
+ * cfg->block_size positions (and RoPE's table for them) and buffers for steps of up to max_rows new
  * positions, all in the memory of ops. cfg must be validated. 0, or -1 with
  * st_error (memory class) naming the bytes. */
 int st_infer_init(st_infer *m, const st_model_config *cfg, const st_ops *ops, int max_rows);

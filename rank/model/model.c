@@ -1,14 +1,40 @@
-/* model.c - GPT-2 (Radford et al. 2019): the order of ops in forward and
- * backward, and where each activation lives. Pre-LayerNorm blocks:
- *   x = x + proj(attn(ln_1(x)));  x = x + mlp.proj(gelu(mlp.fc(ln_2(x))))
- * then ln_f and an LM head tied to the token embedding. */
+/* model.c - the order of ops in forward and backward, and where each
+ * activation lives, for the architecture st_model_config describes.
+ * Pre-norm blocks:
+ *   x = x + proj(attn(rope(qkv(norm_1(x)))));  x = x + mlp.proj(act(mlp.fc(norm_2(x))))
+ * then norm_f and the LM head. GPT-2 (Radford et al. 2019): LayerNorm,
+ * learned positions added by the encoder (no rope), GELU, the head tied to
+ * wte. Llama (Touvron et al. 2023) / Qwen2: RMSNorm, RoPE on q and k, GQA,
+ * SwiGLU (act(gate | up) = silu(gate) * up), the head tied or its own. */
 #include "rank/model/model.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rank/model/rope.h"
 #include "util/error.h"
+
+/* The widths the description implies (cfg's derived fields filled). */
+typedef struct {
+  int C, NH, NKV, HD, QKV, F, FC; /* FC: mlp.fc's outputs, F or SwiGLU's 2F */
+  int ln, rope, swiglu;           /* LayerNorm (else RMSNorm), rotary positions, SwiGLU */
+} dims;
+
+static dims dims_of(const st_model_config *c) {
+  dims d;
+  d.C = c->n_embd;
+  d.NH = c->n_head;
+  d.NKV = c->n_kv_head;
+  d.HD = st_model_head_dim(c);
+  d.QKV = st_model_qkv_dim(c);
+  d.F = c->ffn_dim;
+  d.swiglu = c->mlp == ST_MLP_SWIGLU;
+  d.FC = d.swiglu ? 2 * d.F : d.F;
+  d.ln = c->norm == ST_NORM_LAYERNORM;
+  d.rope = c->pos == ST_POS_ROPE;
+  return d;
+}
 
 /* Carves buffers out of one allocation. With base == NULL it only
  * measures, so sizing and layout come from the same code. Each take's
@@ -34,26 +60,30 @@ static void *take(carver *cv, int64_t n, size_t elem, int part) {
  * attention state per layer. m->blk may be NULL when only measuring. */
 static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   const st_model_config *c = &m->cfg;
-  const int64_t BT = (int64_t)m->B * m->T, C = c->n_embd;
+  const dims d = dims_of(c);
+  const int64_t BT = (int64_t)m->B * m->T, C = d.C;
   const size_t es = m->es, f4 = sizeof(float);
   m->encoded = take(cv, BT * C, es, P_EMBED);
+  m->rope_cs = d.rope ? take(cv, (int64_t)m->T * d.HD, f4, P_EMBED) : NULL;
   /* Recompute: what backward rebuilds lives once, in the shared block
-   * blk[n_layer], instead of once per layer. selective shares the LayerNorm
-   * and GELU outputs; full shares everything but the block output, which is
-   * the next block's input. X(field, elements, element size, shared?, part
-   * when kept per layer) */
+   * blk[n_layer], instead of once per layer. selective shares the norm and
+   * MLP activation outputs; full shares everything but the block output,
+   * which is the next block's input. X(field, elements, element size,
+   * exists?, shared?, part when kept per layer) */
   const int sel = m->recompute != ST_RECOMPUTE_NONE, full = m->recompute == ST_RECOMPUTE_FULL;
 #define BLOCK_FIELDS(X)                                                                      \
-  X(ln1, BT * C, es, sel, P_BLOCKS) X(ln1_mean, BT, f4, full, P_BLOCKS)                         \
-  X(ln1_rstd, BT, f4, full, P_BLOCKS) X(qkv, BT * 3 * C, es, full, P_BLOCKS)                    \
-  X(atty, BT * C, es, full, P_BLOCKS) X(att, natt, f4, full, P_ATTENTION)                       \
-  X(attproj, BT * C, es, full, P_BLOCKS) X(residual2, BT * C, es, full, P_BLOCKS)               \
-  X(ln2, BT * C, es, sel, P_BLOCKS) X(ln2_mean, BT, f4, full, P_BLOCKS)                         \
-  X(ln2_rstd, BT, f4, full, P_BLOCKS) X(fch, BT * 4 * C, es, full, P_BLOCKS)                    \
-  X(fch_gelu, BT * 4 * C, es, sel, P_BLOCKS) X(fcproj, BT * C, es, full, P_BLOCKS)
+  X(ln1, BT * C, es, 1, sel, P_BLOCKS) X(ln1_mean, BT, f4, d.ln, full, P_BLOCKS)               \
+  X(ln1_rstd, BT, f4, 1, full, P_BLOCKS) X(qkv, BT * d.QKV, es, 1, full, P_BLOCKS)             \
+  X(atty, BT * C, es, 1, full, P_BLOCKS) X(att, natt, f4, 1, full, P_ATTENTION)                \
+  X(attproj, BT * C, es, 1, full, P_BLOCKS) X(residual2, BT * C, es, 1, full, P_BLOCKS)        \
+  X(ln2, BT * C, es, 1, sel, P_BLOCKS) X(ln2_mean, BT, f4, d.ln, full, P_BLOCKS)               \
+  X(ln2_rstd, BT, f4, 1, full, P_BLOCKS) X(fch, BT * d.FC, es, 1, full, P_BLOCKS)              \
+  X(fch_act, BT * d.F, es, 1, sel, P_BLOCKS) X(fcproj, BT * C, es, 1, full, P_BLOCKS)
 #define SHARED_PART(part) ((part) == P_ATTENTION ? P_ATTENTION : P_RECOMPUTE)
-#define SHARE(f, n, e, shared, part) sh->f = (shared) ? take(cv, n, e, SHARED_PART(part)) : NULL;
-#define PICK(f, n, e, shared, part) a->f = (shared) ? sh->f : take(cv, n, e, part);
+#define SHARE(f, n, e, has, shared, part) \
+  sh->f = (has) && (shared) ? take(cv, n, e, SHARED_PART(part)) : NULL;
+#define PICK(f, n, e, has, shared, part) \
+  a->f = !(has) ? NULL : (shared) ? sh->f : take(cv, n, e, part);
   st_block_acts measured[2]; /* stand-ins for blk[] when only measuring */
   st_block_acts *sh = m->blk ? &m->blk[c->n_layer] : &measured[0];
   BLOCK_FIELDS(SHARE)
@@ -67,15 +97,16 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
 #undef SHARED_PART
 #undef BLOCK_FIELDS
   m->lnf = take(cv, BT * C, es, P_HEAD);
-  m->lnf_mean = take(cv, BT, f4, P_HEAD);
+  m->lnf_mean = d.ln ? take(cv, BT, f4, P_HEAD) : NULL;
   m->lnf_rstd = take(cv, BT, f4, P_HEAD);
   m->logits = take(cv, BT * c->padded_vocab_size, es, P_LOGITS);
   m->losses = take(cv, BT, f4, P_HEAD);
   m->dres = take(cv, BT * C, es, P_GRADS);
   m->dln = take(cv, BT * C, es, P_GRADS);
   m->datty = take(cv, BT * C, es, P_GRADS);
-  m->dqkv = take(cv, BT * 3 * C, es, P_GRADS);
-  m->dfch = take(cv, BT * 4 * C, es, P_GRADS);
+  m->dqkv = take(cv, BT * d.QKV, es, P_GRADS);
+  m->dfch = take(cv, BT * d.FC, es, P_GRADS);
+  m->dfact = d.swiglu ? take(cv, BT * d.F, es, P_GRADS) : NULL;
   m->datt = take(cv, natt, f4, P_ATTENTION);
   /* The arena hands out whole 256-byte units; counting the tail here keeps
    * act_bytes the bytes act_mem really takes there. */
@@ -98,6 +129,7 @@ void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t a
   st_model m;
   memset(&m, 0, sizeof m);
   m.cfg = *cfg;
+  st_model_fill_derived(&m.cfg);
   m.es = st_dtype_size(dtype);
   m.B = B;
   m.T = T;
@@ -107,18 +139,29 @@ void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t a
   parts_of(&measure, out);
 }
 
-/* Elements of the head gradient buffer (ZeRO 2): wte + wpe, then ln_f. */
+/* Flat offset of the first tensor after the blocks (ln_f). */
+static int64_t lnf_begin(const st_model *m) {
+  return m->block_begin + m->cfg.n_layer * m->block_numel;
+}
+
+/* Elements of the head gradient buffer (ZeRO 2): wte (+ wpe), then ln_f (+ lm_head). */
 static int64_t head_numel(const st_model *m) {
-  return m->block_begin + (m->tab.total - (m->block_begin + m->cfg.n_layer * m->block_numel));
+  return m->block_begin + (m->tab.total - lnf_begin(m));
+}
+
+/* Where head tensor `name` lives in head_grads ([0, block_begin) then
+ * [ln_f, total) back to back), or NULL when the description lacks it. */
+static float *head_grad_view(const st_model *m, const char *name) {
+  const int i = st_param_find(&m->tab, name);
+  if (i < 0) return NULL;
+  const int64_t off = m->tab.t[i].offset;
+  return m->head_grads + (off < m->block_begin ? off : m->block_begin + (off - lnf_begin(m)));
 }
 
 /* Bind block l's gradient views to a one-block bucket. */
 static void bind_block_grads(st_model *m, int l, float *bucket) {
-  st_block_params *b = &m->g.h[l];
-  void **slots[12] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attproj_w, &b->attproj_b,
-                       &b->ln2_w, &b->ln2_b, &b->fc_w, &b->fc_b, &b->fcproj_w, &b->fcproj_b};
-  const int64_t base = m->block_begin + (int64_t)l * m->block_numel;
-  for (int k = 0; k < 12; k++) *slots[k] = bucket + (m->tab.t[2 + 12 * l + k].offset - base);
+  st_param_block_bind(&m->tab, l, bucket, m->block_begin + (int64_t)l * m->block_numel,
+                      sizeof(float), &m->g.h[l]);
 }
 
 /* grad_buckets: ZeRO 2's gradient storage (head_grads and two one-block
@@ -128,16 +171,20 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   memset(m, 0, sizeof *m);
   m->recompute = recompute;
   m->cfg = *cfg;
+  st_model_fill_derived(&m->cfg);
+  cfg = &m->cfg;
   m->ops = ops;
   m->B = B;
   m->T = T;
   m->es = st_dtype_size(ops->dtype);
   if (st_param_table_build(cfg, &m->tab)) return -1;
   m->padded_total = (m->tab.total + pad_multiple - 1) / pad_multiple * pad_multiple;
-  /* Table order: wte, wpe, 12 tensors per block, ln_f: blocks are one
-   * contiguous range of equal-sized pieces. */
-  m->block_begin = m->tab.t[2].offset;
-  m->block_numel = cfg->n_layer > 0 ? m->tab.t[2 + 12].offset - m->block_begin : 0;
+  /* Table order: head tensors (wte, wpe), block_tensors per block, then ln_f
+   * (and lm_head): blocks are one contiguous range of equal-sized pieces. */
+  const st_param_table *tb = &m->tab;
+  m->block_begin = tb->t[tb->block_first].offset;
+  m->block_numel =
+      cfg->n_layer > 0 ? tb->t[tb->block_first + tb->block_tensors].offset - m->block_begin : 0;
   m->blk = calloc((size_t)cfg->n_layer + 1, sizeof *m->blk);
   if (!m->blk) return st_error_set("out of host memory for the model's activation table");
   const int64_t natt = ops->attention_state_floats(B, T, cfg->n_head);
@@ -170,19 +217,32 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   if (!grad_buckets) {
     if (st_param_views_bind(cfg, &m->tab, m->grads, sizeof(float), &m->g)) return -1;
   } else {
-    /* Head tensors in head_grads (wte, wpe, then ln_f); block views point
-     * into a bucket and are rebound as each block's backward starts. */
-    const int64_t lnf = m->block_begin + cfg->n_layer * m->block_numel;
-    m->g.h = calloc((size_t)cfg->n_layer, sizeof *m->g.h);
+    /* Head tensors in head_grads (wte, wpe, then ln_f, lm_head); block
+     * views point into a bucket and are rebound as each block's backward
+     * starts. */
+    m->g.h = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof *m->g.h);
     if (!m->g.h) return st_error_set("out of host memory for gradient views");
-    m->g.wte = m->head_grads;
-    m->g.wpe = m->head_grads + m->tab.t[1].offset;
-    m->g.lnf_w = m->head_grads + m->block_begin;
-    m->g.lnf_b = m->head_grads + m->block_begin + (m->tab.t[m->tab.n - 1].offset - lnf);
+    m->g.wte = head_grad_view(m, "wte.weight");
+    m->g.wpe = head_grad_view(m, "wpe.weight");
+    m->g.lnf_w = head_grad_view(m, "ln_f.weight");
+    m->g.lnf_b = head_grad_view(m, "ln_f.bias");
+    m->g.lm_head = head_grad_view(m, "lm_head.weight");
     for (int l = 0; l < cfg->n_layer; l++) bind_block_grads(m, l, m->bucket[l % 2]);
   }
   carver cv = {m->act_mem, 0, {0}};
   layout_acts(m, natt, &cv);
+  if (m->rope_cs) {
+    /* positions 0 .. T-1 of every forward; built once, on the host */
+    const size_t bytes = (size_t)T * (size_t)st_model_head_dim(cfg) * sizeof(float);
+    float *cs = malloc(bytes);
+    if (!cs) {
+      st_model_free(m);
+      return st_error_set("cannot allocate %zu bytes of host memory for the RoPE table", bytes);
+    }
+    st_rope_table(cfg, T, cs);
+    ops->to_device(m->rope_cs, cs, bytes);
+    free(cs);
+  }
   return 0;
 }
 
@@ -241,7 +301,11 @@ static void fill_normal(float *x, int64_t n, float std, st_rng *rng) {
 
 int st_model_draw_weights(const st_model *m, st_rng *rng, float *host) {
   const st_model_config *c = &m->cfg;
-  const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
+  /* GPT-2 scales the residual projections by 1/sqrt(2L) (Radford et al.
+   * 2019, sec. 2.3); Hugging Face's Llama and Qwen2 draw every matrix at
+   * initializer_range (0.02) alike. */
+  const int scaled_proj = c->arch == ST_ARCH_GPT2;
+  const float std = 0.02f, proj_std = scaled_proj ? 0.02f / sqrtf(2.0f * c->n_layer) : std;
   memset(host, 0, (size_t)m->padded_total * sizeof(float));
   for (int i = 0; i < m->tab.n; i++) {
     const st_tensor *t = &m->tab.t[i];
@@ -249,10 +313,11 @@ int st_model_draw_weights(const st_model *m, st_rng *rng, float *host) {
     if (t->ndim == 2) {
       int is_proj = strstr(t->name, "attn.proj.weight") || strstr(t->name, "mlp.proj.weight");
       int64_t n = t->numel;
-      if (strcmp(t->name, "wte.weight") == 0) n = (int64_t)c->vocab_size * c->n_embd;
+      if (strcmp(t->name, "wte.weight") == 0 || strcmp(t->name, "lm_head.weight") == 0)
+        n = (int64_t)c->vocab_size * c->n_embd; /* padded rows stay 0 */
       fill_normal(x, n, is_proj ? proj_std : std, rng);
     } else if (strstr(t->name, "ln_") && strstr(t->name, ".weight")) {
-      for (int64_t k = 0; k < t->numel; k++) x[k] = 1.0f;
+      for (int64_t k = 0; k < t->numel; k++) x[k] = 1.0f; /* LayerNorm and RMSNorm gains */
     }
   }
   return 0;
@@ -276,52 +341,82 @@ void st_model_zero_grad(st_model *m) {
   m->ops->zero(m->head_grads, (size_t)head_numel(m) * sizeof(float));
 }
 
+/* norm(x) of N rows by the description's norm: LayerNorm (mean, rstd
+ * saved) or RMSNorm (rstd saved; mean and b unused, NULL). */
+static void norm_forward(const st_model *m, void *out, float *mean, float *rstd, const void *x,
+                         const void *w, const void *b, int N) {
+  if (m->cfg.norm == ST_NORM_LAYERNORM)
+    m->ops->layernorm_forward(out, mean, rstd, x, w, b, N, m->cfg.n_embd);
+  else
+    m->ops->rmsnorm_forward(out, rstd, x, w, N, m->cfg.n_embd, m->cfg.norm_eps);
+}
+
+/* Backward of norm_forward; dx ACCUMULATES (the residual stream). */
+static void norm_backward(const st_model *m, void *dx, float *dw, float *db, const void *dout,
+                          const void *x, const void *w, const float *mean, const float *rstd,
+                          int N) {
+  if (m->cfg.norm == ST_NORM_LAYERNORM)
+    m->ops->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, m->cfg.n_embd);
+  else
+    m->ops->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, m->cfg.n_embd);
+}
+
 /* Block l's forward from its input x: the one definition that forward and
  * full recompute share, so a recomputed block is bit-identical. */
 static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   const st_ops *op = m->ops;
-  const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+  const dims d = dims_of(&m->cfg);
+  const int C = d.C, BT = B * T;
   st_block_acts *a = &m->blk[l];
   const st_block_params *w = &m->p.h[l];
-  op->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT, C);
-  op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, 3 * C);
-  op->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, NH);
+  norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
+  op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, d.QKV);
+  if (d.rope) op->rope_forward(a->qkv, m->rope_cs, B, T, 0, d.NH, d.NKV, d.HD);
+  op->attention_forward(a->atty, a->att, a->qkv, B, T, C, d.NH, d.NKV);
   op->matmul_forward(a->attproj, a->atty, w->attproj_w, w->attproj_b, BT, C, C);
   op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
-  op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT,
-                        C);
-  if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
+  norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
+  if (d.swiglu) {
+    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.FC);
+    op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
+  } else if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
     /* Selective recompute rebuilds the GELU output from the stored (rounded)
      * fch with gelu_forward; forward must produce it the same way, not in
      * the GEMM epilogue from the unrounded sum, or backward would see other
      * values than the loss was computed with. */
-    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
-    op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
+    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.F);
+    op->gelu_forward(a->fch_act, a->fch, (int64_t)BT * d.F);
   } else {
-    op->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, 4 * C);
+    op->matmul_gelu_forward(a->fch_act, a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.F);
   }
-  op->matmul_forward(a->fcproj, a->fch_gelu, w->fcproj_w, w->fcproj_b, BT, 4 * C, C);
+  op->matmul_forward(a->fcproj, a->fch_act, w->fcproj_w, w->fcproj_b, BT, d.F, C);
   op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
 }
 
 /* Rebuild what the recompute policy did not keep for block l's backward:
  * full reruns the block from its input (the residual3 it writes is already
- * there and comes out the same); selective reruns the two LayerNorms and
- * the GELU, whose inputs were kept. */
+ * there and comes out the same); selective reruns the two norms and the
+ * MLP activation (GELU or SwiGLU), whose inputs were kept. */
 static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
   const st_ops *op = m->ops;
-  const int C = m->cfg.n_embd, BT = B * T;
+  const dims d = dims_of(&m->cfg);
+  const int BT = B * T;
   st_block_acts *a = &m->blk[l];
   const st_block_params *w = &m->p.h[l];
   if (m->recompute == ST_RECOMPUTE_FULL) {
     block_forward(m, l, x, B, T);
   } else if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
-    op->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT, C);
-    op->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b,
-                          BT, C);
-    op->gelu_forward(a->fch_gelu, a->fch, (int64_t)BT * 4 * C);
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
+    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
+    if (d.swiglu)
+      op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
+    else
+      op->gelu_forward(a->fch_act, a->fch, (int64_t)BT * d.F);
   }
 }
+
+/* The LM head's weight: lm_head when untied, else wte. */
+static const void *head_weight(const st_param_views *v) { return v->lm_head ? v->lm_head : v->wte; }
 
 double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
                         float dloss) {
@@ -334,8 +429,8 @@ double st_model_forward(st_model *m, const int *inp, const int *targets, int B, 
     block_forward(m, l, x, B, T);
     x = m->blk[l].residual3;
   }
-  op->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnf_w, m->p.lnf_b, BT, C);
-  op->matmul_forward(m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp);
+  norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnf_w, m->p.lnf_b, BT);
+  op->matmul_forward(m->logits, m->lnf, head_weight(&m->p), NULL, BT, C, Vp);
   op->softmax_crossentropy(m->losses, dloss > 0 ? m->logits : NULL, m->logits, targets, dloss,
                            BT, c->vocab_size, Vp);
   m->ops->to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float));
@@ -359,7 +454,7 @@ void st_model_grad_ranges(const st_model *m, void (*fn)(void *ctx, int64_t begin
     const int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
     fn(ctx, b0, b0 + m->block_numel, l % 2);
   }
-  const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
+  const int64_t lnf = lnf_begin(m);
   fn(ctx, 0, m->block_begin, 2);
   fn(ctx, lnf, m->tab.total, 3);
 }
@@ -371,17 +466,19 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
   const st_ops *op = m->ops;
 #define zero(x, n) op->zero((x), (size_t)(n) * m->es)
   const st_model_config *c = &m->cfg;
-  const int C = c->n_embd, NH = c->n_head, BT = B * T, Vp = c->padded_vocab_size;
+  const dims d = dims_of(c);
+  const int C = d.C, BT = B * T, Vp = c->padded_vocab_size;
   const int64_t BTC = (int64_t)BT * C;
   st_param_views *g = &m->g;
 
-  /* LM head (tied): logits = lnf @ wte^T, so dwte gets the head's share here
-   * and the embedding's share in encoder_backward. */
-  op->matmul_backward(m->dln, g->wte, NULL, m->logits, m->lnf, m->p.wte, BT, C, Vp);
+  /* LM head: logits = lnf @ W^T. Tied (W = wte), dwte gets the head's share
+   * here and the embedding's share in encoder_backward. */
+  op->matmul_backward(m->dln, g->lm_head ? g->lm_head : g->wte, NULL, m->logits, m->lnf,
+                      head_weight(&m->p), BT, C, Vp);
   zero(m->dres, BTC);
   const void *xlast = c->n_layer > 0 ? m->blk[c->n_layer - 1].residual3 : m->encoded;
-  op->layernorm_backward(m->dres, g->lnf_w, g->lnf_b, m->dln, xlast, m->p.lnf_w, m->lnf_mean,
-                         m->lnf_rstd, BT, C);
+  norm_backward(m, m->dres, g->lnf_w, g->lnf_b, m->dln, xlast, m->p.lnf_w, m->lnf_mean,
+                m->lnf_rstd, BT);
 
   /* dres carries d(block output); each residual add passes it through to both
    * branches, so the branches' input gradients accumulate into it. */
@@ -397,19 +494,26 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
     }
     block_recompute(m, l, x, B, T);
 
-    op->matmul_backward_gelu(m->dfch, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_gelu,
-                             w->fcproj_w, a->fch, BT, 4 * C, C);
-    op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, w->fc_w, BT, C, 4 * C);
-    op->layernorm_backward(m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w,
-                           a->ln2_mean, a->ln2_rstd, BT, C);
+    if (d.swiglu) {
+      op->matmul_backward(m->dfact, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
+                          w->fcproj_w, BT, d.F, C);
+      op->swiglu_backward(m->dfch, m->dfact, a->fch, BT, d.F);
+    } else {
+      op->matmul_backward_gelu(m->dfch, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
+                               w->fcproj_w, a->fch, BT, d.F, C);
+    }
+    op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, w->fc_w, BT, C, d.FC);
+    norm_backward(m, m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w, a->ln2_mean,
+                  a->ln2_rstd, BT);
 
     op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty, w->attproj_w,
                         BT, C, C);
-    op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, NH,
-                           NH);
-    op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, 3 * C);
-    op->layernorm_backward(m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
-                           a->ln1_rstd, BT, C);
+    op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, d.NH,
+                           d.NKV);
+    if (d.rope) op->rope_backward(m->dqkv, m->rope_cs, B, T, d.NH, d.NKV, d.HD);
+    op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, d.QKV);
+    norm_backward(m, m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
+                  a->ln1_rstd, BT);
     if (h) {
       const int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
       const float *src = m->head_grads ? m->bucket[l % 2] : m->grads + b0;
@@ -418,7 +522,7 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
   }
   op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
   if (h) {
-    const int64_t lnf = m->block_begin + c->n_layer * m->block_numel;
+    const int64_t lnf = lnf_begin(m);
     const float *head = m->head_grads ? m->head_grads : m->grads;
     h->ready(h->ctx, head, 0, m->block_begin, 2);
     h->ready(h->ctx, head + (m->head_grads ? m->block_begin : lnf), lnf, m->tab.total, 3);

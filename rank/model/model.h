@@ -1,4 +1,6 @@
-/* model.h - GPT-2 forward and backward schedule over the op table.
+/* model.h - the decoder-only transformer's forward and backward schedule
+ * over the op table, for every architecture st_model_config describes
+ * (GPT-2; Llama 3, Qwen2, SmolLM2: RMSNorm, RoPE, SwiGLU, GQA, untied head).
  *
  * Holds the flat parameter and gradient vectors (padded to a multiple of
  * the ZeRO world size), activations for one micro-batch of B x T, and the
@@ -15,30 +17,32 @@
 #include "util/rng.h"
 
 /* Activations of one block. void *: storage dtype (ops->dtype); float *:
- * always fp32. */
+ * always fp32. QKV = st_model_qkv_dim, F = ffn_dim. */
 typedef struct {
-  void *ln1;                        /* [B,T,C] */
-  float *ln1_mean, *ln1_rstd;       /* [B,T] */
-  void *qkv;                        /* [B,T,3C] */
+  void *ln1;                        /* [B,T,C] norm output */
+  float *ln1_mean, *ln1_rstd;       /* [B,T]; mean NULL under RMSNorm */
+  void *qkv;                        /* [B,T,QKV], q and k rotated under RoPE */
   void *atty;                       /* [B,T,C] attention output */
   float *att;                       /* attention_state_floats(B,T,NH) */
   void *attproj;                    /* [B,T,C] */
   void *residual2;                  /* [B,T,C] */
   void *ln2;
   float *ln2_mean, *ln2_rstd;
-  void *fch, *fch_gelu;             /* [B,T,4C] */
+  void *fch;                        /* [B,T,F] GELU input, or [B,T,2F] SwiGLU's gate | up */
+  void *fch_act;                    /* [B,T,F] GELU or SwiGLU output */
   void *fcproj;                     /* [B,T,C] */
   void *residual3;                  /* [B,T,C] block output */
 } st_block_acts;
 
 /* Activation recompute (Chen et al. 2016; Korthikanti et al. 2022 for the
  * selective form): none keeps every activation for backward; selective drops
- * the LayerNorm and GELU outputs (6 of 18 B*T*C-sized tensors per block) and
- * recomputes them from kept inputs; full keeps only each block's output and
- * reruns the whole block before its backward. full gives bit-identical
- * results to none; so does selective where the GELU is not fused into the
- * GEMM (CPU, fp32). In bf16/fp16 selective's forward takes GELU from the
- * stored fc output, as its recompute does, so it differs from none by that
+ * the two norm outputs and the MLP activation's output (GPT-2: 6 of 18
+ * B*T*C-sized tensors per block) and recomputes them from kept inputs; full
+ * keeps only each block's output and reruns the whole block before its
+ * backward. full gives bit-identical results to none; so does selective
+ * with SwiGLU (never fused) and where the GELU is not fused into the GEMM
+ * (CPU, fp32). In bf16/fp16 selective's forward takes GELU from the stored
+ * fc output, as its recompute does, so it differs from none by that
  * rounding (backward is still the exact gradient of its own forward). */
 typedef enum {
   ST_RECOMPUTE_NONE = 0,
@@ -57,7 +61,8 @@ typedef struct {
   float *grads;           /* fp32, padded_total elements; NULL when bucketed */
   /* ZeRO 2 (st_model_init_bucketed): block l's gradients live in
    * bucket[l % 2] only while its backward runs; the head tensors' (wte, wpe,
-   * ln_f) live in head_grads. */
+   * then ln_f, lm_head: [0, block_begin) and [ln_f, total) of the flat
+   * vector, in that order) live in head_grads. */
   float *head_grads, *bucket[2];
   int64_t block_begin, block_numel; /* flat range of block 0, size of one block */
   st_param_views p, g;    /* p: into params (storage dtype); g: into fp32 gradients */
@@ -65,14 +70,16 @@ typedef struct {
   size_t act_bytes;       /* size of act_mem */
   void *act_mem;          /* one allocation for everything below */
   void *encoded;          /* [B,T,C] */
+  float *rope_cs;         /* RoPE: [T, head_dim] cos | sin (rank/model/rope.h); else NULL */
   st_block_acts *blk;     /* n_layer blocks, then the shared one recompute rebuilds into */
   void *lnf;              /* [B,T,C] */
   float *lnf_mean, *lnf_rstd;
   void *logits;           /* [B,T,Vp]; holds dlogits after a training forward */
   float *losses;          /* [B,T] */
   float *losses_host;     /* [B,T] host copy for the loss sum */
-  /* backward scratch, reused by every layer */
-  void *dres, *dln, *dqkv, *datty, *dfch;
+  /* backward scratch, reused by every layer: dqkv [B,T,QKV], dfch [B,T,F]
+   * or SwiGLU's [B,T,2F], dfact [B,T,F] SwiGLU's output gradient (else NULL) */
+  void *dres, *dln, *dqkv, *datty, *dfch, *dfact;
   float *datt;
 } st_model;
 
@@ -80,7 +87,7 @@ typedef struct {
  * 256-byte alignment padding counts with the part of that buffer, so the
  * parts add up to total. */
 typedef struct {
-  size_t embed;        /* encoder output [B,T,C] */
+  size_t embed;        /* encoder output [B,T,C]; RoPE's fp32 table [T, head_dim] */
   size_t blocks;       /* kept per block for backward, n_layer blocks (attention state apart) */
   size_t recompute;    /* the one shared block recompute rebuilds into (0 with none) */
   size_t attention;    /* attention state: saved per layer (or in the shared block under
@@ -88,7 +95,7 @@ typedef struct {
                         * total a multiple of 256 (the arena's unit) */
   size_t head;         /* ln_f output and statistics, per-token losses */
   size_t logits;       /* [B*T, Vp] in the storage dtype; holds dlogits after forward */
-  size_t grad_scratch; /* backward's activation gradients dres, dln, datty, dqkv, dfch */
+  size_t grad_scratch; /* backward's activation gradients dres, dln, datty, dqkv, dfch, dfact */
   size_t total;        /* == st_model.act_bytes */
 } st_act_bytes;
 
@@ -108,7 +115,7 @@ void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t a
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
                   int pad_multiple, st_recompute recompute);
 /* As st_model_init, for ZeRO 2: no full gradient vector is ever allocated.
- * Gradients live in head_grads (wte, wpe, ln_f: head numel floats) and two
+ * Gradients live in head_grads (wte, wpe, ln_f, lm_head) and two
  * one-block buckets of block_numel + 1 floats; backward then needs hooks
  * (st_model_backward_hooked). 0, or -1 with st_error. */
 int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
@@ -121,11 +128,14 @@ int st_model_set_weights(st_model *m, const float *host);
 /* Read the working weights into host[padded_total] as fp32. 0, or -1. */
 int st_model_get_weights(const st_model *m, float *host);
 
-/* GPT-2 initialisation (Radford et al. 2019 / nanoGPT): weights N(0, 0.02),
- * residual output projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm
- * gain 1; padded vocabulary rows 0. Deterministic in the rng's state; drawn
- * in fp32 into host[padded_total], the source of master and working weights.
- * 0, or -1 with st_error. */
+/* Initial weights, drawn in table order. GPT-2 (Radford et al. 2019 /
+ * nanoGPT): matrices N(0, 0.02), residual output projections
+ * N(0, 0.02/sqrt(2L)), biases 0, LayerNorm gain 1. Llama / Qwen2 (Hugging
+ * Face LlamaPreTrainedModel._init_weights with initializer_range 0.02):
+ * every matrix N(0, 0.02), no special scaling of the projections, biases 0,
+ * RMSNorm gain 1. Padded vocabulary rows (wte, lm_head) 0. Deterministic in
+ * the rng's state; drawn in fp32 into host[padded_total], the source of
+ * master and working weights. 0, or -1 with st_error. */
 int st_model_draw_weights(const st_model *m, st_rng *rng, float *host);
 /* Draw as above and set the working weights. 0, or -1 with st_error. */
 int st_model_init_weights(st_model *m, st_rng *rng);
@@ -143,7 +153,7 @@ void st_model_backward(st_model *m, const int *inp, int B, int T);
  *   backward; grads points at element begin in the backend's memory (the
  *   bucket, head_grads or m->grads), which stays valid until reuse(slot) is
  *   called or backward returns. slot names the buffer: l % 2 for block l,
- *   2 for [0, block_begin) (wte, wpe), 3 for [ln_f, total).
+ *   2 for [0, block_begin) (wte, wpe), 3 for [ln_f, total) (ln_f, lm_head).
  * reuse: the bucket of slot 0 or 1 is about to be zeroed for a new block;
  *   anything still reading it must finish first. NULL when not needed.
  * Ranges come in a fixed order: blocks n_layer-1 .. 0, then slot 2, then
