@@ -246,15 +246,15 @@ int st_cmd_plan(int argc, char **argv) {
   st_run_config *rc = &o.rc;
   st_plan_input in;
   memset(&in, 0, sizeof in);
-  if (st_model_validate(&rc->model)) return st_cli_fail(ST_EXIT_USAGE);
+  if (st_run_config_check_model(rc) || st_model_validate(&rc->model))
+    return st_cli_fail(ST_EXIT_USAGE);
   resolve_backend(&o, &in);
   long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */
   if (st_nccl_buffsize_env(&nccl_bs)) return st_cli_fail(ST_EXIT_USAGE);
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   /* train measures cuDNN's workspace at setup; plan uses the formula */
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
-    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->seq_len,
-                                                                 rc->model.n_head);
+    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
   char source[200];
   resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);
 

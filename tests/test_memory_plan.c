@@ -231,7 +231,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   if (be == ST_BACKEND_CUDA) { /* what cuda_reserve carves at the plan's sizes */
     assert_non_null(st_arena_take(&g_arena, ST_PLAN_CUBLASLT_WORKSPACE, "cublaslt_workspace"));
     assert_non_null(st_arena_take(&g_arena, st_plan_cuda_scratch((int64_t)B * cfg->block_size,
-                                                                 cfg->n_embd), "cuda_scratch"));
+                                                                 cfg), "cuda_scratch"));
   }
   assert_false(g_arena.failed);
   assert_int_equal(g_arena.used, g_arena.size);
@@ -420,23 +420,42 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(st_plan_nccl_bytes(8, 1 << 20, 4), 4LL * 2 * (1048576 + 524288 + 4915200));
 }
 
+/* A GPT-2 block of width C (one head: the scratch does not see heads). */
+static const st_model_config *gpt2w(int C) {
+  static st_model_config c;
+  c = (st_model_config){.n_layer = 1, .n_head = 1, .n_embd = C, .block_size = 1, .vocab_size = 2};
+  return &c;
+}
+
 static void test_scratch_growth(void **state) {
   (void)state;
   /* Small: every request under 1 MiB -> the 1 MiB floor. */
-  assert_int_equal(st_plan_cuda_scratch(256, 64), 1 << 20);
+  assert_int_equal(st_plan_cuda_scratch(256, gpt2w(64)), 1 << 20);
   /* rows 1,000: 8 chunks of 128 rows; C = 16,384: ln_f 8 x 32,768 x 4 = 1 MiB,
    * fc 8 x 65,536 x 4 = 2 MiB = 2 x 1 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(1000, 16384), 2 << 20);
+  assert_int_equal(st_plan_cuda_scratch(1000, gpt2w(16384)), 2 << 20);
   /* C = 10,000, 1 chunk: ln_f 80,000 B -> 1 MiB; fc 160,000 fits. */
-  assert_int_equal(st_plan_cuda_scratch(100, 10000), 1 << 20);
+  assert_int_equal(st_plan_cuda_scratch(100, gpt2w(10000)), 1 << 20);
   /* 1,024 chunks (rows 2^20: 1,024 rows per chunk); C = 1,024: ln_f 8 MiB,
    * fc 16 MiB = 2 x 8 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(1 << 20, 1024), 16 << 20);
+  assert_int_equal(st_plan_cuda_scratch(1 << 20, gpt2w(1024)), 16 << 20);
   /* ln_f 1.25 MiB (C = 640, 256 chunks), then fc 2.5 MiB = 2 x 1.25 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(32768, 640), 2621440);
+  assert_int_equal(st_plan_cuda_scratch(32768, gpt2w(640)), 2621440);
   /* Doubling overshoots the largest request when the first was raised to
    * the floor: C = 384, ln_f 0.75 MiB -> 1 MiB, then fc 1.5 MiB -> 2 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(32768, 384), 2 << 20);
+  assert_int_equal(st_plan_cuda_scratch(32768, gpt2w(384)), 2 << 20);
+  /* The Llama family at width 2048 (32 heads, 8 KV heads), 256 chunks: an
+   * RMSNorm sums only its weight (256 x 2048 x 4 = 2 MiB) and Llama has no
+   * bias to sum, so 2 MiB; Qwen2's q/k/v bias is (32 + 16) x 64 = 3072 wide,
+   * 3 MiB, which doubles it to 4 MiB. GPT-2 at that width: ln_f 4 MiB, fc
+   * 8192 wide, 8 MiB. */
+  st_model_config fam = {.n_layer = 1, .n_head = 32, .n_kv_head = 8, .n_embd = 2048,
+                         .ffn_dim = 8192, .block_size = 1, .vocab_size = 2};
+  st_model_arch_defaults(&fam, ST_ARCH_LLAMA);
+  assert_int_equal(st_plan_cuda_scratch(32768, &fam), 2 << 20);
+  st_model_arch_defaults(&fam, ST_ARCH_QWEN2);
+  assert_int_equal(st_plan_cuda_scratch(32768, &fam), 4 << 20);
+  assert_int_equal(st_plan_cuda_scratch(32768, gpt2w(2048)), 8 << 20);
 }
 
 /* ---- headroom ---- */
