@@ -216,7 +216,7 @@ static void check_by_hf_name(run *r, hid_t f, const char *tag, const char *group
     const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
     int64_t row = 0;
     for (int k = 0; k < np; k++) {
-      char path[300];
+      char path[640];
       snprintf(path, sizeof path, "%s/%s", group, pc[k].name);
       const int64_t n = pc[k].rows * cols;
       double *ref = read_d(f, path, n);

@@ -33,89 +33,13 @@ import shutil
 
 import numpy as np
 
-from common import bf16_round, check, parse_args, read_dir, read_st, run, write_st
+from common import bf16_round, check, parse_args, read_dir, run
+from hf_family import llama_config, make as make_dir, qwen2_config, tensors
 
 a = parse_args()
 HF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "hf")
 W = lambda n: os.path.join(a.work, n)
-
-
-def llama_config(**kw):
-    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
-         "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 8, "hidden_act": "silu",
-         "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
-         "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-         "attention_dropout": 0.0, "vocab_size": 200, "bos_token_id": 1,
-         "eos_token_id": [2, 3], "torch_dtype": "float32", "transformers_version": "4.46.0"}
-    c.update(kw)
-    return c
-
-
-def qwen2_config(**kw):
-    c = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 24,
-         "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 1, "hidden_act": "silu", "max_position_embeddings": 48,
-         "rms_norm_eps": 1e-06,
-         "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
-         "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": None,
-         "max_window_layers": 2, "layer_types": ["full_attention", "full_attention"],
-         "attention_dropout": 0.0, "vocab_size": 130, "bos_token_id": None,
-         "eos_token_id": 129, "dtype": "float32", "transformers_version": "5.17.0"}
-    c.update(kw)
-    return c
-
-
-def tensors(c, seed):
-    """HF name -> ("F32", array) for config c, every value random."""
-    g = np.random.default_rng(seed)
-    C, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    NH = c["num_attention_heads"]
-    HD, NKV = C // NH, c.get("num_key_value_heads", NH)
-    qwen = c["model_type"] == "qwen2"
-    attn_b = qwen or c.get("attention_bias", False)
-    r = lambda *s: ("F32", (0.05 * g.standard_normal(s)).astype(np.float32))
-    norm = lambda: ("F32", (1 + 0.1 * g.standard_normal(C)).astype(np.float32))
-    t = {"model.embed_tokens.weight": r(V, C)}
-    for l in range(c["num_hidden_layers"]):
-        p = f"model.layers.{l}."
-        t[p + "input_layernorm.weight"] = norm()
-        for n, rows in (("q", NH * HD), ("k", NKV * HD), ("v", NKV * HD)):
-            t[p + f"self_attn.{n}_proj.weight"] = r(rows, C)
-            if attn_b:
-                t[p + f"self_attn.{n}_proj.bias"] = r(rows)
-        t[p + "self_attn.o_proj.weight"] = r(C, NH * HD)
-        if attn_b and not qwen:
-            t[p + "self_attn.o_proj.bias"] = r(C)
-        t[p + "post_attention_layernorm.weight"] = norm()
-        for n, shape in (("gate", (F, C)), ("up", (F, C)), ("down", (C, F))):
-            t[p + f"mlp.{n}_proj.weight"] = r(*shape)
-            if c.get("mlp_bias", False):
-                t[p + f"mlp.{n}_proj.bias"] = r(shape[0])
-    t["model.norm.weight"] = norm()
-    if not c["tie_word_embeddings"]:
-        t["lm_head.weight"] = r(V, C)
-    return t
-
-
-def make(name, c, t, shards=1):
-    d = W(name)
-    os.makedirs(d)
-    json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=2)
-    if shards == 1:
-        write_st(os.path.join(d, "model.safetensors"), t)
-        return d
-    names, wmap = list(t), {}
-    for i in range(shards):
-        fn = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        part = {k: t[k] for k in names[i::shards]}
-        write_st(os.path.join(d, fn), part)
-        wmap.update({k: fn for k in part})
-    json.dump({"metadata": {"total_size": 0}, "weight_map": wmap},
-              open(os.path.join(d, "model.safetensors.index.json"), "w"))
-    return d
+make = lambda name, c, t, shards=1: make_dir(W(name), c, t, shards)
 
 
 def rope_of(c):
