@@ -20,7 +20,9 @@
  *   weights run in float64), the same per-element bound.
  *   llama-tiny-sharded: the imported weights equal llama-tiny's, bit for bit.
  *   smollm-tiny (tied Llama, no scaling): logits and loss vs golden/smollm-tiny.h5.
- * When none of the fixtures exists yet it prints why and exits 77 (skipped);
+ * Usage: test_hf_llama_golden [DIR] (DIR: the fixtures' folder, default
+ * tests/data/hf). When none of the fixtures exists yet it prints why and
+ * exits 77 (skipped);
  * when only some exist, that is a failure naming the missing ones.
  */
 #include <hdf5.h>
@@ -41,6 +43,8 @@
 #ifndef HF_DATA_DIR
 #define HF_DATA_DIR "tests/data/hf"
 #endif
+/* The fixture directory: HF_DATA_DIR, or the program's one argument. */
+static const char *g_dir = HF_DATA_DIR;
 
 static int g_fail;
 
@@ -246,8 +250,8 @@ static void check_by_hf_name(run *r, hid_t f, const char *tag, const char *group
 
 static void full_golden(const char *name) {
   char dir[600], h5[700];
-  snprintf(dir, sizeof dir, "%s/%s", HF_DATA_DIR, name);
-  snprintf(h5, sizeof h5, "%s/golden/%s.h5", HF_DATA_DIR, name);
+  snprintf(dir, sizeof dir, "%s/%s", g_dir, name);
+  snprintf(h5, sizeof h5, "%s/golden/%s.h5", g_dir, name);
   hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
     report(0, "%s: cannot open %s", name, h5);
@@ -317,8 +321,8 @@ out:
 static void logits_golden(const char *name, const char *h5name, const char *key,
                           const char *loss_key) {
   char dir[600], h5[700];
-  snprintf(dir, sizeof dir, "%s/%s", HF_DATA_DIR, name);
-  snprintf(h5, sizeof h5, "%s/golden/%s.h5", HF_DATA_DIR, h5name);
+  snprintf(dir, sizeof dir, "%s/%s", g_dir, name);
+  snprintf(h5, sizeof h5, "%s/golden/%s.h5", g_dir, h5name);
   hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
     report(0, "%s: cannot open %s", name, h5);
@@ -338,8 +342,8 @@ static void logits_golden(const char *name, const char *h5name, const char *key,
 
 static void sharded_equals(const char *name, const char *whole) {
   char a[600], b[600];
-  snprintf(a, sizeof a, "%s/%s", HF_DATA_DIR, name);
-  snprintf(b, sizeof b, "%s/%s", HF_DATA_DIR, whole);
+  snprintf(a, sizeof a, "%s/%s", g_dir, name);
+  snprintf(b, sizeof b, "%s/%s", g_dir, whole);
   run ra, rb;
   const int ok = import(a, &ra, 0, 0) == 0 && import(b, &rb, 0, 0) == 0;
   report(ok && ra.tab.total == rb.tab.total &&
@@ -350,7 +354,8 @@ static void sharded_equals(const char *name, const char *whole) {
   run_free(&rb);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1) g_dir = argv[1];
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   static const char *const need[] = {"llama-tiny/config.json", "llama-tiny-bf16/config.json",
                                      "llama-tiny-sharded/model.safetensors.index.json",
@@ -361,17 +366,17 @@ int main(void) {
   int missing = 0;
   char p[700];
   for (int i = 0; i < nneed; i++) {
-    snprintf(p, sizeof p, "%s/%s", HF_DATA_DIR, need[i]);
+    snprintf(p, sizeof p, "%s/%s", g_dir, need[i]);
     missing += access(p, R_OK) != 0;
   }
   if (missing == nneed) {
     printf("SKIP: the Llama-family fixtures are not in %s yet; make them on a machine with "
            "torch and transformers: python3 tests/fixtures/make_hf_llama.py --out "
-           "tests/data/hf\n", HF_DATA_DIR);
+           "tests/data/hf\n", g_dir);
     return 77;
   }
   for (int i = 0; i < nneed; i++) {
-    snprintf(p, sizeof p, "%s/%s", HF_DATA_DIR, need[i]);
+    snprintf(p, sizeof p, "%s/%s", g_dir, need[i]);
     if (access(p, R_OK) != 0) report(0, "fixture %s is missing (the others exist)", p);
   }
   if (g_fail) return 1;
