@@ -320,7 +320,7 @@ static int family_read(const char *dir, const st_sf_set *set, const st_model_con
         goto out;
       }
       used[t - set->t] = 1;
-      const int64_t want[2] = {pc[k].rows, cols};
+      const int64_t want[ST_SF_MAX_DIM] = {pc[k].rows, cols};
       if (t->ndim != p->ndim || t->shape[0] != want[0] || (p->ndim == 2 && t->shape[1] != cols)) {
         char a[64], b[64];
         shape_str(t->shape, t->ndim, a, sizeof a);

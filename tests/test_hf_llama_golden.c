@@ -171,7 +171,8 @@ static int import(const char *dir, run *r, int B, int T) {
                         (long long)r->tab.total);
   r->inp = malloc(sizeof(int) * (size_t)r->N);
   r->tgt = malloc(sizeof(int) * (size_t)r->N);
-  return r->inp && r->tgt ? st_model_set_weights(&r->m, r->w) : st_error_set("out of memory");
+  if (!r->inp || !r->tgt) return st_error_set("out of memory"); /* run_free frees them */
+  return st_model_set_weights(&r->m, r->w);
 }
 
 /* Logits (dataset key) and, when loss_key, the loss of the current weights. */
@@ -258,6 +259,7 @@ static void full_golden(const char *name) {
     return;
   }
   run r;
+  memset(&r, 0, sizeof r);
   const int B = (int)attr_d(f, "B"), T = (int)attr_d(f, "T");
   if (B < 1 || T < 1 || import(dir, &r, B, T)) {
     report(0, "%s: import %s: %s", name, dir, st_error_msg());
@@ -329,6 +331,7 @@ static void logits_golden(const char *name, const char *h5name, const char *key,
     return;
   }
   run r;
+  memset(&r, 0, sizeof r);
   const int B = (int)attr_d(f, "B"), T = (int)attr_d(f, "T");
   if (B < 1 || T < 1 || import(dir, &r, B, T))
     report(0, "%s: import %s: %s", name, dir, st_error_msg());
@@ -345,6 +348,8 @@ static void sharded_equals(const char *name, const char *whole) {
   snprintf(a, sizeof a, "%s/%s", g_dir, name);
   snprintf(b, sizeof b, "%s/%s", g_dir, whole);
   run ra, rb;
+  memset(&ra, 0, sizeof ra);
+  memset(&rb, 0, sizeof rb);
   const int ok = import(a, &ra, 0, 0) == 0 && import(b, &rb, 0, 0) == 0;
   report(ok && ra.tab.total == rb.tab.total &&
              memcmp(ra.w, rb.w, (size_t)ra.tab.total * sizeof *ra.w) == 0,
