@@ -9,8 +9,11 @@
  *    st_model_forward over the growing sequence, at every step, and the
  *    logits of the last position equal bit for bit (the CPU matmul and
  *    LayerNorm compute each row alone, so the row count does not change a
- *    row): on random GPT-2 weights, and on the checkpoint named by argv[1]
- *    when given (the e2e test passes one that train wrote);
+ *    row): on random GPT-2 weights, on random Llama-shaped weights (RMSNorm,
+ *    RoPE with Llama 3 scaling applied at the cache position, GQA's
+ *    smaller cache, SwiGLU, untied head) and Qwen2-shaped ones (q/k/v
+ *    biases, MQA, tied head), and on the checkpoint named by argv[1] when
+ *    given (the e2e test passes one that train wrote);
  *  - the sampler: a seed repeats, top-k 1 and a tiny top-p are greedy,
  *    top-k K never leaves the K most likely, bad options are refused.
  */
@@ -144,6 +147,48 @@ static void test_greedy_random_weights(void **state) {
   const int prompt[4] = {3, 14, 15, 9};
   greedy_check(&cfg, w, prompt, 4, 28);
   free(w);
+}
+
+/* Random weights of the family's description, larger than its init so the
+ * argmax moves around; greedy against full forwards as for GPT-2. */
+static void family_greedy(st_arch arch, int n_kv_head, int untied) {
+  st_model_config cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 32,
+                         .vocab_size = 70};
+  st_model_arch_defaults(&cfg, arch);
+  cfg.n_kv_head = n_kv_head;
+  cfg.ffn_dim = 40;
+  cfg.untied = untied;
+  if (arch == ST_ARCH_LLAMA) {
+    cfg.rope_theta = 10000.0f;
+    cfg.rope_scaling = (st_rope_scaling){ST_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 1024};
+  }
+  assert_int_equal(st_model_validate(&cfg), 0);
+  st_model m;
+  assert_int_equal(st_model_init(&m, &cfg, st_ops_cpu(), 1, 1, 1, ST_RECOMPUTE_NONE), 0);
+  float *w = malloc((size_t)m.padded_total * sizeof(float));
+  st_rng r;
+  st_rng_seed(&r, 13);
+  assert_int_equal(st_model_draw_weights(&m, &r, w), 0);
+  for (int i = 0; i < m.tab.n; i++) { /* biases and norm gains get noise too */
+    const st_tensor *t = &m.tab.t[i];
+    for (int64_t k = 0; k < t->numel; k++)
+      w[t->offset + k] = t->ndim == 2 ? 8.0f * w[t->offset + k]
+                                      : w[t->offset + k] + 0.2f * st_rng_normal(&r);
+  }
+  st_model_free(&m);
+  const int prompt[5] = {3, 14, 15, 9, 26};
+  greedy_check(&cfg, w, prompt, 5, 27);
+  free(w);
+}
+
+static void test_greedy_llama(void **state) {
+  (void)state;
+  family_greedy(ST_ARCH_LLAMA, 2, 1);
+}
+
+static void test_greedy_qwen2(void **state) {
+  (void)state;
+  family_greedy(ST_ARCH_QWEN2, 1, 0);
 }
 
 static void test_greedy_checkpoint(void **state) {
@@ -300,6 +345,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decode_matches_forward),
       cmocka_unit_test(test_greedy_random_weights),
+      cmocka_unit_test(test_greedy_llama),
+      cmocka_unit_test(test_greedy_qwen2),
       cmocka_unit_test(test_greedy_checkpoint),
       cmocka_unit_test(test_sampler),
       cmocka_unit_test(test_sampler_fast_equals_full_sort),
