@@ -130,7 +130,8 @@ const char *st_model_field_show(const st_model_config *c, st_model_field_id id, 
     const int i = (int)v;
     snprintf(buf, cap, "%s", i >= 0 && i < n ? f->names[i] : "?");
   } else if (f->kind == ST_MF_BOOL) {
-    snprintf(buf, cap, "%s", v != 0 ? "true" : "false");
+    /* as its flag takes it (--tied 0|1), else as the JSON has it */
+    snprintf(buf, cap, "%s", f->flag ? (v != 0 ? "1" : "0") : v != 0 ? "true" : "false");
   } else {
     snprintf(buf, cap, "%.7g", v);
   }

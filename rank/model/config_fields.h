@@ -52,8 +52,8 @@ const st_model_field *st_model_field_info(st_model_field_id id);
 double st_model_field_get(const st_model_config *c, st_model_field_id id);
 void st_model_field_set(st_model_config *c, st_model_field_id id, double v);
 
-/* The value as text for messages: "8", "1e-06", "rmsnorm", "true". buf is
- * returned. */
+/* The value as text for messages: "8", "1e-06", "rmsnorm", "true" (a
+ * boolean with a flag as the flag takes it: "1"). buf is returned. */
 const char *st_model_field_show(const st_model_config *c, st_model_field_id id, char *buf,
                                 size_t cap);
 
