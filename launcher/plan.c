@@ -92,6 +92,8 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   printf("model   %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
          o->rc.model_name, m->n_layer, m->n_head, m->n_embd, st_plan_seq_len(in), m->vocab_size,
          m->padded_vocab_size);
+  char arch[256];
+  if (st_model_describe(m, arch, sizeof arch)[0]) printf("        %s\n", arch);
   printf("        %s parameters; padded to %s for %d rank(s), shard %s\n",
          commas((uint64_t)p->params, a, sizeof a), commas((uint64_t)p->padded_params, b, sizeof b),
          in->world, commas((uint64_t)p->shard, c, sizeof c));
@@ -127,7 +129,9 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("  attention state", p->acts.attention,
       cuda ? "flash: fp32 [B, heads, T] per layer + backward's"
            : "CPU: fp32 softmax [B, heads, T, T] per layer + backward's");
-  snprintf(note, sizeof note, "[B*T, %d] %s, then its gradient", m->padded_vocab_size, dt);
+  snprintf(note, sizeof note, "[B*T, %d] %s, then its gradient: %.0f%% of the activations",
+           m->padded_vocab_size, dt,
+           p->acts.total ? 100.0 * (double)p->acts.logits / (double)p->acts.total : 0.0);
   row("  logits", p->acts.logits, note);
   row("  backward scratch", p->acts.grad_scratch, "activation gradients, reused by every layer");
   row("  embeddings, ln_f, losses", p->acts.embed + p->acts.head, "");

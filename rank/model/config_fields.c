@@ -130,7 +130,8 @@ const char *st_model_field_show(const st_model_config *c, st_model_field_id id, 
     const int i = (int)v;
     snprintf(buf, cap, "%s", i >= 0 && i < n ? f->names[i] : "?");
   } else if (f->kind == ST_MF_BOOL) {
-    snprintf(buf, cap, "%s", v != 0 ? "true" : "false");
+    /* as its flag takes it (--tied 0|1), else as the JSON has it */
+    snprintf(buf, cap, "%s", f->flag ? (v != 0 ? "1" : "0") : v != 0 ? "true" : "false");
   } else {
     snprintf(buf, cap, "%.7g", v);
   }
@@ -151,3 +152,58 @@ st_model_config st_model_effective(const st_model_config *c) {
   }
   return e;
 }
+
+/* 1 when c is GPT-2 in every choice (shape aside). */
+static int plain_gpt2(const st_model_config *c) {
+  const st_model_config e = st_model_effective(c);
+  return e.arch == ST_ARCH_GPT2 && e.n_kv_head == e.n_head && e.ffn_dim == 4 * e.n_embd &&
+         e.norm == ST_NORM_LAYERNORM && e.pos == ST_POS_LEARNED && e.mlp == ST_MLP_GELU &&
+         e.no_bias == 0 && !e.untied;
+}
+
+#define PUT(...)                                                   \
+  do {                                                             \
+    size_t n_ = strlen(buf);                                       \
+    if (n_ < cap) snprintf(buf + n_, cap - n_, __VA_ARGS__);       \
+  } while (0)
+
+const char *st_model_describe(const st_model_config *c, char *buf, size_t cap) {
+  if (!cap) return buf;
+  buf[0] = 0;
+  if (plain_gpt2(c)) return buf;
+  const st_model_config e = st_model_effective(c);
+  const int hd = e.n_head > 0 ? e.n_embd / e.n_head : 0;
+  PUT("%s: %d KV heads of %d, FFN %d %s, %s", st_arch_name(e.arch), e.n_kv_head, hd, e.ffn_dim,
+      e.mlp == ST_MLP_SWIGLU ? "SwiGLU" : "GELU", e.norm == ST_NORM_RMSNORM ? "RMSNorm" : "LayerNorm");
+  if (e.norm == ST_NORM_RMSNORM) PUT(" eps %g", (double)e.norm_eps);
+  if (e.pos == ST_POS_ROPE) {
+    PUT(", RoPE theta %g", (double)e.rope_theta);
+    if (e.rope_scaling.kind == ST_ROPE_SCALING_LLAMA3)
+      PUT(" (llama3 scaling x%g of %d)", (double)e.rope_scaling.factor,
+          e.rope_scaling.original_max_pos);
+  } else {
+    PUT(", learned positions");
+  }
+  const unsigned nb = e.no_bias & ST_NO_BIAS_ALL;
+  PUT(", %s", nb == 0                                    ? "biases"
+              : nb == ST_NO_BIAS_ALL                     ? "no biases"
+              : nb == (ST_NO_BIAS_ALL & ~ST_NO_BIAS_QKV) ? "q/k/v biases only"
+                                                          : "some biases");
+  PUT(", %s head", e.untied ? "untied" : "tied");
+  return buf;
+}
+
+const char *st_model_flags(const st_model_config *c, char *buf, size_t cap) {
+  if (!cap) return buf;
+  buf[0] = 0;
+  PUT("--layers %d --heads %d --dim %d --vocab-size %d", c->n_layer, c->n_head, c->n_embd,
+      c->vocab_size);
+  if (plain_gpt2(c)) return buf;
+  const st_model_config e = st_model_effective(c);
+  PUT(" --arch %s --kv-heads %d --ffn-dim %d", st_arch_name(e.arch), e.n_kv_head, e.ffn_dim);
+  if (e.pos == ST_POS_ROPE) PUT(" --rope-theta %g", (double)e.rope_theta);
+  if (e.norm == ST_NORM_RMSNORM) PUT(" --norm-eps %g", (double)e.norm_eps);
+  PUT(" --tied %d", !e.untied);
+  return buf;
+}
+#undef PUT

@@ -52,8 +52,8 @@ const st_model_field *st_model_field_info(st_model_field_id id);
 double st_model_field_get(const st_model_config *c, st_model_field_id id);
 void st_model_field_set(st_model_config *c, st_model_field_id id, double v);
 
-/* The value as text for messages: "8", "1e-06", "rmsnorm", "true". buf is
- * returned. */
+/* The value as text for messages: "8", "1e-06", "rmsnorm", "true" (a
+ * boolean with a flag as the flag takes it: "1"). buf is returned. */
 const char *st_model_field_show(const st_model_config *c, st_model_field_id id, char *buf,
                                 size_t cap);
 
@@ -63,5 +63,17 @@ const char *st_model_field_show(const st_model_config *c, st_model_field_id id, 
  * descriptions of the same function compare equal field by field. Checks
  * nothing. */
 st_model_config st_model_effective(const st_model_config *c);
+
+/* What sets c apart from plain GPT-2 of its shape, in one phrase for the
+ * configuration block and plan ("llama: 8 KV heads of 64, FFN 8192 SwiGLU,
+ * RMSNorm eps 1e-05, RoPE theta 500000 (llama3 scaling x32 of 8192), no
+ * biases, tied head"); "" when nothing does. Returns buf. */
+const char *st_model_describe(const st_model_config *c, char *buf, size_t cap);
+
+/* The flags that give c's shape to `shardtrain plan` or `train`
+ * ("--layers 16 --heads 32 --dim 2048 --vocab-size 128256 --arch llama
+ * --kv-heads 8 --ffn-dim 8192 --rope-theta 500000 --norm-eps 1e-05 --tied 1";
+ * the architecture flags only when c is not GPT-2). Returns buf. */
+const char *st_model_flags(const st_model_config *c, char *buf, size_t cap);
 
 #endif
