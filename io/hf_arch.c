@@ -9,9 +9,10 @@
 #include "util/error.h"
 #include "util/fsutil.h"
 
-extern const st_hf_arch st_hf_arch_gpt2;
+extern const st_hf_arch st_hf_arch_gpt2, st_hf_arch_llama, st_hf_arch_qwen2;
 
-static const st_hf_arch *const k_archs[] = {&st_hf_arch_gpt2};
+static const st_hf_arch *const k_archs[] = {&st_hf_arch_gpt2, &st_hf_arch_llama,
+                                            &st_hf_arch_qwen2};
 
 const st_hf_arch *st_hf_arch_find(const char *model_type) {
   for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++)
@@ -54,12 +55,12 @@ int st_hf_read_config(const char *dir, const st_hf_arch **arch, st_model_config 
   if (!cJSON_IsString(mt)) {
     cJSON_Delete(j);
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: no model_type string; this build reads "
-                         "model_type \"gpt2\"", p);
+                         "model_type \"gpt2\", \"llama\" and \"qwen2\"", p);
   }
   *arch = st_hf_arch_find(mt->valuestring);
   if (!*arch) {
     st_error_setc(ST_EXIT_CHECKPOINT, "%s: model_type \"%s\" is not supported yet (this build "
-                  "reads \"gpt2\")", p, mt->valuestring);
+                  "reads \"gpt2\", \"llama\" and \"qwen2\")", p, mt->valuestring);
     cJSON_Delete(j);
     return -1;
   }
@@ -69,6 +70,36 @@ int st_hf_read_config(const char *dir, const st_hf_arch **arch, st_model_config 
   if (rc) return -1;
   if (st_model_validate(cfg)) return st_error_setc(ST_EXIT_CHECKPOINT, "%s: %s", p, st_error_msg());
   return 0;
+}
+
+cJSON *st_hf_special_ids(const char *dir) {
+  char p[1300];
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  char *text = slurp(p, 1 << 20);
+  cJSON *j = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  cJSON *ids = cJSON_IsObject(j) ? cJSON_CreateObject() : NULL;
+  static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+  for (int i = 0; ids && i < 3; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+    if (v) cJSON_AddItemToObject(ids, keys[i], cJSON_Duplicate(v, 1));
+  }
+  cJSON_Delete(j);
+  return ids;
+}
+
+char *st_hf_config_with_ids(char *cfg, const cJSON *ids) {
+  if (!cJSON_IsObject(ids) || !ids->child) return cfg;
+  cJSON *j = cJSON_Parse(cfg);
+  if (!j) return NULL;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, ids) {
+    cJSON_DeleteItemFromObjectCaseSensitive(j, e->string);
+    cJSON_AddItemToObject(j, e->string, cJSON_Duplicate(e, 1));
+  }
+  char *out = cJSON_Print(j);
+  cJSON_Delete(j);
+  return out;
 }
 
 int st_hf_read_dir(const char *dir, const st_model_config *cfg, const st_param_table *tab,

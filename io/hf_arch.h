@@ -1,7 +1,8 @@
 /* hf_arch.h - Hugging Face model directories: one entry per architecture
  * family, keyed by config.json's model_type.
  *
- * Each family (io/hf_gpt2.c for "gpt2"; Llama 3 and Qwen2 come next) knows
+ * Each family (io/hf_gpt2.c for "gpt2", io/hf_llama.c for "llama" and
+ * "qwen2") knows
  * how to read its config.json into a shardtrain shape (refusing what
  * shardtrain does not implement), how to map its tensor names and layouts
  * onto the flat parameter vector of rank/model/params.h, and back for export.
@@ -38,6 +39,14 @@ const st_hf_arch *st_hf_arch_find(const char *model_type);
 /* Read dir/config.json: its family and the model's shape (validated, with
  * padded_vocab_size set). 0 or -1 (exit 3) naming the file and field. */
 int st_hf_read_config(const char *dir, const st_hf_arch **arch, st_model_config *cfg);
+/* The special token ids of dir/config.json (bos_token_id, eos_token_id,
+ * pad_token_id: those present, copied as they are, eos may be a list) as
+ * a new cJSON object, or NULL when there is none or it cannot be read. */
+cJSON *st_hf_special_ids(const char *dir);
+/* Set the fields of ids (st_hf_special_ids) in the config.json text cfg:
+ * a new malloc'ed text; cfg itself when ids is NULL or empty, NULL when out
+ * of memory. An imported model's ids travel to its export this way. */
+char *st_hf_config_with_ids(char *cfg, const cJSON *ids);
 /* 1 when dir holds a config.json (a Hugging Face model directory). */
 int st_hf_is_dir(const char *dir);
 /* Read a whole Hugging Face model directory into params (tab from cfg). */

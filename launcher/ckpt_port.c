@@ -109,6 +109,9 @@ static char *import_config(const st_model_source *s, const char *src) {
                                        : s->kind == ST_MODEL_SRC_LLMC ? "llmc"
                                                                       : "shardtrain");
   cJSON_AddStringToObject(imp, "dtype", s->dtype);
+  /* bos/eos/pad ids of the source's config.json: its export writes them back */
+  cJSON *ids = s->kind == ST_MODEL_SRC_HF ? st_hf_special_ids(s->path) : NULL;
+  if (ids) cJSON_AddItemToObject(imp, "hf_special_ids", ids);
   char *out = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return out;
@@ -172,11 +175,12 @@ int st_cmd_ckpt_import(int argc, char **argv) {
       goto out;
     }
   }
-  printf("ckpt import: %s (%s, %s) -> %s/ckpt/step_00000000: %d layers, %d heads, width %d, "
-         "%d positions, vocab %d (padded %d), %lld parameters; tokenizer: %s\n",
+  printf("ckpt import: %s (%s, %s) -> %s/ckpt/step_00000000: %s, %d layers, %d heads (%d KV), "
+         "width %d, %d positions, vocab %d (padded %d), %lld parameters; tokenizer: %s\n",
          a.src, s.kind == ST_MODEL_SRC_HF ? "Hugging Face" : s.kind == ST_MODEL_SRC_LLMC ? "llm.c"
                                                                                       : "shardtrain",
-         s.dtype, a.out, s.cfg.n_layer, s.cfg.n_head, s.cfg.n_embd, s.cfg.block_size,
+         s.dtype, a.out, st_arch_name(s.cfg.arch), s.cfg.n_layer, s.cfg.n_head, s.cfg.n_kv_head,
+         s.cfg.n_embd, s.cfg.block_size,
          s.cfg.vocab_size, s.cfg.padded_vocab_size, (long long)tab.total,
          ntok ? "copied to tokenizer/" : "none in the source");
 out:
@@ -195,9 +199,23 @@ static int write_text(const char *path, const char *text) {
   return ok ? 0 : st_error_setc(ST_EXIT_CHECKPOINT, "cannot write %s", path);
 }
 
+/* The special token ids an imported checkpoint's config keeps
+ * (imported_from.hf_special_ids), or NULL (caller deletes). */
+static cJSON *imported_ids(const st_model_source *s) {
+  cJSON *o = s->config_json[0] ? cJSON_Parse(s->config_json) : NULL;
+  const cJSON *imp = cJSON_GetObjectItemCaseSensitive(o, "imported_from");
+  cJSON *ids = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(imp, "hf_special_ids"), 1);
+  cJSON_Delete(o);
+  return ids;
+}
+
 static int export_hf(const port_args *a, const st_model_source *s, const st_param_table *tab,
                      const float *params, st_dtype dt) {
-  const st_hf_arch *arch = st_hf_arch_find("gpt2");
+  /* model_type is the architecture's name (gpt2, llama, qwen2) */
+  const st_hf_arch *arch = st_hf_arch_find(st_arch_name(s->cfg.arch));
+  if (!arch)
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: no Hugging Face export for architecture %s",
+                         s->path, st_arch_name(s->cfg.arch));
   char tmp[1300];
   snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", a->out);
   if (!mkdtemp(tmp))
@@ -205,6 +223,13 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
   chmod(tmp, 0755); /* mkdtemp's 0700 is for the temporary name only */
   char p[1400];
   char *cfg = arch->config_json(&s->cfg, dt);
+  cJSON *ids = imported_ids(s);
+  char *with_ids = cfg ? st_hf_config_with_ids(cfg, ids) : NULL;
+  cJSON_Delete(ids);
+  if (with_ids != cfg) {
+    free(cfg);
+    cfg = with_ids;
+  }
   snprintf(p, sizeof p, "%s/config.json", tmp);
   int rc = cfg ? write_text(p, cfg) : st_error_set("out of host memory");
   free(cfg);
@@ -236,11 +261,20 @@ int st_cmd_ckpt_export(int argc, char **argv) {
   float *params = NULL;
   const st_dtype dt = strcmp(a.dtype, "bf16") == 0 ? ST_BF16 : ST_FP32;
   int rc = load_source(a.src, &s, &tab, &params);
-  if (!rc && strcmp(a.format, "llmc") == 0) rc = st_llmc_write(a.out, &s.cfg, &tab, params, dt);
+  if (!rc && strcmp(a.format, "llmc") == 0 && s.cfg.arch != ST_ARCH_GPT2)
+    rc = st_error_setc(ST_EXIT_CHECKPOINT, "%s is a %s model: --format llmc writes GPT-2 only "
+                       "(llm.c's model file has no fields for RMSNorm, RoPE, SwiGLU or KV "
+                       "heads); use --format hf", s.path, st_arch_name(s.cfg.arch));
+  else if (!rc && strcmp(a.format, "llmc") == 0)
+    rc = st_llmc_write(a.out, &s.cfg, &tab, params, dt);
   else if (!rc) rc = export_hf(&a, &s, &tab, params, dt);
   if (!rc)
     printf("ckpt export: %s -> %s (%s, %s%s)\n", s.path, a.out,
-           strcmp(a.format, "llmc") == 0 ? "llm.c model file" : "Hugging Face GPT-2", a.dtype,
+           strcmp(a.format, "llmc") == 0                ? "llm.c model file"
+           : s.cfg.arch == ST_ARCH_LLAMA ? "Hugging Face LlamaForCausalLM"
+           : s.cfg.arch == ST_ARCH_QWEN2 ? "Hugging Face Qwen2ForCausalLM"
+                                         : "Hugging Face GPT-2",
+           a.dtype,
            strcmp(a.format, "hf") == 0 && s.tokenizer_dir[0] ? ", tokenizer files" : "");
   free(params);
   st_param_table_free(&tab);

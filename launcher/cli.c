@@ -69,16 +69,50 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   static const char *const k_dev[] = {"auto", "cpu", "cuda", NULL};
   long long x;
   if (strcmp(f, "--model") == 0) {
-    if (st_model_preset(v, &rc->model)) { st_error_code(ST_EXIT_USAGE); return -1; }
-    copy_str(rc->model_name, sizeof rc->model_name, f, v);
+    st_model_config probe;
+    memset(&probe, 0, sizeof probe);
+    if (st_model_preset(v, &probe)) { st_error_code(ST_EXIT_USAGE); return -1; }
+    if (copy_str(rc->model_name, sizeof rc->model_name, f, v)) return -1;
     seen->preset = 1;
     return 1;
   }
-  if (strcmp(f, "--layers") == 0 || strcmp(f, "--heads") == 0 || strcmp(f, "--dim") == 0) {
+  if (strcmp(f, "--layers") == 0 || strcmp(f, "--heads") == 0 || strcmp(f, "--dim") == 0 ||
+      strcmp(f, "--kv-heads") == 0) {
     if (parse_int(f, v, 1, 100000, &x)) return -1;
-    if (f[2] == 'l') rc->model.n_layer = (int)x;
-    else if (f[2] == 'h') rc->model.n_head = (int)x;
-    else rc->model.n_embd = (int)x;
+    if (f[2] == 'l') seen->layers = (int)x;
+    else if (f[2] == 'h') seen->heads = (int)x;
+    else if (f[2] == 'd') seen->dim = (int)x;
+    else seen->kv_heads = (int)x;
+    seen->shape = 1;
+    return 1;
+  }
+  if (strcmp(f, "--ffn-dim") == 0) {
+    if (parse_int(f, v, 1, 1 << 24, &x)) return -1;
+    seen->ffn_dim = (int)x;
+    seen->shape = 1;
+    return 1;
+  }
+  if (strcmp(f, "--arch") == 0) {
+    st_arch a;
+    if (st_arch_parse(v, &a)) { st_error_code(ST_EXIT_USAGE); return -1; }
+    seen->arch = (int)a;
+    seen->shape = 1;
+    return 1;
+  }
+  if (strcmp(f, "--rope-theta") == 0) {
+    if (parse_float(f, v, 1.0, 1e12, &seen->rope_theta)) return -1;
+    seen->theta_given = seen->shape = 1;
+    return 1;
+  }
+  if (strcmp(f, "--norm-eps") == 0) {
+    if (parse_float(f, v, 1e-12, 0.1, &seen->norm_eps)) return -1;
+    seen->eps_given = seen->shape = 1;
+    return 1;
+  }
+  if (strcmp(f, "--tied") == 0) {
+    static const char *const k_01[] = {"0", "1", NULL};
+    if (one_of(f, v, k_01)) return -1;
+    seen->tied = atoi(v);
     seen->shape = 1;
     return 1;
   }
@@ -120,12 +154,8 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     dst = x;                                                 \
     return 1;                                                \
   }
-  if (strcmp(f, "--seq-len") == 0) { /* a fresh model's positions are T */
-    if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
-    rc->seq_len = rc->model.block_size = (int)x;
-    return 1;
-  }
-  INT_FLAG("--vocab-size", 2, 1 << 24, rc->model.vocab_size) /* rank/model/config.c's bound */
+  INT_FLAG("--seq-len", 1, 1 << 20, seen->seq_len)
+  INT_FLAG("--vocab-size", 2, 1 << 24, seen->vocab) /* rank/model/config.c's bound */
   INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
   INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
   INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)
@@ -140,17 +170,79 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   return 0;
 }
 
+static void seen_init(st_cli_seen *seen) {
+  memset(seen, 0, sizeof *seen);
+  seen->arch = seen->tied = -1;
+}
+
+/* The fields --arch sets besides arch itself (st_model_arch_defaults). */
+static const st_model_field_id k_arch_sets[] = {
+    ST_MF_NORM, ST_MF_NORM_EPS, ST_MF_POS, ST_MF_ROPE_THETA,
+    ST_MF_MLP, ST_MF_QKV_BIAS, ST_MF_PROJ_BIAS, ST_MF_MLP_BIAS};
+
+/* The model flags into rc->model, in the documented order: --model, then
+ * --arch, then each single field; model_set_by records which set what. A
+ * GPT-2 preset sets everything but the positions and the vocabulary (those
+ * stay --seq-len's and the data's); a family preset sets the whole
+ * description, its real vocabulary and positions included. */
+static void apply_model_flags(st_run_config *rc, const st_cli_seen *s) {
+  st_model_config *m = &rc->model;
+  if (s->preset) {
+    st_model_config p;
+    memset(&p, 0, sizeof p);
+    st_model_preset(rc->model_name, &p); /* the name was checked when read */
+    const int family = p.vocab_size != 0;
+    if (!family) {
+      p.block_size = m->block_size;
+      p.vocab_size = m->vocab_size;
+    }
+    *m = p;
+    for (int i = 0; i < ST_MF_COUNT; i++)
+      if (family || (i != ST_MF_POSITIONS && i != ST_MF_VOCAB))
+        rc->model_set_by[i] = ST_SET_PRESET;
+  }
+  if (s->arch >= 0) {
+    st_model_arch_defaults(m, (st_arch)s->arch);
+    rc->model_set_by[ST_MF_ARCH] = ST_SET_FLAG;
+    for (size_t i = 0; i < sizeof k_arch_sets / sizeof k_arch_sets[0]; i++)
+      rc->model_set_by[k_arch_sets[i]] = ST_SET_ARCH;
+  }
+  const struct {
+    st_model_field_id id;
+    int given;
+    double v;
+  } single[] = {{ST_MF_LAYERS, s->layers > 0, s->layers},
+                {ST_MF_HEADS, s->heads > 0, s->heads},
+                {ST_MF_DIM, s->dim > 0, s->dim},
+                {ST_MF_KV_HEADS, s->kv_heads > 0, s->kv_heads},
+                {ST_MF_FFN, s->ffn_dim > 0, s->ffn_dim},
+                {ST_MF_VOCAB, s->vocab > 0, s->vocab},
+                {ST_MF_ROPE_THETA, s->theta_given, s->rope_theta},
+                {ST_MF_NORM_EPS, s->eps_given, s->norm_eps},
+                {ST_MF_TIED, s->tied >= 0, s->tied}};
+  for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
+    if (single[i].given) {
+      st_model_field_set(m, single[i].id, single[i].v);
+      rc->model_set_by[single[i].id] = ST_SET_FLAG;
+    }
+  /* A fresh model's positions are T, unless a family preset gave its own
+   * (st_run_config_check_model then holds T to them). */
+  if (s->seq_len > 0) rc->seq_len = s->seq_len;
+  if (rc->model_set_by[ST_MF_POSITIONS] != ST_SET_PRESET) m->block_size = rc->seq_len;
+  if (s->shape && !s->preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
+}
+
 /* Every flag train takes, then plan's own, for "did you mean". Kept next
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
-    "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
-    "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--global-batch", "--gpu-mem", "--gpu-stats-every",
-    "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--layers", "--log-every", "--loss-scale-max",
+    "--arch", "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
+    "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--ffn-dim", "--global-batch", "--gpu-mem", "--gpu-stats-every",
+    "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
-    "--nccl-timeout",
-    "--out", "--precision", "--recompute", "--resume", "--seed", "--seq-len", "--step-timing",
-    "--steps", "--stop-after", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
+    "--nccl-timeout", "--norm-eps",
+    "--out", "--precision", "--recompute", "--resume", "--rope-theta", "--seed", "--seq-len", "--step-timing",
+    "--steps", "--stop-after", "--tied", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
     "--warmup", "--weight-decay", "--zero", "--help", NULL};
 static const char *const k_plan_flags[] = {"--ranks", "--fit", NULL};
 
@@ -245,7 +337,8 @@ int st_cli_is_train_flag(const char *f) {
 
 int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
   int lr_set_total = 0;
-  st_cli_seen seen = {0};
+  st_cli_seen seen;
+  seen_init(&seen);
   long long x;
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
@@ -353,7 +446,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     return st_error_set("unknown flag '%s'%s; see shardtrain train --help", f,
                         did_you_mean(f, 0, hint, sizeof hint));
   }
-  if (seen.shape && !seen.preset) snprintf(rc->model_name, sizeof rc->model_name, "custom");
+  apply_model_flags(rc, &seen);
   rc->micro_batch_given = seen.micro_batch;
   rc->recompute_given = seen.recompute;
   rc->zero_given = seen.zero;
@@ -375,8 +468,20 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
 void st_cli_print_train_usage(void) {
   printf(
       "usage: shardtrain train --data FILE [flags]   (run under mpirun/srun for several ranks)\n"
-      "  model   --model tiny|small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m  (default small)\n"
-      "          --layers N --heads N --dim N   --seq-len T (default 128)  --vocab-size V\n"
+      "  model   --model NAME (default small): GPT-2 sizes tiny|small|gpt2-124m|gpt2-350m|\n"
+      "            gpt2-774m|gpt2-1558m (vocabulary from the data), or the Llama family\n"
+      "            llama-3.2-1b|llama-3.2-3b|llama-3.1-8b|qwen2.5-0.5b|qwen2.5-1.5b|\n"
+      "            smollm2-135m|smollm2-360m at its real shape, vocabulary and positions\n"
+      "            (the data's vocabulary must not be larger)\n"
+      "          --layers N --heads N --dim N   --seq-len T (default 128; at most a family\n"
+      "            preset's positions)  --vocab-size V\n"
+      "          --arch gpt2|llama|qwen2 (gpt2: LayerNorm, learned positions, GELU, biases;\n"
+      "            llama: RMSNorm, rotary positions, SwiGLU, no biases; qwen2: llama with\n"
+      "            q/k/v biases)  --kv-heads N (divides --heads; default --heads)\n"
+      "          --ffn-dim N (MLP width, default 4 x --dim)  --rope-theta X (rotary base;\n"
+      "            llama 500000, qwen2 1e6)  --norm-eps X (RMSNorm's; llama 1e-5, qwen2 1e-6)\n"
+      "          --tied 0|1 (1: the output head is the token embedding, default; family\n"
+      "            presets set their own); --model applies first, then --arch, then the rest\n"
       "          --init-from SRC: shape and weights from a Hugging Face directory, an llm.c\n"
       "            model file or a run/step directory (ckpt import); fresh optimizer, step 0;\n"
       "            --seq-len T (<= its positions; default all of them) is the training length;\n"
@@ -417,6 +522,7 @@ void st_cli_print_train_usage(void) {
 
 int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
   memset(o, 0, sizeof *o);
+  seen_init(&o->seen);
   st_run_config_defaults(&o->rc);
   snprintf(o->rc.device, sizeof o->rc.device, "cuda");
   o->ranks = 1;
@@ -450,8 +556,7 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
                         "system flags plus --ranks, --gpu-mem, --headroom, --fit, --json; see "
                         "shardtrain plan --help)", f, did_you_mean(f, 1, hint, sizeof hint));
   }
-  if (o->seen.shape && !o->seen.preset)
-    snprintf(o->rc.model_name, sizeof o->rc.model_name, "custom");
+  apply_model_flags(&o->rc, &o->seen);
   if (o->rc.model.vocab_size == 0) o->rc.model.vocab_size = 50257;
   st_error_code(ST_EXIT_ERROR);
   return 0;
@@ -461,9 +566,13 @@ void st_cli_print_plan_usage(void) {
   printf(
       "usage: shardtrain plan [flags]   (one process; prints the memory per GPU, or per CPU rank\n"
       "                               with --device cpu, of a train config)\n"
-      "  model   --model tiny|small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m  (default small)\n"
+      "  model   --model NAME (default small): tiny|small|gpt2-124m|gpt2-350m|gpt2-774m|\n"
+      "            gpt2-1558m, or llama-3.2-1b|llama-3.2-3b|llama-3.1-8b|qwen2.5-0.5b|\n"
+      "            qwen2.5-1.5b|smollm2-135m|smollm2-360m (their own vocabulary)\n"
       "          --layers N --heads N --dim N   --seq-len T (default 128)\n"
       "          --vocab-size V (default 50257, GPT-2's; byte tokens from prep: 256)\n"
+      "          --arch gpt2|llama|qwen2  --kv-heads N  --ffn-dim N  --rope-theta X\n"
+      "          --norm-eps X  --tied 0|1   (as in train --help)\n"
       "  batch   --micro-batch B (default 8)  --global-batch G (default 16)\n"
       "  system  --ranks N (world size, default 1)  --zero 0|1|2 (default 1)\n"
       "          --precision fp32|bf16|fp16|auto (auto: bf16 on cuda, fp32 on cpu)\n"

@@ -10,6 +10,12 @@
  * in st_run_config.given). */
 typedef struct {
   int preset, shape, zero, micro_batch, recompute, device;
+  /* The model flags' values, applied once every flag is read, in the order
+   * --model, --arch, then the single fields (so `--kv-heads 2 --model X`
+   * means X with 2 KV heads): arch and tied -1, the rest 0 when not given. */
+  int arch, layers, heads, dim, kv_heads, ffn_dim, vocab, seq_len, tied;
+  int theta_given, eps_given;
+  float rope_theta, norm_eps;
 } st_cli_seen;
 
 /* Parse flags (argv[0] is the subcommand). Every flag given is recorded in

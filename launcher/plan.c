@@ -92,6 +92,8 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   printf("model   %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
          o->rc.model_name, m->n_layer, m->n_head, m->n_embd, st_plan_seq_len(in), m->vocab_size,
          m->padded_vocab_size);
+  char arch[256];
+  if (st_model_describe(m, arch, sizeof arch)[0]) printf("        %s\n", arch);
   printf("        %s parameters; padded to %s for %d rank(s), shard %s\n",
          commas((uint64_t)p->params, a, sizeof a), commas((uint64_t)p->padded_params, b, sizeof b),
          in->world, commas((uint64_t)p->shard, c, sizeof c));
@@ -127,7 +129,9 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("  attention state", p->acts.attention,
       cuda ? "flash: fp32 [B, heads, T] per layer + backward's"
            : "CPU: fp32 softmax [B, heads, T, T] per layer + backward's");
-  snprintf(note, sizeof note, "[B*T, %d] %s, then its gradient", m->padded_vocab_size, dt);
+  snprintf(note, sizeof note, "[B*T, %d] %s, then its gradient: %.0f%% of the activations",
+           m->padded_vocab_size, dt,
+           p->acts.total ? 100.0 * (double)p->acts.logits / (double)p->acts.total : 0.0);
   row("  logits", p->acts.logits, note);
   row("  backward scratch", p->acts.grad_scratch, "activation gradients, reused by every layer");
   row("  embeddings, ln_f, losses", p->acts.embed + p->acts.head, "");
@@ -246,15 +250,15 @@ int st_cmd_plan(int argc, char **argv) {
   st_run_config *rc = &o.rc;
   st_plan_input in;
   memset(&in, 0, sizeof in);
-  if (st_model_validate(&rc->model)) return st_cli_fail(ST_EXIT_USAGE);
+  if (st_run_config_check_model(rc) || st_model_validate(&rc->model))
+    return st_cli_fail(ST_EXIT_USAGE);
   resolve_backend(&o, &in);
   long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */
   if (st_nccl_buffsize_env(&nccl_bs)) return st_cli_fail(ST_EXIT_USAGE);
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   /* train measures cuDNN's workspace at setup; plan uses the formula */
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
-    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->seq_len,
-                                                                 rc->model.n_head);
+    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
   char source[200];
   resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);
 

@@ -33,6 +33,7 @@
 
 #include "rank/memory/memory_fit.h"
 #include "rank/memory/memory_plan.h"
+#include "rank/model/params.h"
 #include "rank/train/trainer_state.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -222,7 +223,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   /* The same setup in a real arena of exactly the plan's size. */
   void *block = aligned_alloc(ST_ARENA_ALIGN, (size_t)p.arena);
   assert_non_null(block);
-  memset(block, 0, (size_t)p.arena);
+  /* not zeroed: nothing is computed, and untouched pages cost nothing */
   st_arena_init(&g_arena, block, (size_t)p.arena);
   ops.alloc = arena_alloc;
   ops.free = arena_free;
@@ -231,7 +232,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   if (be == ST_BACKEND_CUDA) { /* what cuda_reserve carves at the plan's sizes */
     assert_non_null(st_arena_take(&g_arena, ST_PLAN_CUBLASLT_WORKSPACE, "cublaslt_workspace"));
     assert_non_null(st_arena_take(&g_arena, st_plan_cuda_scratch((int64_t)B * cfg->block_size,
-                                                                 cfg->n_embd), "cuda_scratch"));
+                                                                 cfg), "cuda_scratch"));
   }
   assert_false(g_arena.failed);
   assert_int_equal(g_arena.used, g_arena.size);
@@ -251,7 +252,16 @@ static void test_plan_equals_allocation(void **state) {
       {.n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = 32, .vocab_size = 256},
       {.n_layer = 3, .n_head = 3, .n_embd = 48, .block_size = 24, .vocab_size = 300},
       {.n_layer = 1, .n_head = 5, .n_embd = 5, .block_size = 7, .vocab_size = 131},
+      /* the Llama family: GQA, SwiGLU of its own width, RMSNorm, RoPE, untied */
+      {.n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64, .ffn_dim = 96, .block_size = 16,
+       .vocab_size = 300, .untied = 1},
+      /* Qwen2's q/k/v biases, MQA, tied */
+      {.n_layer = 1, .n_head = 6, .n_kv_head = 1, .n_embd = 48, .ffn_dim = 80, .block_size = 12,
+       .vocab_size = 131},
   };
+  const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+  st_model_arch_defaults(&shapes[3], ST_ARCH_LLAMA);
+  st_model_arch_defaults(&shapes[4], ST_ARCH_QWEN2);
   const int Bs[] = {1, 3};
   const int worlds[] = {1, 2, 3, 7};
   int cases = 0;
@@ -275,7 +285,72 @@ static void test_plan_equals_allocation(void **state) {
               }
       }
   }
-  assert_int_equal(cases, 3 * 4 * 2 * 4 * 3 * 3);
+  assert_int_equal(cases, nshapes * 4 * 2 * 4 * 3 * 3);
+}
+
+/* ---- the Llama family at its real shapes ---- */
+/* Published parameter counts (Hugging Face model cards / safetensors
+ * metadata, tied heads counted once): Llama-3.2-1B 1,235,814,400,
+ * SmolLM2-360M 361,821,120, Qwen2.5-0.5B 494,032,768. Every vocabulary is a
+ * multiple of 128, so padding adds nothing. */
+static void test_family_shapes(void **state) {
+  (void)state;
+  const struct {
+    const char *name;
+    int64_t params;
+  } k[] = {{"llama-3.2-1b", 1235814400LL}, {"smollm2-360m", 361821120LL},
+           {"qwen2.5-0.5b", 494032768LL}};
+  const int B = 4, T = 2048;
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    st_plan_input in = {.micro_batch = B, .seq_len = T, .world = 1, .zero_stage = 1,
+                        .dtype = ST_BF16, .recompute = ST_RECOMPUTE_NONE,
+                        .backend = ST_BACKEND_CUDA};
+    assert_int_equal(st_model_preset(k[i].name, &in.model), 0);
+    assert_int_equal(st_model_validate(&in.model), 0);
+    const st_model_config *c = &in.model;
+    assert_int_equal(c->padded_vocab_size, c->vocab_size);
+    st_memory_plan p;
+    assert_int_equal(st_memory_plan_make(&in, &p), 0);
+    st_param_table tab;
+    assert_int_equal(st_param_table_build(c, &tab), 0);
+    if (p.params != tab.total || p.params != k[i].params || p.params != st_model_num_params(c))
+      fail_msg("%s: plan %lld, table %lld, published %lld, st_model_num_params %lld", k[i].name,
+               (long long)p.params, (long long)tab.total, (long long)k[i].params,
+               (long long)st_model_num_params(c));
+    st_param_table_free(&tab);
+    /* bf16 ZeRO 1 on one rank: 2 + 4 + 4 + 4 + 4 bytes per parameter */
+    const uint64_t P = (uint64_t)k[i].params;
+    assert_int_equal(p.weights, st_arena_round(2 * P));
+    assert_int_equal(p.grads + p.master + p.adam_m + p.adam_v, 4 * st_arena_round(4 * P));
+    /* activations: the model's own layout, and the logits [B*T, Vp] bf16
+     * among them (their gradient overwrites them) */
+    st_act_bytes a;
+    st_model_measure_acts(c, ST_BF16, (int64_t)B * c->n_head * T, B, T, ST_RECOMPUTE_NONE, &a);
+    assert_memory_equal(&a, &p.acts, sizeof a);
+    assert_int_equal(p.acts.logits, (uint64_t)B * T * c->padded_vocab_size * 2);
+    /* ZeRO 2: the gradients outside the blocks are the tied embedding and
+     * the final RMSNorm's weight (no wpe, no norm bias, no lm_head) */
+    in.zero_stage = 2;
+    assert_int_equal(st_memory_plan_make(&in, &p), 0);
+    assert_int_equal(p.grads_head,
+                     st_arena_round(((uint64_t)c->padded_vocab_size + 1) * c->n_embd * 4));
+    /* cuDNN's workspace per sequence: dP per query head, plus dK and dV per
+     * query head for GQA */
+    const uint64_t ws = st_plan_cudnn_attention_per_seq(T, c);
+    assert_int_equal(ws, (uint64_t)c->n_head * T * T * 2 + (uint64_t)c->n_head * T * 4 +
+                             2ULL * c->n_head * T * st_model_head_dim(c) * 4);
+    /* untied: the head's weights, gradients and Adam state on top */
+    st_plan_input u = in;
+    u.zero_stage = 0;
+    u.model.untied = 1;
+    st_memory_plan pu, pt;
+    in.zero_stage = 0;
+    assert_int_equal(st_memory_plan_make(&in, &pt), 0);
+    assert_int_equal(st_memory_plan_make(&u, &pu), 0);
+    const int64_t head = (int64_t)c->padded_vocab_size * c->n_embd;
+    assert_int_equal(pu.params - pt.params, head);
+    assert_int_equal(pu.adam_m - pt.adam_m, 4 * head);
+  }
 }
 
 /* The planner's attention-state formulas are the backends' own. */
@@ -420,23 +495,42 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(st_plan_nccl_bytes(8, 1 << 20, 4), 4LL * 2 * (1048576 + 524288 + 4915200));
 }
 
+/* A GPT-2 block of width C (one head: the scratch does not see heads). */
+static const st_model_config *gpt2w(int C) {
+  static st_model_config c;
+  c = (st_model_config){.n_layer = 1, .n_head = 1, .n_embd = C, .block_size = 1, .vocab_size = 2};
+  return &c;
+}
+
 static void test_scratch_growth(void **state) {
   (void)state;
   /* Small: every request under 1 MiB -> the 1 MiB floor. */
-  assert_int_equal(st_plan_cuda_scratch(256, 64), 1 << 20);
+  assert_int_equal(st_plan_cuda_scratch(256, gpt2w(64)), 1 << 20);
   /* rows 1,000: 8 chunks of 128 rows; C = 16,384: ln_f 8 x 32,768 x 4 = 1 MiB,
    * fc 8 x 65,536 x 4 = 2 MiB = 2 x 1 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(1000, 16384), 2 << 20);
+  assert_int_equal(st_plan_cuda_scratch(1000, gpt2w(16384)), 2 << 20);
   /* C = 10,000, 1 chunk: ln_f 80,000 B -> 1 MiB; fc 160,000 fits. */
-  assert_int_equal(st_plan_cuda_scratch(100, 10000), 1 << 20);
+  assert_int_equal(st_plan_cuda_scratch(100, gpt2w(10000)), 1 << 20);
   /* 1,024 chunks (rows 2^20: 1,024 rows per chunk); C = 1,024: ln_f 8 MiB,
    * fc 16 MiB = 2 x 8 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(1 << 20, 1024), 16 << 20);
+  assert_int_equal(st_plan_cuda_scratch(1 << 20, gpt2w(1024)), 16 << 20);
   /* ln_f 1.25 MiB (C = 640, 256 chunks), then fc 2.5 MiB = 2 x 1.25 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(32768, 640), 2621440);
+  assert_int_equal(st_plan_cuda_scratch(32768, gpt2w(640)), 2621440);
   /* Doubling overshoots the largest request when the first was raised to
    * the floor: C = 384, ln_f 0.75 MiB -> 1 MiB, then fc 1.5 MiB -> 2 MiB. */
-  assert_int_equal(st_plan_cuda_scratch(32768, 384), 2 << 20);
+  assert_int_equal(st_plan_cuda_scratch(32768, gpt2w(384)), 2 << 20);
+  /* The Llama family at width 2048 (32 heads, 8 KV heads), 256 chunks: an
+   * RMSNorm sums only its weight (256 x 2048 x 4 = 2 MiB) and Llama has no
+   * bias to sum, so 2 MiB; Qwen2's q/k/v bias is (32 + 16) x 64 = 3072 wide,
+   * 3 MiB, which doubles it to 4 MiB. GPT-2 at that width: ln_f 4 MiB, fc
+   * 8192 wide, 8 MiB. */
+  st_model_config fam = {.n_layer = 1, .n_head = 32, .n_kv_head = 8, .n_embd = 2048,
+                         .ffn_dim = 8192, .block_size = 1, .vocab_size = 2};
+  st_model_arch_defaults(&fam, ST_ARCH_LLAMA);
+  assert_int_equal(st_plan_cuda_scratch(32768, &fam), 2 << 20);
+  st_model_arch_defaults(&fam, ST_ARCH_QWEN2);
+  assert_int_equal(st_plan_cuda_scratch(32768, &fam), 4 << 20);
+  assert_int_equal(st_plan_cuda_scratch(32768, gpt2w(2048)), 8 << 20);
 }
 
 /* ---- headroom ---- */
@@ -796,6 +890,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_equals_allocation),
       cmocka_unit_test(test_attention_state_formulas),
+      cmocka_unit_test(test_family_shapes),
       cmocka_unit_test(test_gpt2_124m_parameters),
       cmocka_unit_test(test_gpt2_124m_activations),
       cmocka_unit_test(test_scratch_growth),

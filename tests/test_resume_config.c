@@ -34,8 +34,8 @@ static void parse(const char *line, st_run_config *rc) {
 static void written(const char *line, int64_t step, int world, st_ckpt_meta *meta) {
   st_run_config rc;
   parse(line, &rc);
-  rc.model.vocab_size = 256;
-  rc.model.padded_vocab_size = 256;
+  if (!rc.model.vocab_size) rc.model.vocab_size = 256; /* a family preset keeps its own */
+  assert_int_equal(st_model_validate(&rc.model), 0);    /* as setup leaves it */
   memset(meta, 0, sizeof *meta);
   char *j = st_run_config_to_json(&rc);
   snprintf(meta->config_json, sizeof meta->config_json, "%s", j);
@@ -136,6 +136,99 @@ static void test_model_defining_settings_are_refused(void **state) {
   assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
 }
 
+/* The architecture: a resume continues the checkpoint's description when
+ * no model flag is given, and refuses one that differs naming the flag
+ * that set it (its own, --arch or --model). */
+static const char *k_llama = "--data d.h5 --arch llama --layers 2 --heads 4 --kv-heads 2 "
+                             "--dim 64 --ffn-dim 96 --norm-eps 1e-6 --tied 0 --seq-len 32";
+
+static void expect_refused_from(const char *run, const char *line, const char *words) {
+  st_ckpt_meta meta;
+  written(run, 6, 1, &meta);
+  st_run_config rc;
+  parse(line, &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), -1);
+  assert_int_equal(st_error_exit_code(), ST_EXIT_CHECKPOINT);
+  if (!strstr(st_error_msg(), words)) fail_msg("'%s' not in: %s", words, st_error_msg());
+}
+
+static void test_architecture_comes_from_the_checkpoint(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  written(k_llama, 6, 1, &meta);
+  st_run_config rc;
+  parse("--data d.h5 --steps 9", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  const st_model_config *m = &rc.model;
+  assert_int_equal(m->arch, ST_ARCH_LLAMA);
+  assert_int_equal(m->n_kv_head, 2);
+  assert_int_equal(m->ffn_dim, 96);
+  assert_int_equal(m->norm, ST_NORM_RMSNORM);
+  assert_true(m->norm_eps == 1e-6f);
+  assert_int_equal(m->pos, ST_POS_ROPE);
+  assert_true(m->rope_theta == 500000.0f);
+  assert_int_equal(m->mlp, ST_MLP_SWIGLU);
+  assert_int_equal(m->no_bias, ST_NO_BIAS_ALL);
+  assert_int_equal(m->untied, 1);
+  assert_string_equal(rc.model_name, "custom");
+  /* given again as they were: no difference */
+  parse(k_llama, &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  /* a family preset round-trips through its checkpoint */
+  written("--data d.h5 --model smollm2-135m --seq-len 64", 6, 1, &meta);
+  parse("--data d.h5", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  assert_int_equal(rc.model.vocab_size, 49152);
+  assert_int_equal(rc.model.block_size, 8192);
+  assert_int_equal(rc.model.n_kv_head, 3);
+  assert_int_equal(rc.seq_len, 64);
+  assert_string_equal(rc.model_name, "smollm2-135m");
+  parse("--data d.h5 --model smollm2-135m --seq-len 64", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+
+  expect_refused_from(k_llama, "--data d.h5 --kv-heads 4",
+                      "--kv-heads 4 differs from the checkpoint S, written with --kv-heads 2");
+  expect_refused_from(k_llama, "--data d.h5 --ffn-dim 128", "--ffn-dim 128 differs");
+  expect_refused_from(k_llama, "--data d.h5 --norm-eps 1e-5", "--norm-eps 1e-05 differs");
+  expect_refused_from(k_llama, "--data d.h5 --tied 1", "--tied 1 differs from the checkpoint S, written with --tied 0");
+  expect_refused_from(k_llama, "--data d.h5 --rope-theta 10000", "--rope-theta 10000 differs");
+  expect_refused_from(k_llama, "--data d.h5 --arch qwen2", "--arch qwen2 differs");
+  expect_refused_from(k_llama, "--data d.h5 --model tiny",
+                      "--model tiny sets --arch gpt2, but the checkpoint S was written with "
+                      "--arch llama");
+  /* an old GPT-2 checkpoint reads as GPT-2: another architecture is refused */
+  expect_refused_from(k_run, "--data d.h5 --arch llama", "--arch llama differs from the "
+                      "checkpoint S, written with --arch gpt2");
+  expect_refused_from(k_run, "--data d.h5 --kv-heads 2", "--kv-heads 2 differs");
+  /* the same GPT-2, named: --kv-heads 4 of 4 heads is what it has */
+  written(k_run, 6, 1, &meta);
+  parse("--data d.h5 --kv-heads 4 --ffn-dim 256 --tied 1", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+}
+
+/* A checkpoint written before the architecture fields: its config has the
+ * shape only, and resumes as the GPT-2 it is. */
+static void test_old_checkpoint_resumes_as_gpt2(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  snprintf(meta.config_json, sizeof meta.config_json,
+           "{\"model\":{\"name\":\"tiny\",\"n_layer\":2,\"n_head\":4,\"n_embd\":64,"
+           "\"block_size\":32,\"vocab_size\":256,\"padded_vocab_size\":256},"
+           "\"train\":{\"seq_len\":32,\"steps\":6}}");
+  meta.step = 6;
+  meta.world_size = 1;
+  st_run_config rc;
+  parse("--data d.h5 --steps 8", &rc);
+  rc.model.arch = ST_ARCH_QWEN2; /* not given: the checkpoint's GPT-2 replaces it */
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  assert_int_equal(rc.model.arch, ST_ARCH_GPT2);
+  assert_int_equal(rc.model.norm, ST_NORM_LAYERNORM);
+  assert_int_equal(rc.model.n_layer, 2);
+  assert_int_equal(st_model_validate(&rc.model), 0);
+  assert_int_equal(rc.model.n_kv_head, 4);
+}
+
 static void test_auto_fit_chooses_again(void **state) {
   (void)state;
   st_ckpt_meta meta;
@@ -165,6 +258,8 @@ int main(void) {
       cmocka_unit_test(test_given_settings_override_and_are_listed),
       cmocka_unit_test(test_a_horizon_set_apart_is_kept),
       cmocka_unit_test(test_model_defining_settings_are_refused),
+      cmocka_unit_test(test_architecture_comes_from_the_checkpoint),
+      cmocka_unit_test(test_old_checkpoint_resumes_as_gpt2),
       cmocka_unit_test(test_auto_fit_chooses_again),
       cmocka_unit_test(test_steps_below_the_checkpoint),
   };

@@ -17,6 +17,7 @@
 #endif
 #include "kernels/arena.h"
 #include "kernels/colsum.h"
+#include "rank/model/params.h"
 #include "util/bytes.h"
 #include "util/error.h"
 
@@ -45,13 +46,51 @@ uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels) {
   return ch * peers * (simple + NCCL_LL_BYTES + NCCL_LL128_BYTES);
 }
 
-uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C) {
+uint64_t st_plan_cuda_scratch(int64_t rows, const st_model_config *c) {
   const uint64_t part = (uint64_t)st_colsum_chunks((int)rows) * sizeof(float);
-  uint64_t s = st_scratch_grow(0, part * 2 * C); /* ln_f: dw and db partials */
-  /* One block's requests; later blocks repeat them and cannot grow it. */
-  const int64_t widths[] = {C, 4 * C, 2 * C, C, 3 * C, 2 * C};
-  for (int i = 0; i < 6; i++) s = st_scratch_grow(s, part * widths[i]);
+  const int64_t C = c->n_embd;
+  /* LayerNorm's backward sums dw and db per column, RMSNorm's dw only */
+  const int64_t norm = c->norm == ST_NORM_RMSNORM ? C : 2 * C;
+  /* matmul backward sums a bias's column only when the bias exists */
+  const int64_t F = (int64_t)(c->ffn_dim > 0 ? c->ffn_dim : 4 * c->n_embd) *
+                    (c->mlp == ST_MLP_SWIGLU ? 2 : 1);
+  const int64_t NKV = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+  const int64_t qkv = (c->n_head + 2 * NKV) * (C / c->n_head);
+  const int mlp_b = !(c->no_bias & ST_NO_BIAS_MLP), proj_b = !(c->no_bias & ST_NO_BIAS_PROJ),
+            qkv_b = !(c->no_bias & ST_NO_BIAS_QKV);
+  uint64_t s = st_scratch_grow(0, part * norm); /* ln_f */
+  /* One block's requests in backward's order (mlp.proj, mlp.fc, ln_2,
+   * attn.proj, attn.qkv, ln_1); later blocks repeat them and cannot grow it. */
+  const int64_t widths[] = {mlp_b ? C : 0, mlp_b ? F : 0, norm, proj_b ? C : 0,
+                            qkv_b ? qkv : 0, norm};
+  for (int i = 0; i < 6; i++)
+    if (widths[i] > 0) s = st_scratch_grow(s, part * widths[i]);
   return st_scratch_grow(s, 512 * sizeof(double)); /* sum_squares (kernels/cuda/adamw.cu) */
+}
+
+/* The parameter table's split (rank/model/params.c builds it; the plan
+ * counts from it, so whatever the description holds is counted as the
+ * model allocates it): elements before block 0 (wte, wpe), of one block,
+ * and after the last (ln_f, an untied lm_head). */
+static int table_split(const st_model_config *c, int64_t *total, int64_t *front, int64_t *block,
+                       int64_t *tail) {
+  st_param_table tab;
+  if (st_param_table_build(c, &tab)) {
+    st_error_code(ST_EXIT_ERROR);
+    return -1;
+  }
+  *front = -1;
+  *block = 0;
+  for (int i = 0; i < tab.n; i++)
+    if (strncmp(tab.t[i].name, "h.0.", 4) == 0) {
+      if (*front < 0) *front = tab.t[i].offset;
+      *block += tab.t[i].numel;
+    }
+  if (*front < 0) *front = tab.total; /* no block: cannot happen after validation */
+  *total = tab.total;
+  *tail = tab.total - *front - (int64_t)c->n_layer * *block;
+  st_param_table_free(&tab);
+  return 0;
 }
 
 int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
@@ -82,15 +121,13 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   if (in->headroom_pct < 0 || in->headroom_pct >= 100)
     return st_error_setc(U, "--headroom must be in [0, 100), got %g", in->headroom_pct);
 
-  const int64_t C = c->n_embd, L = c->n_layer, T = seq, B = in->micro_batch;
-  const int64_t P = c->block_size; /* positions: rows of wpe */
+  const int64_t T = seq, B = in->micro_batch;
   const int64_t N = in->world;
   const uint64_t es = st_dtype_size(in->dtype), f4 = sizeof(float);
-  /* The parameter table (rank/model/params.c): wte [Vp,C], wpe [P,C], L blocks of
-   * 12 tensors, ln_f; activations are counted by T. */
-  const int64_t head_front = (int64_t)c->padded_vocab_size * C + P * C; /* wte + wpe */
-  const int64_t block = 12 * C * C + 13 * C, lnf = 2 * C;
-  p->params = head_front + L * block + lnf;
+  /* The parameter table: front (wte, wpe), L equal blocks, tail (ln_f, an
+   * untied lm_head); activations are counted by T. */
+  int64_t front, block, tail;
+  if (table_split(c, &p->params, &front, &block, &tail)) return -1;
   p->padded_params = (p->params + N - 1) / N * N;
   p->shard = p->padded_params / N;
   const uint64_t padded = (uint64_t)p->padded_params, shard = (uint64_t)p->shard;
@@ -101,11 +138,11 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   uint64_t (*const R)(uint64_t) = st_arena_round;
   p->weights = R(padded * es);
   if (in->zero_stage == 2) {
-    p->grads_head = R((uint64_t)(head_front + lnf) * f4);
+    p->grads_head = R((uint64_t)(front + tail) * f4);
     p->grads_buckets = 2 * R((uint64_t)(block + 1) * f4);
-    /* st_trainer_alloc_state: per hook slot (block l % 2, wte+wpe, ln_f),
+    /* st_trainer_alloc_state: per hook slot (block l % 2, front, tail),
      * min(range, shard) + 1 floats. */
-    const int64_t range[4] = {block, block, head_front, lnf};
+    const int64_t range[4] = {block, block, front, tail};
     for (int s = 0; s < 4; s++)
       p->grads_recv += R((uint64_t)((range[s] < p->shard ? range[s] : p->shard) + 1) * f4);
     p->grads = p->grads_head + p->grads_buckets + p->grads_recv;
@@ -121,7 +158,7 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
 
   /* Attention state per layer: the CPU keeps the softmax [B,NH,T,T]
    * (kernels/cpu/attention.c), CUDA's flash attention one statistic per
-   * row [B,NH,T] (kernels/cuda/attention.cu). */
+   * row [B,NH,T] (kernels/cuda/attention.cu); per query head, GQA or not. */
   const int64_t NH = c->n_head;
   double natt_d = in->backend == ST_BACKEND_CPU ? (double)B * NH * T * T : (double)B * NH * T;
   if (natt_d * 4 > 1e18)
@@ -134,7 +171,7 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
 
   if (in->backend == ST_BACKEND_CUDA) {
     p->cublaslt = R(ST_PLAN_CUBLASLT_WORKSPACE);
-    p->scratch = R(st_plan_cuda_scratch(B * T, C));
+    p->scratch = R(st_plan_cuda_scratch(B * T, c));
     p->nccl = st_plan_nccl_bytes(in->world, in->nccl_buffsize, in->nccl_channels) +
               (in->nccl_overlap_channels > 0
                    ? st_plan_nccl_bytes(in->world, in->nccl_buffsize,
@@ -296,7 +333,13 @@ char *st_memory_plan_json(const char *model_name, int global_batch, int accum,
   return out;
 }
 
-uint64_t st_plan_cudnn_attention_per_seq(int T, int n_head) {
-  const uint64_t t64 = ((uint64_t)T + 63) / 64 * 64;
-  return (uint64_t)n_head * t64 * t64 * 2 + (uint64_t)n_head * (uint64_t)T * 4;
+uint64_t st_plan_cudnn_attention_per_seq(int T, const st_model_config *c) {
+  const uint64_t t64 = ((uint64_t)T + 63) / 64 * 64, NH = (uint64_t)c->n_head;
+  const uint64_t NKV = c->n_kv_head > 0 ? (uint64_t)c->n_kv_head : NH;
+  uint64_t ws = NH * t64 * t64 * 2 + NH * (uint64_t)T * 4;
+  /* GQA: dK and dV per query head, fp32, before each group is summed into
+   * its KV head (kernels/cuda/attention_cudnn.h). Assumed, not yet measured:
+   * it errs high if cuDNN sums in place. */
+  if (NKV < NH) ws += 2 * NH * (uint64_t)T * (uint64_t)st_model_head_dim(c) * 4;
+  return ws;
 }

@@ -84,7 +84,8 @@ static inline int st_plan_seq_len(const st_plan_input *in) {
 }
 
 typedef struct {
-  int64_t params;         /* parameters (tab.total), tied embedding once, padded rows included */
+  int64_t params;         /* parameters (st_param_table_build's total): a tied embedding
+                           * once, an untied head apart, padded rows included */
   int64_t padded_params;  /* params rounded up to a multiple of world */
   int64_t shard;          /* padded_params / world: one rank's ZeRO partition */
   /* model (st_model_init / st_model_init_bucketed) */
@@ -93,7 +94,7 @@ typedef struct {
   uint64_t weights;       /* working weights, storage dtype, padded_params */
   uint64_t grads;         /* fp32 gradients: grads_full, or (ZeRO 2) head + buckets + recv */
   uint64_t grads_full;    /* ZeRO 0/1: the whole padded vector */
-  uint64_t grads_head;    /* ZeRO 2: wte, wpe, ln_f gradients */
+  uint64_t grads_head;    /* ZeRO 2: the gradients outside the blocks (wte, wpe, ln_f, lm_head) */
   uint64_t grads_buckets; /* ZeRO 2: two one-block buckets (block_numel + 1 floats each) */
   uint64_t grads_recv;    /* ZeRO 2: the four per-slot receive buffers of the trainer */
   st_act_bytes acts;      /* activations; acts.total is the category */
@@ -134,11 +135,13 @@ uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int 
 uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels);
 
 /* The size cuda_scratch (kernels/cuda/memory.cu) has grown to after one
- * training step of B*T = rows rows at width C: its requests in backward's
- * order (ln_f's LayerNorm, then per block the fcproj, fc, ln_2, attproj,
- * qkv and ln_1 column sums of st_colsum_chunks(rows) x width floats), then
- * sum_squares' 512 doubles, under its growth rule max(2x, request, 1 MiB). */
-uint64_t st_plan_cuda_scratch(int64_t rows, int64_t C);
+ * training step of B*T = rows rows of model c: its requests in backward's
+ * order (ln_f's norm, then per block the mlp.proj, mlp.fc, ln_2, attn.proj,
+ * attn.qkv and ln_1 column sums of st_colsum_chunks(rows) x width floats:
+ * 2C for a LayerNorm's weight and bias, C for an RMSNorm's weight, a bias's
+ * width only where the bias exists), then sum_squares' 512 doubles, under
+ * its growth rule max(2x, request, 1 MiB). */
+uint64_t st_plan_cuda_scratch(int64_t rows, const st_model_config *c);
 
 /* "24GiB", "80GB", "81559MiB", "24G" (binary, as in Slurm), "1.5TiB",
  * "4096B" (util/bytes.h); a unit is required and the size must be > 0.
@@ -168,9 +171,12 @@ int st_plan_device_memory(uint64_t *free_bytes, uint64_t *total_bytes, char *nam
 
 /* cuDNN's fused attention workspace per sequence when train cannot be
  * asked (`plan`): its deterministic backward keeps dP, NH x T64^2 bf16/fp16
- * values with T64 = T rounded up to 64, plus NH x T fp32 row sums. The
- * formula matches what cuDNN 9.14 reported on an H200 (docs/memory.md);
- * train uses cuDNN's own figure. Bytes. */
-uint64_t st_plan_cudnn_attention_per_seq(int T, int n_head);
+ * values with T64 = T rounded up to 64, plus NH x T fp32 row sums (NH the
+ * query heads: scores are per query head with GQA too). The formula matches
+ * what cuDNN 9.14 reported on an H200 for GPT-2 (docs/memory.md). With
+ * fewer KV heads than query heads, 2 x NH x T x head_dim fp32 more for dK
+ * and dV before the group sum: an assumption until measured. train uses
+ * cuDNN's own figure. Bytes. */
+uint64_t st_plan_cudnn_attention_per_seq(int T, const st_model_config *c);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rank/model/config_fields.h"
 #include "util/error.h"
 
 typedef struct {
@@ -157,12 +158,19 @@ int st_model_validate(st_model_config *cfg) {
 }
 
 void st_model_add_json(cJSON *o, const st_model_config *cfg, const char *seq_key) {
-  cJSON_AddNumberToObject(o, "n_layer", cfg->n_layer);
-  cJSON_AddNumberToObject(o, "n_head", cfg->n_head);
-  cJSON_AddNumberToObject(o, "n_embd", cfg->n_embd);
-  cJSON_AddNumberToObject(o, seq_key, cfg->block_size);
-  cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
-  cJSON_AddNumberToObject(o, "padded_vocab_size", cfg->padded_vocab_size);
+  char buf[32];
+  for (int i = 0; i < ST_MF_COUNT; i++) {
+    const st_model_field *f = st_model_field_info((st_model_field_id)i);
+    const char *key = i == ST_MF_POSITIONS ? seq_key : f->key;
+    if (f->kind == ST_MF_ENUM)
+      cJSON_AddStringToObject(o, key, st_model_field_show(cfg, (st_model_field_id)i, buf,
+                                                          sizeof buf));
+    else if (f->kind == ST_MF_BOOL)
+      cJSON_AddBoolToObject(o, key, st_model_field_get(cfg, (st_model_field_id)i) != 0);
+    else
+      cJSON_AddNumberToObject(o, key, st_model_field_get(cfg, (st_model_field_id)i));
+    if (i == ST_MF_VOCAB) cJSON_AddNumberToObject(o, "padded_vocab_size", cfg->padded_vocab_size);
+  }
 }
 
 char *st_model_to_json(const st_model_config *cfg) {
@@ -173,25 +181,54 @@ char *st_model_to_json(const st_model_config *cfg) {
   return s;
 }
 
+/* Field f of m into cfg: required ones must be there; the architecture's
+ * may be absent (configs written before it existed: GPT-2's zero stays). */
+static int read_field(const cJSON *m, st_model_field_id id, st_model_config *cfg) {
+  const st_model_field *f = st_model_field_info(id);
+  const cJSON *it = cJSON_GetObjectItem(m, f->key);
+  if (!it) {
+    if (f->required) return st_error_set("model configuration lacks numeric field '%s'", f->key);
+    return 0;
+  }
+  if (f->kind == ST_MF_ENUM) {
+    if (cJSON_IsString(it))
+      for (int v = 0; f->names[v]; v++)
+        if (strcmp(it->valuestring, f->names[v]) == 0) {
+          st_model_field_set(cfg, id, v);
+          return 0;
+        }
+    char list[128] = "";
+    for (int v = 0; f->names[v]; v++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", v ? "|" : "",
+               f->names[v]);
+    return st_error_set("model configuration field '%s' must be one of %s", f->key, list);
+  }
+  if (f->kind == ST_MF_BOOL) {
+    if (!cJSON_IsBool(it))
+      return st_error_set("model configuration field '%s' must be true or false", f->key);
+    st_model_field_set(cfg, id, cJSON_IsTrue(it));
+    return 0;
+  }
+  if (!cJSON_IsNumber(it))
+    return st_error_set("model configuration lacks numeric field '%s'", f->key);
+  st_model_field_set(cfg, id, it->valuedouble);
+  return 0;
+}
+
 int st_model_from_json(const char *json, st_model_config *cfg) {
   cJSON *o = cJSON_Parse(json);
   if (!o) return st_error_set("model configuration is not valid JSON");
   cJSON *m = cJSON_GetObjectItem(o, "model");
   if (!m) m = o;
-  const char *keys[] = {"n_layer", "n_head", "n_embd", "block_size", "vocab_size",
-                        "padded_vocab_size"};
-  int *dst[] = {&cfg->n_layer, &cfg->n_head, &cfg->n_embd, &cfg->block_size,
-                &cfg->vocab_size, &cfg->padded_vocab_size};
-  for (int i = 0; i < 6; i++) {
-    cJSON *it = cJSON_GetObjectItem(m, keys[i]);
-    if (!cJSON_IsNumber(it)) {
-      cJSON_Delete(o);
-      return st_error_set("model configuration lacks numeric field '%s'", keys[i]);
-    }
-    *dst[i] = it->valueint;
-  }
+  memset(cfg, 0, sizeof *cfg); /* every zero is GPT-2's choice */
+  int err = 0;
+  for (int i = 0; i < ST_MF_COUNT && !err; i++) err = read_field(m, (st_model_field_id)i, cfg);
+  const cJSON *pv = cJSON_GetObjectItem(m, "padded_vocab_size");
+  if (!err && !cJSON_IsNumber(pv))
+    err = st_error_set("model configuration lacks numeric field 'padded_vocab_size'");
+  if (!err) cfg->padded_vocab_size = pv->valueint;
   cJSON_Delete(o);
-  return 0;
+  return err ? -1 : 0;
 }
 
 int64_t st_model_num_params(const st_model_config *c) {

@@ -93,13 +93,22 @@ int st_model_preset(const char *name, st_model_config *cfg);
 /* Check divisibility and ranges, and set padded_vocab_size. 0 or -1. */
 int st_model_validate(st_model_config *cfg);
 struct cJSON;
-/* Add the shape's fields to JSON object o: n_layer, n_head, n_embd, the
- * sequence length under seq_key ("block_size", or "seq_len" in the plan),
- * vocab_size, padded_vocab_size. */
+/* Add the description's fields to JSON object o (rank/model/config_fields.h
+ * has the table): n_layer, n_head, n_embd, the sequence length under
+ * seq_key ("block_size", or "seq_len" in the plan), vocab_size,
+ * padded_vocab_size, then arch, n_kv_head, ffn_dim, norm, norm_eps, pos,
+ * rope_theta, rope_scaling ("none"|"llama3") and its rope_factor,
+ * rope_low_freq_factor, rope_high_freq_factor,
+ * rope_original_max_position_embeddings, mlp, qkv_bias, proj_bias,
+ * mlp_bias and tied (booleans); enums by name. */
 void st_model_add_json(struct cJSON *o, const st_model_config *cfg, const char *seq_key);
-/* Serialise the model shape to a malloc'ed JSON string (caller frees). */
+/* Serialise the model description to a malloc'ed JSON string (caller frees). */
 char *st_model_to_json(const st_model_config *cfg);
-/* Parse a model shape written by st_model_to_json. 0 or -1 with st_error. */
+/* Parse a description written by st_model_to_json (or a run config with a
+ * "model" object). cfg is zeroed first: a config written before the
+ * architecture fields existed reads as GPT-2. The shape fields are
+ * required; a present field of the wrong type or an unknown name is an
+ * error. 0 or -1 with st_error naming the field. */
 int st_model_from_json(const char *json, st_model_config *cfg);
 /* Number of parameters of the description (the total of rank/model/params.c's
  * table): the tied embedding counted once, an untied lm_head apart, padded

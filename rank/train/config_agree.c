@@ -59,13 +59,22 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   /* Primary flags before the ones derived from them (--lr-decay-steps
    * follows --steps, --model turns "custom" with a shape flag), so the
    * message names the flag the user gave. */
-  st_agree_add(l, "--layers", U, fix, "%d", m->n_layer);
-  st_agree_add(l, "--heads", U, fix, "%d", m->n_head);
-  st_agree_add(l, "--dim", U, fix, "%d", m->n_embd);
+  /* the model description field by field (rank/model/config_fields.h), as
+   * validation will fill it: --kv-heads 4 given next to --heads 4 is the
+   * same model as neither */
+  const st_model_config eff = st_model_effective(m);
+  for (int i = 0; i < ST_MF_COUNT; i++) {
+    const st_model_field_id id = (st_model_field_id)i;
+    const st_model_field *f = st_model_field_info(id);
+    if (f->kind == ST_MF_FLOAT) {
+      st_agree_add_float(l, f->label, U, fix, st_model_field_get(&eff, id));
+    } else {
+      char v[32];
+      st_agree_add(l, f->label, U, fix, "%s", st_model_field_show(&eff, id, v, sizeof v));
+    }
+  }
   st_agree_add(l, "--seq-len", U, fix, "%d", rc->seq_len);
-  st_agree_add(l, "the model's positions", U, fix, "%d", m->block_size);
   st_agree_add(l, "--init-from", U, fix, "%s", rc->init_from);
-  st_agree_add(l, "--vocab-size", U, fix, "%d", m->vocab_size);
   st_agree_add(l, "--model", U, fix, "%s", rc->model_name);
   st_agree_add(l, "--micro-batch", U, fix, "%d", rc->micro_batch);
   st_agree_add(l, "--global-batch", U, fix, "%d", rc->global_batch);

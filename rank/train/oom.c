@@ -49,7 +49,7 @@ void st_oom_report(const trainer *tr, const char *when, const char *category, ui
                    const char *detail, char *out, size_t cap) {
   const st_memory_plan *p = &tr->plan;
   const st_run_config *rc = tr->rc;
-  char a[32], b[32], c[32], d[32];
+  char a[32], b[32], c[32], d[32], shape[256];
   size_t n = 0;
 #define PUT(...)                                                   \
   do {                                                             \
@@ -110,10 +110,10 @@ void st_oom_report(const trainer *tr, const char *when, const char *category, ui
   PUT("\n  fix         something outside the plan took memory (another process on the device, "
       "or the runtime's own buffers beyond the estimates). Leave more room with a larger "
       "--headroom (now %g%%), or find a configuration with a smaller plan: shardtrain plan "
-      "--layers %d --heads %d --dim %d --seq-len %d --vocab-size %d --global-batch %d "
+      "%s --seq-len %d --global-batch %d "
       "--micro-batch %d --ranks %d --zero %d --precision %s --device %s --gpu-mem %lluMiB --fit "
-      "(docs/memory.md, \"Out of memory anyway\")", rc->headroom_pct, rc->model.n_layer,
-      rc->model.n_head, rc->model.n_embd, rc->seq_len, rc->model.vocab_size,
+      "(docs/memory.md, \"Out of memory anyway\")", rc->headroom_pct,
+      st_model_flags(&rc->model, shape, sizeof shape), rc->seq_len,
       rc->global_batch, rc->micro_batch, tr->comm->world, rc->zero_stage, rc->precision, dev,
       (unsigned long long)(room >> 20));
 #undef PUT

@@ -29,20 +29,15 @@ typedef struct {
 #define F(flag, sec, key, k, member, cls) \
   {flag, sec, key, k, offsetof(st_run_config, member), sizeof(((st_run_config *)0)->member), cls}
 
-/* The settings the checkpoint's config holds (--attention is written but
- * not taken: which kernel runs is the machine's choice, cuDNN exists only
- * on GPUs, and both compute the same function). A setting that later changes
- * the function the weights compute (positional scheme, norm type,
- * tokenizer) is one more ARCH line here, once the config writes it. */
+/* The run's settings the checkpoint's config holds, beside the model
+ * description (every field of rank/model/config_fields.h's table is ARCH:
+ * model_fields below). --attention is written but not taken: which kernel
+ * runs is the machine's choice, cuDNN exists only on GPUs, and both compute
+ * the same function. */
 static const field k_fields[] = {
-    F("--layers", "model", "n_layer", K_INT, model.n_layer, ARCH),
-    F("--heads", "model", "n_head", K_INT, model.n_head, ARCH),
-    F("--dim", "model", "n_embd", K_INT, model.n_embd, ARCH),
-    /* T, and the positions apart from it (no flag sets them on resume:
-     * older checkpoints wrote the same number for both) */
+    /* T; the positions apart from it are the description's (older
+     * checkpoints wrote the same number for both) */
     F("--seq-len", "train", "seq_len", K_INT, seq_len, ARCH),
-    F("(positions)", "model", "block_size", K_INT, model.block_size, ARCH),
-    F("--vocab-size", "model", "vocab_size", K_INT, model.vocab_size, ARCH),
     F("--micro-batch", "train", "micro_batch", K_INT, micro_batch, FIT),
     F("--global-batch", "train", "global_batch", K_INT, global_batch, INHERIT),
     F("--zero", "train", "zero_stage", K_INT, zero_stage, FIT_ZERO),
@@ -108,13 +103,52 @@ static void set_from(st_run_config *rc, const field *f, const cJSON *v) {
   }
 }
 
-/* The flag that gave a shape field, or NULL: its own, or --model (a preset
- * sets layers, heads and width). */
-static const char *given_by(const st_run_config *rc, const field *f) {
-  if (st_run_config_given(rc, f->flag)) return f->flag;
-  const int preset_sets = !strcmp(f->flag, "--layers") || !strcmp(f->flag, "--heads") ||
-                          !strcmp(f->flag, "--dim");
-  return preset_sets && st_run_config_given(rc, "--model") ? "--model" : NULL;
+/* The model description: a field the command line did not set
+ * (rc->model_set_by) is the checkpoint's; one it set must be the
+ * checkpoint's too, compared as validation would fill the zeros. A
+ * checkpoint older than the architecture fields reads as GPT-2
+ * (st_model_from_json). 0, or -1 with st_error (ST_EXIT_CHECKPOINT). */
+static int model_fields(st_run_config *rc, const char *config_json, const char *from) {
+  st_model_config ck;
+  if (st_model_from_json(config_json, &ck)) {
+    st_error_code(ST_EXIT_CHECKPOINT);
+    return st_error_prefix("the model configuration in %s/index.h5", from);
+  }
+  for (int i = 0; i < ST_MF_COUNT; i++)
+    if (rc->model_set_by[i] == ST_SET_NONE)
+      st_model_field_set(&rc->model, (st_model_field_id)i,
+                         st_model_field_get(&ck, (st_model_field_id)i));
+  const st_model_config now = st_model_effective(&rc->model), was = st_model_effective(&ck);
+  for (int i = 0; i < ST_MF_COUNT; i++) {
+    const st_model_field_id id = (st_model_field_id)i;
+    if (rc->model_set_by[i] == ST_SET_NONE ||
+        st_model_field_get(&now, id) == st_model_field_get(&was, id))
+      continue;
+    const st_model_field *f = st_model_field_info(id);
+    char by[96], vn[32], vo[32];
+    st_run_config_set_by(rc, id, by, sizeof by);
+    st_model_field_show(&now, id, vn, sizeof vn);
+    st_model_field_show(&was, id, vo, sizeof vo);
+    if (rc->model_set_by[i] == ST_SET_FLAG)
+      return st_error_setc(ST_EXIT_CHECKPOINT, "%s %s differs from the checkpoint %s, written "
+                           "with %s %s: resuming would give its weights a different shape or "
+                           "function than they were trained for. Drop %s to continue with %s, "
+                           "or start a new run in another --out", f->label, vn, from, f->label,
+                           vo, f->label, vo);
+    const char *flag = rc->model_set_by[i] == ST_SET_PRESET ? "--model" : "--arch";
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s sets %s %s, but the checkpoint %s was written "
+                         "with %s %s: resuming would give its weights a different shape or "
+                         "function than they were trained for. Drop %s to continue the "
+                         "checkpoint's model, or start a new run in another --out", by, f->label,
+                         vn, from, f->label, vo, flag);
+  }
+  return 0;
+}
+
+static int any_model_flag(const st_run_config *rc) {
+  for (int i = 0; i < ST_MF_COUNT; i++)
+    if (rc->model_set_by[i] != ST_SET_NONE) return 1;
+  return 0;
 }
 
 static void append(char *buf, size_t cap, const char *fmt, const char *a, const char *b,
@@ -137,16 +171,14 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
   cJSON_AddStringToObject(j, "from", from);
   cJSON_AddNumberToObject(j, "step", (double)meta->step);
   char over[2048] = "";
-  int err = 0;
+  int err = model_fields(rc, meta->config_json, from);
   for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0] && !err; i++) {
     const field *f = &k_fields[i];
     const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, f->section), f->key);
     if (!v || (f->k == K_STR ? !cJSON_IsString(v) : !cJSON_IsNumber(v)))
       continue; /* a checkpoint older than the setting: the flag or the default stays */
     if ((f->cls == FIT && rc->auto_fit) || (f->cls == FIT_ZERO && rc->auto_fit == 2)) continue;
-    const char *by = f->cls == ARCH ? given_by(rc, f) : st_run_config_given(rc, f->flag) ? f->flag
-                                                                                     : NULL;
-    /* --vocab-size not given is 0 (the data file's); it is not "given" */
+    const char *by = st_run_config_given(rc, f->flag) ? f->flag : NULL;
     if (!by) {
       set_from(rc, f, v);
       continue;
@@ -159,14 +191,7 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
     if (!same && !auto_prec) {
       char *vo = cJSON_PrintUnformatted(v), *vn = cJSON_PrintUnformatted(now);
       if (f->cls == ARCH) {
-        if (strcmp(by, "--model") == 0)
-          err = st_error_setc(ST_EXIT_CHECKPOINT, "--model %s sets %s %s, but the checkpoint %s "
-                              "was written with %s %s: resuming would give its weights a "
-                              "different shape or function than they were trained for. Drop "
-                              "--model to continue the checkpoint's model, or start a new run "
-                              "in another --out", rc->model_name, f->flag, vn, from, f->flag, vo);
-        else
-          err = st_error_setc(ST_EXIT_CHECKPOINT, "%s %s differs from the checkpoint %s, "
+        err = st_error_setc(ST_EXIT_CHECKPOINT, "%s %s differs from the checkpoint %s, "
                               "written with %s %s: resuming would give its weights a different "
                               "shape or function than they were trained for. Drop %s to "
                               "continue with %s, or start a new run in another --out", f->flag,
@@ -186,9 +211,7 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
   }
   /* The model's name follows its shape when no shape flag was given. */
   const cJSON *name = cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "model"), "name");
-  if (!err && cJSON_IsString(name) && !st_run_config_given(rc, "--model") &&
-      !st_run_config_given(rc, "--layers") && !st_run_config_given(rc, "--heads") &&
-      !st_run_config_given(rc, "--dim"))
+  if (!err && cJSON_IsString(name) && !any_model_flag(rc))
     snprintf(rc->model_name, sizeof rc->model_name, "%s", name->valuestring);
   /* The cosine horizon: --lr-decay-steps given, or the checkpoint's when it
    * was set apart from --steps; else it follows --steps. */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/error.h"
+
 /* A float as the decimal a person typed (2e-3, not 0.0020000000949949026). */
 static double dec(float x) {
   char buf[32];
@@ -68,6 +70,37 @@ void st_run_config_mark_given(st_run_config *rc, const char *flag) {
   memcpy(rc->given + n, flag, k);
   rc->given[n + k] = ' ';
   rc->given[n + k + 1] = 0;
+}
+
+const char *st_run_config_set_by(const st_run_config *rc, st_model_field_id id, char *buf,
+                                 size_t cap) {
+  switch ((st_set_by)rc->model_set_by[id]) {
+  case ST_SET_FLAG: snprintf(buf, cap, "%s", st_model_field_info(id)->flag); return buf;
+  case ST_SET_PRESET: snprintf(buf, cap, "--model %s", rc->model_name); return buf;
+  case ST_SET_ARCH: snprintf(buf, cap, "--arch %s", st_arch_name(rc->model.arch)); return buf;
+  case ST_SET_NONE: break;
+  }
+  return NULL;
+}
+
+int st_run_config_check_model(const st_run_config *rc) {
+  const st_model_config *m = &rc->model;
+  if (rc->model_set_by[ST_MF_NORM_EPS] == ST_SET_FLAG && m->norm == ST_NORM_LAYERNORM)
+    return st_error_setc(ST_EXIT_USAGE, "--norm-eps %g is RMSNorm's epsilon, but this model "
+                         "(--arch %s) has LayerNorm, whose epsilon is 1e-5: drop --norm-eps, or "
+                         "give --arch llama|qwen2", (double)m->norm_eps, st_arch_name(m->arch));
+  if (rc->model_set_by[ST_MF_ROPE_THETA] == ST_SET_FLAG && m->pos != ST_POS_ROPE)
+    return st_error_setc(ST_EXIT_USAGE, "--rope-theta %g is the base of rotary positions, but "
+                         "this model (--arch %s) learns its positions: drop --rope-theta, or "
+                         "give --arch llama|qwen2", (double)m->rope_theta, st_arch_name(m->arch));
+  if (rc->seq_len > m->block_size) {
+    char by[96] = "";
+    if (rc->model_set_by[ST_MF_POSITIONS] == ST_SET_PRESET)
+      snprintf(by, sizeof by, " (--model %s)", rc->model_name);
+    return st_error_setc(ST_EXIT_USAGE, "--seq-len %d exceeds the model's %d positions%s; give "
+                         "--seq-len %d or less", rc->seq_len, m->block_size, by, m->block_size);
+  }
+  return 0;
 }
 
 void st_run_config_schedule(st_run_config *rc) {

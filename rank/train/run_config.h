@@ -8,11 +8,26 @@
 #include <stdint.h>
 
 #include "rank/model/config.h"
+#include "rank/model/config_fields.h"
 #include "rank/memory/memory_plan.h"
 #include "rank/optim/optimizer.h"
 
+/* What set a model field on the command line (st_run_config.model_set_by). */
+typedef enum {
+  ST_SET_NONE = 0, /* a default: on resume the checkpoint's value */
+  ST_SET_FLAG,     /* its own flag (--kv-heads) */
+  ST_SET_PRESET,   /* --model */
+  ST_SET_ARCH      /* --arch (norm, positions, MLP, biases, epsilon, theta) */
+} st_set_by;
+
 typedef struct {
-  st_model_config model;    /* the shape; block_size = the positions (rows of wpe) */
+  /* the description; block_size = the positions (rows of wpe; RoPE: the
+   * most positions, a family preset's own or, with flags, --seq-len) */
+  st_model_config model;
+  /* st_set_by per field of model (rank/model/config_fields.h ids), filled
+   * by launcher/cli.c: a resume takes the fields not set from the
+   * checkpoint and refuses set ones that differ, naming the flag. */
+  unsigned char model_set_by[ST_MF_COUNT];
   char model_name[64];      /* preset name, "custom", or "imported" (--init-from) */
   /* --seq-len: T, the training sequence length, <= model.block_size. A
    * fresh model has block_size = seq_len; --init-from takes the source's
@@ -90,6 +105,18 @@ typedef struct {
    * from --steps: the cosine horizon does not follow --steps. */
   int lr_decay_fixed;
 } st_run_config;
+
+/* The flag a field set on the command line came from, for messages:
+ * "--kv-heads", "--model llama-3.2-1b", "--arch qwen2"; NULL when not set.
+ * buf holds the text. */
+const char *st_run_config_set_by(const st_run_config *rc, st_model_field_id id, char *buf,
+                                 size_t cap);
+
+/* The model flags against the description they ended in (after a resume
+ * merged the checkpoint's, and before st_model_validate): --norm-eps needs
+ * RMSNorm, --rope-theta rotary positions, --seq-len at most the model's
+ * positions. 0, or -1 with st_error naming the flag (ST_EXIT_USAGE). */
+int st_run_config_check_model(const st_run_config *rc);
 
 /* Defaults: the "small" preset, T=128, micro-batch 8, global batch 16. */
 void st_run_config_defaults(st_run_config *rc);

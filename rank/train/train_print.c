@@ -21,8 +21,11 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
   printf("  model      %s: %d layers, %d heads, width %d, seq-len %d, vocab %d (padded %d)\n",
          rc->model_name, m->n_layer, m->n_head, m->n_embd, rc->seq_len, m->vocab_size,
          m->padded_vocab_size);
+  char arch[256];
+  if (st_model_describe(m, arch, sizeof arch)[0]) printf("  arch       %s\n", arch);
   if (rc->seq_len != m->block_size || rc->init_from[0])
-    printf("  positions  %d (rows of wpe%s%s), training at seq-len %d\n", m->block_size,
+    printf("  positions  %d (%s%s%s), training at seq-len %d\n", m->block_size,
+           m->pos == ST_POS_ROPE ? "rotary" : "rows of wpe",
            rc->init_from[0] ? "; --init-from " : "", rc->init_from, rc->seq_len);
   printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
          tr->model.tab.total / 1e6);

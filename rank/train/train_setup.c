@@ -137,8 +137,15 @@ static int check_tokenizer(trainer *tr, int file_vocab) {
                             : "start from a model made for the data's tokenizer");
   if (d.known && !rc->tokenizer_digest[0])
     st_run_config_set_tokenizer(rc, d.name, d.digest, d.vocab_size);
-  const int bytes_under_larger = !strcmp(d.name, "bytes") && file_vocab < rc->model.vocab_size;
-  if (file_vocab > 0 && file_vocab != rc->model.vocab_size && !bytes_under_larger)
+  /* Ids of a smaller vocabulary still have their rows: byte data, data
+   * under a family preset's real vocabulary (a fresh model of that shape),
+   * and the data a resumed run was already trained on. */
+  const int smaller = file_vocab < rc->model.vocab_size;
+  const int under_larger =
+      smaller && (!strcmp(d.name, "bytes") ||
+                  (!tr->resume_found && rc->model_set_by[ST_MF_VOCAB] == ST_SET_PRESET) ||
+                  (tr->resume_found && rc->tokenizer_vocab == file_vocab));
+  if (file_vocab > 0 && file_vocab != rc->model.vocab_size && !under_larger)
     return st_error_set("--data %s holds ids of a %d-token vocabulary (%s), but the model's "
                         "vocabulary is %d%s: the embedding rows would not match the tokens. Use "
                         "data made with the model's tokenizer, or %s", rc->data, file_vocab,
@@ -163,9 +170,17 @@ static int setup_data(trainer *tr) {
   }
   if (rc->model.vocab_size == 0)
     rc->model.vocab_size = file_vocab > 0 ? file_vocab : 50257; /* .bin: GPT-2 BPE */
+  else if (file_vocab > rc->model.vocab_size && rc->model_set_by[ST_MF_VOCAB] == ST_SET_PRESET)
+    return st_error_set("--model %s has a vocabulary of %d tokens, but --data %s holds ids of a "
+                        "%d-token vocabulary: they would have no embedding rows. Use data made "
+                        "with the model's tokenizer (or a smaller one), or give --vocab-size %d",
+                        rc->model_name, rc->model.vocab_size, rc->data, file_vocab, file_vocab);
   else if (file_vocab > rc->model.vocab_size)
-    return st_error_set("--vocab-size %d is smaller than the vocabulary of %s (%d); drop the "
-                        "flag or raise it", rc->model.vocab_size, rc->data, file_vocab);
+    return st_error_set("--vocab-size %d is smaller than the vocabulary of %s (%d); %s",
+                        rc->model.vocab_size, rc->data, file_vocab,
+                        tr->resume_found ? "the checkpoint's model cannot read it: train it in "
+                                           "a new --out"
+                                         : "drop the flag or raise it");
   if (check_tokenizer(tr, file_vocab) != 0) return -1;
   st_error_code(ST_EXIT_ERROR);
   return 0;
@@ -207,9 +222,10 @@ static int setup_batch(trainer *tr) {
                         "(%d + 1); lower --seq-len or prepare with a larger --val-fraction",
                         st_tokens_path(tr->val), (long long)tr->nval, T);
   }
-  /* a shape the flags cannot make (--heads 5 --dim 64) is a bad flag
-   * combination, as plan says too */
-  if (st_model_validate(&rc->model)) return -1;
+  /* a shape the flags cannot make (--heads 5 --dim 64, --kv-heads 3 of 4
+   * heads, --norm-eps under LayerNorm) is a bad flag combination, as plan
+   * says too */
+  if (st_run_config_check_model(rc) || st_model_validate(&rc->model)) return -1;
   st_error_code(ST_EXIT_ERROR);
   return 0;
 }
@@ -607,33 +623,37 @@ static int setup_init_from(trainer *tr) {
   st_model_source s;
   if (st_model_source_open(rc->init_from, &s)) return st_error_prefix("--init-from");
   const st_model_config *c = &s.cfg;
-  const struct {
-    const char *flag;
-    int src, now;
-  } k[] = {{"--layers", c->n_layer, rc->model.n_layer},
-           {"--heads", c->n_head, rc->model.n_head},
-           {"--dim", c->n_embd, rc->model.n_embd},
-           {"--vocab-size", c->vocab_size, rc->model.vocab_size}};
-  for (int i = 0; i < 4; i++) {
-    const int by_flag = st_run_config_given(rc, k[i].flag);
-    const int by_preset = i < 3 && st_run_config_given(rc, "--model");
-    if ((by_flag || by_preset) && k[i].src != k[i].now)
-      return st_error_setc(ST_EXIT_USAGE, "%s%s%s sets %s %d, but --init-from %s has %d: the "
-                           "shape comes from the model source; drop %s",
-                           by_flag ? k[i].flag : "--model ", by_flag ? "" : rc->model_name,
-                           "", k[i].flag, k[i].now, rc->init_from, k[i].src,
-                           by_flag ? k[i].flag : "--model");
+  /* a field a flag set must be the source's (the source is the shape) */
+  const st_model_config src = st_model_effective(c), now = st_model_effective(&rc->model);
+  for (int i = 0; i < ST_MF_COUNT && !tr->resume_found; i++) {
+    const st_model_field_id id = (st_model_field_id)i;
+    char by[96], a[32], b[32];
+    if (!st_run_config_set_by(rc, id, by, sizeof by) ||
+        st_model_field_get(&src, id) == st_model_field_get(&now, id))
+      continue;
+    const char *label = st_model_field_info(id)->label;
+    const int own = rc->model_set_by[i] == ST_SET_FLAG;
+    return st_error_setc(ST_EXIT_USAGE, "%s%s%s %s, but --init-from %s has %s: the model "
+                         "comes from the source; drop %s", by, own ? "" : " sets ",
+                         own ? "" : label, st_model_field_show(&now, id, a, sizeof a),
+                         rc->init_from, st_model_field_show(&src, id, b, sizeof b),
+                         own ? by : rc->model_set_by[i] == ST_SET_PRESET ? "--model" : "--arch");
   }
   if (tr->resume_found) {
     const st_model_config *m = &rc->model;
-    if (m->n_layer != c->n_layer || m->n_head != c->n_head || m->n_embd != c->n_embd ||
-        m->block_size != c->block_size || m->vocab_size != c->vocab_size)
-      return st_error_setc(ST_EXIT_CHECKPOINT, "--init-from %s is a %d-layer, %d-head, width "
+    int same = 1;
+    for (int i = 0; i < ST_MF_COUNT; i++)
+      same &= st_model_field_get(&src, (st_model_field_id)i) ==
+              st_model_field_get(&now, (st_model_field_id)i);
+    if (!same)
+      return st_error_setc(ST_EXIT_CHECKPOINT, "--init-from %s is a %s %d-layer, %d-head, width "
                            "%d model with %d positions and vocab %d, but %s, which --resume "
-                           "continues, holds a %d-layer, %d-head, width %d one with %d and %d: "
-                           "give another --out for a new fine-tune", rc->init_from, c->n_layer,
-                           c->n_head, c->n_embd, c->block_size, c->vocab_size, tr->resume_from,
-                           m->n_layer, m->n_head, m->n_embd, m->block_size, m->vocab_size);
+                           "continues, holds a %s %d-layer, %d-head, width %d one with %d and "
+                           "%d (or another architecture: its config says which): give another "
+                           "--out for a new fine-tune", rc->init_from, st_arch_name(c->arch),
+                           c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
+                           tr->resume_from, st_arch_name(m->arch), m->n_layer, m->n_head,
+                           m->n_embd, m->block_size, m->vocab_size);
     size_t n = strlen(tr->resume_note.text);
     snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n,
              "  notice     --init-from %s not read: %s holds a checkpoint (step %lld), which "

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -127,3 +128,59 @@ def check(cond, msg):
     if not cond:
         sys.exit("FAIL: " + msg)
     print("ok:", msg)
+
+
+# ---- safetensors by its header (the format: io/safetensors.h) -------------
+# numpy is imported where used: the other tests run without it.
+def read_st(path):
+    """name -> (dtype, array) of a safetensors file, by its header (BF16 as uint16 bits)."""
+    import numpy as np
+    NP = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        arr = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=NP[v["dtype"]]).reshape(v["shape"])
+        out[k] = (v["dtype"], arr)
+    return out
+
+
+def read_dir(d):
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if not os.path.exists(idx):
+        return read_st(os.path.join(d, "model.safetensors"))
+    out = {}
+    for f in sorted(set(json.load(open(idx))["weight_map"].values())):
+        out.update(read_st(os.path.join(d, f)))
+    return out
+
+
+def write_st(path, tensors, header_edit=None, raw_header=None, length=None):
+    """tensors: name -> (dtype, array) in order; header_edit(hdr) may break it."""
+    import numpy as np
+    hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for k, (dt, arr) in tensors.items():
+        b = np.ascontiguousarray(arr).tobytes()
+        hdr[k] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    if header_edit:
+        header_edit(hdr)
+    h = raw_header if raw_header is not None else json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h) if length is None else length))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def bf16_round(x):
+    """fp32 -> bf16 bits, round to nearest even (no NaNs here)."""
+    import numpy as np
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)

@@ -15,69 +15,15 @@
 import json
 import os
 import shutil
-import struct
 
 import numpy as np
 
-from common import check, parse_args, run
+from common import bf16_round, check, parse_args, read_dir, read_st, run, write_st
 
 a = parse_args()
 HERE = os.path.dirname(os.path.abspath(__file__))
 HF = os.path.join(HERE, "..", "data", "hf")
 W = lambda n: os.path.join(a.work, n)
-NP = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
-
-
-def read_st(path):
-    """name -> (dtype, array) of a safetensors file, by its header."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in hdr.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        arr = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=NP[v["dtype"]]).reshape(v["shape"])
-        out[k] = (v["dtype"], arr)
-    return out
-
-
-def read_dir(d):
-    idx = os.path.join(d, "model.safetensors.index.json")
-    if not os.path.exists(idx):
-        return read_st(os.path.join(d, "model.safetensors"))
-    out = {}
-    for f in sorted(set(json.load(open(idx))["weight_map"].values())):
-        out.update(read_st(os.path.join(d, f)))
-    return out
-
-
-def write_st(path, tensors, header_edit=None, raw_header=None, length=None):
-    """tensors: name -> (dtype, array) in order; header_edit(hdr) may break it."""
-    hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for k, (dt, arr) in tensors.items():
-        b = np.ascontiguousarray(arr).tobytes()
-        hdr[k] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    if header_edit:
-        header_edit(hdr)
-    h = raw_header if raw_header is not None else json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h) if length is None else length))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
-def bf16_round(x):
-    """fp32 -> bf16 bits, round to nearest even (no NaNs here)."""
-    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
 # ---- HF -> shardtrain -> HF, fp32: bit-identical -------------------------
 src = read_dir(os.path.join(HF, "tiny"))
 for name in ["tiny", "tiny-sharded"]:
@@ -220,8 +166,8 @@ case("activation_function relu refused", T0, ["activation_function relu"],
      cfg_edit=lambda c: c.update(activation_function="relu"))
 case("scale_attn_by_inverse_layer_idx refused", T0, ["scale_attn_by_inverse_layer_idx"],
      cfg_edit=lambda c: c.update(scale_attn_by_inverse_layer_idx=True))
-case("unknown model_type", T0, ["model_type \"llama\" is not supported yet"],
-     cfg_edit=lambda c: c.update(model_type="llama"))
+case("unknown model_type", T0, ["model_type \"mistral\" is not supported yet"],
+     cfg_edit=lambda c: c.update(model_type="mistral"))
 mask = np.tril(np.ones((64, 64), np.float32)).reshape(1, 1, 64, 64)
 buf = {f"transformer.h.{l}.attn.bias": ("F32", mask) for l in range(2)}
 buf["transformer.h.0.attn.masked_bias"] = ("F32", np.array(-1e4, np.float32))
