@@ -249,8 +249,9 @@ static int setup_attention(trainer *tr) {
                                  : strcmp(rc->attention, "flash") == 0 ? ST_ATTENTION_FLASH
                                                                         : ST_ATTENTION_AUTO;
   st_attention_choice ch;
-  if (st_cuda_attention_select(want, tr->ops->dtype, rc->micro_batch, rc->seq_len, m->n_embd,
-                               m->n_head, &ch))
+  /* cuDNN's plans are built per head layout: GQA's K/V have n_kv_head heads */
+  if (st_cuda_attention_select_gqa(want, tr->ops->dtype, rc->micro_batch, rc->seq_len, m->n_embd,
+                                   m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head, &ch))
     return -1;
   snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
   tr->attn_ws_per_seq = (ch.workspace_bytes + (size_t)rc->micro_batch - 1) / (size_t)rc->micro_batch;
