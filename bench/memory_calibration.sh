@@ -2,7 +2,11 @@
 # Planned against measured device memory (docs/memory.md, "Planned against
 # measured"), on a machine with 2 GPUs. A calibration, not a test.
 #
-#   bash bench/memory_calibration.sh [OUT_DIR]
+#   bash bench/memory_calibration.sh [OUT_DIR] [family]
+#
+# With `family`, one GPU: three Llama-family presets at their own
+# vocabularies (128256, 49152, 151936) on uint32 tokens (an llm.c version-2
+# shard), instead of the GPT-2 rows and the seed scenario.
 #
 # For each configuration, `shardtrain plan ... --json` gives the planned
 # total per GPU; then 4 training steps run on synthetic tokens while
@@ -30,8 +34,8 @@ run() { # ranks, then train's flags
   if [ "$np" -gt 1 ]; then timeout 300 $MP -np "$np" "$B" train "$@"
   else CUDA_VISIBLE_DEVICES=0 timeout 300 "$B" train "$@"; fi
 }
-cal() { # ranks model seq-len micro-batch zero recompute
-  local np=$1 m=$2 t=$3 mb=$4 z=$5 r=$6
+cal() { # ranks model seq-len micro-batch zero recompute [data] (GPT-2 rows: 50257 tokens)
+  local np=$1 m=$2 t=$3 mb=$4 z=$5 r=$6 data=${7:-}
   local A=(--model "$m" --seq-len "$t" --micro-batch "$mb" --global-batch $((mb * np)) --zero "$z"
            --recompute "$r" --precision bf16)
   local planned
@@ -39,7 +43,9 @@ cal() { # ranks model seq-len micro-batch zero recompute
             python3 -c "import json,sys; print(json.load(sys.stdin)['bytes']['total'] // 2**20)")
   nvidia-smi -i 0 --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$O/smi.txt" &
   local smi=$!
-  run "$np" --data "$S" --vocab-size 50257 "${A[@]}" --steps 4 --device cuda --out "$O/run" \
+  local D=(--data "$S" --vocab-size 50257)
+  [ -n "$data" ] && D=(--data "$data")
+  run "$np" "${D[@]}" "${A[@]}" --steps 4 --device cuda --out "$O/run" \
     --resume none --val-seqs 0 > "$O/run.log" 2>&1
   local rc=$?
   kill $smi; rm -rf "$O/run"
@@ -68,6 +74,20 @@ PY
 }
 echo "| ranks | model | T | micro-batch | ZeRO | recompute | planned MiB | measured MiB | measured / planned | |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+if [ "${2:-}" = "family" ]; then
+  for v in 128256 49152 151936; do
+    python3 - "$O/synth_$v.bin" "$v" <<'PY'
+import sys, numpy as np
+n = 4 * 1024 * 1024; h = np.zeros(256, np.int32); h[:3] = (20240520, 2, n)
+with open(sys.argv[1], "wb") as f:
+    f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, int(sys.argv[2]), n, dtype=np.uint32).tobytes())
+PY
+  done
+  cal 1 llama-3.2-1b 2048 4 1 none "$O/synth_128256.bin"
+  cal 1 smollm2-360m 2048 16 1 none "$O/synth_49152.bin"
+  cal 1 qwen2.5-0.5b 2048 8 1 selective "$O/synth_151936.bin"
+  exit 0
+fi
 cal 1 gpt2-124m 1024 32 0 none
 cal 1 gpt2-124m 4096 8 1 full
 cal 1 gpt2-350m 2048 8 1 selective

@@ -444,31 +444,34 @@ static void test_gpt2_124m_activations(void **state) {
   st_plan_input in;
   const int64_t L = 12;
 
-  /* none: per layer 18 X (ln1 1, qkv 3, atty 1, attproj 1, residual2 1, ln2 1,
-   * fch 4, fch_gelu 4, fcproj 1, residual3 1) + 4 S (LayerNorm mean, rstd
-   * twice) + A = 908,066,816 bytes (866 MiB). */
+  /* none: per layer 16 X (ln1 1, qkv 3, atty 1, residual2 1, ln2 1, fch 4,
+   * fch_gelu 4, residual3 1) + 4 S (LayerNorm mean, rstd twice) + A =
+   * 807,403,520 bytes (770 MiB); the projections' outputs attproj and fcproj
+   * (1 X each) once for all layers in the shared block. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
-  assert_int_equal(18 * X + 4 * S + A, 908066816LL);
-  assert_int_equal(p.acts.blocks, L * (18 * X + 4 * S));
-  assert_int_equal(p.acts.recompute, 0);
+  assert_int_equal(16 * X + 4 * S + A, 807403520LL);
+  assert_int_equal(p.acts.blocks, L * (16 * X + 4 * S));
+  assert_int_equal(p.acts.recompute, 2 * X);
   assert_int_equal(p.acts.attention, L * A + A);
   assert_int_equal(p.acts.embed, X);
   assert_int_equal(p.acts.head, X + 3 * S);
   assert_int_equal(p.acts.logits, logits);
   assert_int_equal(p.acts.grad_scratch, 10 * X);
-  assert_int_equal(p.acts.total, 14799470592LL); /* 13.78 GiB */
-  assert_int_equal(p.acts.total, L * (18 * X + 4 * S + A) + X + X + 3 * S + logits + 10 * X + A);
+  assert_int_equal(p.acts.total, 13692174336LL); /* 12.75 GiB */
+  assert_int_equal(p.acts.total,
+                   L * (16 * X + 4 * S + A) + 2 * X + X + X + 3 * S + logits + 10 * X + A);
 
   /* selective: ln1, ln2 (1 X each) and fch_gelu (4 X) once for all layers:
-   * per layer 12 X + 4 S + A = 606,076,928 (578 MiB), plus 6 X once. */
+   * per layer 10 X + 4 S + A = 505,413,632 (482 MiB), plus 8 X once (those
+   * 6 and the two projections' outputs). */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_SELECTIVE);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
-  assert_int_equal(12 * X + 4 * S + A, 606076928LL);
-  assert_int_equal(p.acts.blocks, L * (12 * X + 4 * S));
-  assert_int_equal(p.acts.recompute, 6 * X);
+  assert_int_equal(10 * X + 4 * S + A, 505413632LL);
+  assert_int_equal(p.acts.blocks, L * (10 * X + 4 * S));
+  assert_int_equal(p.acts.recompute, 8 * X);
   assert_int_equal(p.acts.attention, L * A + A);
-  assert_int_equal(p.acts.total, 11477581824LL); /* 10.69 GiB */
+  assert_int_equal(p.acts.total, 10370285568LL); /* 9.66 GiB */
 
   /* full: only the block output (1 X) per layer; everything else (17 X, 4 S,
    * A) once, in the shared block. */
@@ -665,30 +668,32 @@ static void test_fit_774m(void **state) {
   st_plan_fit f;
   /* 1 rank: 18 bytes x 775.4 M parameters = 13.0 GiB before activations,
    * of 22.8 GiB usable (24 GiB less 5%). Without recompute one sequence
-   * at T=2048 keeps 36 layers x 18 [T,C] bf16 tensors (2048 x 1280 x 2 x 18
-   * = 94 MB per layer) plus logits (2048 x 50304 x 2 = 206 MB): 3.6 GB, so
-   * 2 sequences fit and 4 do not. Full recompute keeps 1 [T,C] per layer
-   * (5.2 MB): 16 sequences fit (21.7 GiB), 32 do not. By cost, 2 sequences
-   * (4096 rows: 1.10) without recompute beat 16 with full recompute (1.35),
-   * which was the choice while the largest micro-batch came first. */
+   * at T=2048 keeps 36 layers x 16 [T,C] bf16 tensors (2048 x 1280 x 2 x 16
+   * = 84 MB per layer) plus logits (2048 x 50304 x 2 = 206 MB): 3.2 GB, so
+   * 2 sequences fit and 4 do not. Selective keeps 10 per layer (52 MB): 4
+   * sequences fit, 8 do not. Full recompute keeps 1 [T,C] per layer
+   * (5.2 MB): 16 sequences fit, 32 do not. By cost, 4 sequences with
+   * selective (8192 rows: 1.08) beat 2 without recompute (4096 rows: 1.10)
+   * and 16 with full recompute (1.35). */
   st_plan_fit_query q = fit_query("gpt2-774m", 1, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
-  assert_int_equal(f.choice.in.micro_batch, 2);
-  assert_int_equal(f.choice.accum, 16);
-  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_NONE);
+  assert_int_equal(f.choice.in.micro_batch, 4);
+  assert_int_equal(f.choice.accum, 8);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_SELECTIVE);
   assert_int_equal(f.choice.in.zero_stage, 0); /* on one rank ZeRO 1/2 only add a shard */
-  assert_true(f.has_larger_batch && !f.has_cheaper_recompute && !f.has_lower_zero);
-  assert_int_equal(f.larger_batch.in.micro_batch, 4);
-  assert_int_equal(f.larger_batch.in.recompute, ST_RECOMPUTE_NONE);
-  assert_true(!f.has_alt[ST_RECOMPUTE_NONE]);
-  assert_true(f.has_alt[ST_RECOMPUTE_SELECTIVE] && f.has_alt[ST_RECOMPUTE_FULL]);
+  assert_true(f.has_larger_batch && f.has_cheaper_recompute && !f.has_lower_zero);
+  assert_int_equal(f.larger_batch.in.micro_batch, 8);
+  assert_int_equal(f.larger_batch.in.recompute, ST_RECOMPUTE_SELECTIVE);
+  assert_true(!f.has_alt[ST_RECOMPUTE_SELECTIVE]);
+  assert_true(f.has_alt[ST_RECOMPUTE_NONE] && f.has_alt[ST_RECOMPUTE_FULL]);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.micro_batch, 16);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].accum, 2);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].plan.fits, 1);
   assert_true(f.alt[ST_RECOMPUTE_FULL].cost > f.choice.cost);
-  assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 2);
+  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
+  assert_true(f.alt[ST_RECOMPUTE_NONE].cost > f.choice.cost);
 
   /* The pre-flight's nearest-change order still ranks the micro-batch
    * first: 16 sequences with full recompute. */
@@ -704,7 +709,7 @@ static void test_fit_774m(void **state) {
   /* 8 ranks: 4 sequences per rank at most. ZeRO 1 divides the 12 bytes of
    * master, m, v and the 4 of the gradient shard by 8 (8 bytes per parameter
    * in all: 5.8 GiB), leaving room for 4 sequences without recompute
-   * (3.6 GB each); ZeRO 0's 13 GiB does not. */
+   * (3.2 GB each); ZeRO 0's 13 GiB does not. */
   q = fit_query("gpt2-774m", 8, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
@@ -746,21 +751,24 @@ static void test_fit_1558m(void **state) {
   /* 8 ranks, 4 sequences per rank at most. Model and optimizer state per
    * rank: ZeRO 0 18 bytes per parameter (26.1 GiB, never fits), ZeRO 1
    * 2 + 4 + 16/8 = 8 (11.6 GiB), ZeRO 2 2 + 16/8 plus buckets (6.9 GiB).
-   * Activations of 4 sequences: 22.2 GiB without recompute, 15.3 GiB
+   * Activations of 4 sequences: 19.8 GiB without recompute, 12.9 GiB
    * selective, 2.65 GiB full (48 layers x 1 [T,C] + one shared block), and
-   * 0.8 GiB of workspace, scratch, NCCL and context. At micro-batch 4 only
-   * full recompute fits (cost 1.40); 2 sequences without recompute fit at
-   * ZeRO 2 (6.9 + 11.1 + 0.8 GiB; cost 1.10), which the cost prefers. */
+   * 0.8 GiB of workspace, scratch, NCCL and context. At micro-batch 4
+   * selective fits at ZeRO 2 (6.9 + 12.9 + 0.8 GiB; cost 1.08) but not at
+   * ZeRO 1, and beats 2 sequences without recompute (cost 1.10) and 4 with
+   * full recompute at ZeRO 1 (1.40). */
   q = fit_query("gpt2-1558m", 8, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
-  assert_int_equal(f.choice.in.micro_batch, 2);
-  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_NONE);
+  assert_int_equal(f.choice.in.micro_batch, 4);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_SELECTIVE);
   assert_int_equal(f.choice.in.zero_stage, 2);
-  assert_true(f.has_larger_batch && !f.has_cheaper_recompute && f.has_lower_zero);
+  assert_true(!f.has_larger_batch && f.has_cheaper_recompute && f.has_lower_zero);
   assert_int_equal(f.lower_zero.in.zero_stage, 1);
-  assert_true(f.has_alt[ST_RECOMPUTE_FULL]);
+  assert_true(f.has_alt[ST_RECOMPUTE_NONE] && f.has_alt[ST_RECOMPUTE_FULL]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
+  assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.zero_stage, 2);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.micro_batch, 4);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.zero_stage, 1);
 }

@@ -24,13 +24,13 @@ typedef struct {
   void *qkv;                        /* [B,T,QKV], q and k rotated under RoPE */
   void *atty;                       /* [B,T,C] attention output */
   float *att;                       /* attention_state_floats(B,T,NH) */
-  void *attproj;                    /* [B,T,C] */
+  void *attproj;                    /* [B,T,C], transient: one buffer for all layers */
   void *residual2;                  /* [B,T,C] */
   void *ln2;
   float *ln2_mean, *ln2_rstd;
   void *fch;                        /* [B,T,F] GELU input, or [B,T,2F] SwiGLU's gate | up */
   void *fch_act;                    /* [B,T,F] GELU or SwiGLU output */
-  void *fcproj;                     /* [B,T,C] */
+  void *fcproj;                     /* [B,T,C], transient: one buffer for all layers */
   void *residual3;                  /* [B,T,C] block output */
 } st_block_acts;
 
@@ -89,7 +89,8 @@ typedef struct {
 typedef struct {
   size_t embed;        /* encoder output [B,T,C]; RoPE's fp32 table [T, head_dim] */
   size_t blocks;       /* kept per block for backward, n_layer blocks (attention state apart) */
-  size_t recompute;    /* the one shared block recompute rebuilds into (0 with none) */
+  size_t recompute;    /* the one shared block: what recompute rebuilds, and the two
+                        * projection outputs every policy shares */
   size_t attention;    /* attention state: saved per layer (or in the shared block under
                         * full), plus backward's datt; fp32; and the padding that makes
                         * total a multiple of 256 (the arena's unit) */
