@@ -59,6 +59,7 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   /* Primary flags before the ones derived from them (--lr-decay-steps
    * follows --steps, --model turns "custom" with a shape flag), so the
    * message names the flag the user gave. */
+  st_agree_add(l, "--seq-len", U, fix, "%d", rc->seq_len); /* it sets the positions */
   /* the model description field by field (rank/model/config_fields.h), as
    * validation will fill it: --kv-heads 4 given next to --heads 4 is the
    * same model as neither */
@@ -73,7 +74,6 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
       st_agree_add(l, f->label, U, fix, "%s", st_model_field_show(&eff, id, v, sizeof v));
     }
   }
-  st_agree_add(l, "--seq-len", U, fix, "%d", rc->seq_len);
   st_agree_add(l, "--init-from", U, fix, "%s", rc->init_from);
   st_agree_add(l, "--model", U, fix, "%s", rc->model_name);
   st_agree_add(l, "--micro-batch", U, fix, "%d", rc->micro_batch);
