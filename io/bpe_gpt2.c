@@ -224,12 +224,23 @@ int st_bpe_prepare(st_tokenizer *t) {
   (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter runs it otherwise */
   t->re = re;
   t->md = pcre2_match_data_create_from_pattern(re, NULL);
-  if (!t->md) return st_error_setc(1, "out of memory preparing the tokenizer %s", t->path);
+  /* Patterns without possessive quantifiers (Llama 3's, Qwen's) backtrack
+   * over a whole run of spaces or symbols: PCRE2's default 32 KiB JIT stack
+   * and 20 MB interpreter heap end at a few thousand bytes. The stack is
+   * address space, committed as used. */
+  t->mctx = pcre2_match_context_create(NULL);
+  t->jstack = pcre2_jit_stack_create(64 << 10, 1 << 30, NULL);
+  if (!t->md || !t->mctx || !t->jstack)
+    return st_error_setc(1, "out of memory preparing the tokenizer %s", t->path);
+  pcre2_jit_stack_assign((pcre2_match_context *)t->mctx, NULL, t->jstack);
+  pcre2_set_heap_limit((pcre2_match_context *)t->mctx, 4u << 20); /* KiB: 4 GiB */
   return 0;
 }
 
 void st_bpe_release(st_tokenizer *t) {
   if (t->md) pcre2_match_data_free((pcre2_match_data *)t->md);
+  if (t->mctx) pcre2_match_context_free((pcre2_match_context *)t->mctx);
+  if (t->jstack) pcre2_jit_stack_free((pcre2_jit_stack *)t->jstack);
   if (t->re) pcre2_code_free((pcre2_code *)t->re);
   free(t->pair_key);
   free(t->pair_rank);
@@ -417,7 +428,7 @@ static int encode_ordinary(const st_tokenizer *t, const unsigned char *s, size_t
   pcre2_match_data *md = t->md;
   size_t pos = 0;
   while (pos < len) {
-    int m = pcre2_match(re, s, len, pos, 0, md, NULL);
+    int m = pcre2_match(re, s, len, pos, 0, md, (pcre2_match_context *)t->mctx);
     size_t start = len, end = len;
     if (m > 0) {
       PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);

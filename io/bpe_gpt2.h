@@ -73,8 +73,9 @@ struct st_tokenizer {
   /* the files it was loaded from, for write_dir and prep */
   int n_files;
   st_tok_file files[ST_TOK_MAX_FILES];
-  /* PCRE2 objects (pcre2_code *, pcre2_match_data *) and the cache */
-  void *re, *md;
+  /* PCRE2 objects (pcre2_code *, pcre2_match_data *, pcre2_match_context *,
+   * pcre2_jit_stack *) and the cache */
+  void *re, *md, *mctx, *jstack;
   bpe_cache *cache;
 };
 
