@@ -166,8 +166,9 @@ static int read_ranks(st_tokenizer *t, const char *file, const unsigned char *da
     char *num_end = NULL;
     long rank = space ? strtol(space + 1, &num_end, 10) : -1;
     if (!space || space == s || num_end != s + n || space[1] < '0' || space[1] > '9') {
-      rc = data_error("%s: line %ld \"%.40s\" is not \"base64 rank\" (a tiktoken rank file holds "
-                      "one token a line: base64 of its bytes, a space, its rank)", file, line, s);
+      rc = data_error("%s: line %ld \"%.*s\" is not \"base64 rank\" (a tiktoken rank file holds "
+                      "one token a line: base64 of its bytes, a space, its rank)", file, line,
+                      (int)(n > 40 ? 40 : n), s);
       break;
     }
     unsigned char *b = malloc((size_t)(space - s) + 1);
