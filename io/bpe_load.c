@@ -469,8 +469,8 @@ static int load_tokenizer_json(st_tokenizer *t, const char *path) {
  * vocab.json + merges.txt beside it, which hold no pattern (Qwen2's
  * directories have all three). */
 static int json_has_split(const char *path) {
-  unsigned char *data;
-  size_t len;
+  unsigned char *data = NULL;
+  size_t len = 0;
   if (st_bpe_read_whole(path, &data, &len) != 0) return 0;
   cJSON *j = cJSON_ParseWithLength((const char *)data, len);
   free(data);

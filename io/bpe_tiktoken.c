@@ -253,8 +253,8 @@ static void dir_name(const char *path, char *out, size_t cap) {
 }
 
 static cJSON *read_json(const char *path, int *missing) {
-  unsigned char *data;
-  size_t len;
+  unsigned char *data = NULL;
+  size_t len = 0;
   FILE *f = fopen(path, "rb");
   *missing = !f;
   if (!f) return NULL;
@@ -408,7 +408,7 @@ int st_tiktoken_load(st_tokenizer *t, const char *path, const char *preset) {
     rc = data_error("%s is a tiktoken rank file, which holds no pre-tokenizer pattern or special "
                     "tokens: name a preset after a colon (%s:llama3 or %s:qwen) or put the "
                     "model's tokenizer.json beside it", path, path, path);
-  if (rc == 0) rc = finish(t, path, pattern, from[0] ? from : "nothing", sp, n_sp);
+  if (rc == 0 && pattern) rc = finish(t, path, pattern, from[0] ? from : "nothing", sp, n_sp);
   if (rc == 0) {
     char name[32];
     stored_name(path, name, sizeof name);
@@ -425,9 +425,13 @@ int st_tiktoken_load_config(st_tokenizer *t, const char *config_path) {
   cJSON *j = read_json(config_path, &missing);
   if (!j) return missing ? data_error("cannot open %s", config_path) : -1;
   special_def *sp = calloc(ST_TOK_MAX_SPECIAL, sizeof *sp);
+  if (!sp) {
+    cJSON_Delete(j);
+    return data_error("out of memory reading %s", config_path);
+  }
   const cJSON *rank = cJSON_GetObjectItem(j, "rank_file"), *pat = cJSON_GetObjectItem(j, "pattern");
   const cJSON *specials = cJSON_GetObjectItem(j, "special_tokens");
-  int n_sp = 0, rc = sp ? 0 : data_error("out of memory reading %s", config_path);
+  int n_sp = 0, rc = 0;
   if (rc == 0 && (!cJSON_IsString(rank) || !rank->valuestring[0] || strchr(rank->valuestring, '/') ||
                   rank->valuestring[0] == '.' || !cJSON_IsString(pat) || !pat->valuestring[0] ||
                   !cJSON_IsObject(specials)))
