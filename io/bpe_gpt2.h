@@ -15,8 +15,16 @@
 
 #include "io/tokenizer.h"
 
-#define ST_TOK_MAX_FILES 2
-#define ST_TOK_MAX_SPECIAL 64
+#define ST_TOK_MAX_FILES 3
+/* Llama 3 reserves 256 special ids, Qwen 208 */
+#define ST_TOK_MAX_SPECIAL 1024
+
+/* The three byte-level BPE algorithms (tokenizer.h names them). */
+enum {
+  ST_TOK_GPT2 = 0, /* "gpt2-bpe": GPT-2's pattern, merges in rank order */
+  ST_TOK_HF,       /* "hf-bpe": tokenizer.json with a Split regex, merges in rank order */
+  ST_TOK_TIKTOKEN  /* "tiktoken-bpe": a rank file; merges implied by the ranks */
+};
 
 typedef struct {
   char name[32]; /* Hugging Face name it is written under */
@@ -28,6 +36,14 @@ typedef struct bpe_cache bpe_cache;
 
 struct st_tokenizer {
   int is_bytes;
+  int kind;                   /* ST_TOK_GPT2 / ST_TOK_HF / ST_TOK_TIKTOKEN */
+  /* pre-tokenizer pattern as the files give it (NULL: GPT-2's); part of
+   * the identity. Compiled after rewriting \s for PCRE2 (bpe_gpt2.c). */
+  char *pattern;
+  /* a pre-token that is itself a (non-special) token is that token, as
+   * tiktoken does and tokenizer.json's ignore_merges asks */
+  int whole_piece;
+  unsigned char *is_special;  /* per id: 1 for special tokens (whole_piece skips them) */
   char name[32];
   char path[1024];
   char digest[72];
@@ -38,28 +54,51 @@ struct st_tokenizer {
   /* bytes -> id: open addressing, id + 1 (0 = empty) */
   uint32_t *str_slot;
   uint64_t str_mask;
-  /* merges in rank order: left id, right id, merged id */
+  /* merges in rank order: left id, right id, merged id (tiktoken: none;
+   * the pair table is built from the ranks and a pair's rank is the id of
+   * its concatenation) */
   uint32_t n_merges;
   uint32_t (*merge)[3];
   /* open addressing on (left << 32 | right): rank + 1 (0 = empty) */
   uint64_t *pair_key;
   uint32_t *pair_rank;
   uint64_t pair_mask;
-  /* special tokens, matched before the regex when allowed */
+  /* special tokens, matched before the regex when allowed; special_by_byte
+   * orders them by first byte, longest first, from special_start[b] */
   int n_special;
   uint32_t special_id[ST_TOK_MAX_SPECIAL];
+  uint32_t special_by_byte[ST_TOK_MAX_SPECIAL];
+  int special_start[257];
   int64_t eot;
   /* the files it was loaded from, for write_dir and prep */
   int n_files;
   st_tok_file files[ST_TOK_MAX_FILES];
-  /* PCRE2 objects (pcre2_code *, pcre2_match_data *) and the cache */
-  void *re, *md;
+  /* PCRE2 objects (pcre2_code *, pcre2_match_data *, pcre2_match_context *,
+   * pcre2_jit_stack *) and the cache */
+  void *re, *md, *mctx, *jstack;
   bpe_cache *cache;
 };
 
 /* io/bpe_load.c: fill t (zeroed, path set) from the files at path. 0 or -1
  * with st_error (exit 4) naming the file. */
-int st_bpe_load(st_tokenizer *t, const char *path);
+int st_bpe_load(st_tokenizer *t, const char *path, const char *preset);
+/* io/bpe_tiktoken.c: a tiktoken rank file (base64 token, space, rank per
+ * line) at path, with the pattern and special tokens of preset ("llama3",
+ * "qwen"; NULL: from a tokenizer.json / tokenizer_config.json beside it).
+ * load_config: the same from a shardtrain_tiktoken.json (what prep stores
+ * beside the rank file: its name, the pattern, the special tokens).
+ * 0 or -1 with st_error (exit 4) naming the file and line. */
+int st_tiktoken_load(st_tokenizer *t, const char *path, const char *preset);
+int st_tiktoken_load_config(st_tokenizer *t, const char *config_path);
+/* 1 when the file at path starts like a rank file (its first line is
+ * base64, one space, a decimal rank). */
+int st_tiktoken_sniff(const char *path);
+/* bpe_load.c helpers shared with bpe_tiktoken.c */
+int st_bpe_read_whole(const char *path, unsigned char **data, size_t *len);
+int st_bpe_add_file(st_tokenizer *t, const char *path, const char *hf_name);
+/* The end-of-text id: the first of <|endoftext|>, <|end_of_text|> in the
+ * vocabulary (-1 when neither), marked special. */
+void st_bpe_find_eot(st_tokenizer *t);
 /* Id of the token whose bytes are s[0..n), or -1 (a linear-time hash
  * lookup; built by st_bpe_index). */
 int st_bpe_index(st_tokenizer *t);

@@ -1,14 +1,17 @@
-/* bpe_load.c - read a GPT-2 byte-level BPE vocabulary from disk.
+/* bpe_load.c - read a byte-level BPE vocabulary from disk.
  *
- * Three spellings of one thing: vocab.json + merges.txt (Hugging Face),
+ * Three spellings of GPT-2's: vocab.json + merges.txt (Hugging Face),
  * encoder.json + vocab.bpe (OpenAI: the same formats) and tokenizer.json
- * (Hugging Face tokenizers: model.vocab, model.merges, added_tokens). JSON is
+ * (Hugging Face tokenizers: model.vocab, model.merges, added_tokens); a
+ * tokenizer.json with its own Split pattern (Llama 3, Qwen2: hf-bpe); and
+ * the dispatch to tiktoken rank files (io/bpe_tiktoken.c). JSON is
  * parsed with cJSON; token strings are mapped back to bytes through the
  * inverse of GPT-2's bytes_to_unicode table. Every failure is one line naming
  * the file, exit code 4 (data).
  */
 #define _XOPEN_SOURCE 700
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +25,7 @@
 
 /* ---- files ---------------------------------------------------------------- */
 
-static int read_whole(const char *path, unsigned char **data, size_t *len) {
+int st_bpe_read_whole(const char *path, unsigned char **data, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return data_error("cannot open tokenizer file %s: %s", path, strerror(errno));
   struct stat st;
@@ -58,9 +61,9 @@ static int is_dir(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int add_file(st_tokenizer *t, const char *path, const char *hf_name) {
+int st_bpe_add_file(st_tokenizer *t, const char *path, const char *hf_name) {
   st_tok_file *f = &t->files[t->n_files];
-  if (read_whole(path, &f->data, &f->len) != 0) return -1;
+  if (st_bpe_read_whole(path, &f->data, &f->len) != 0) return -1;
   snprintf(f->name, sizeof f->name, "%s", hf_name);
   t->n_files++;
   return 0;
@@ -251,11 +254,12 @@ static int read_merges_txt(st_tokenizer *t, const char *file, char *text) {
   return 0;
 }
 
-/* <|endoftext|> is GPT-2's one special token: when the vocabulary has it,
- * it is matched as a special token and is the end-of-text id. */
-static void find_eot(st_tokenizer *t) {
-  static const char eot[] = "<|endoftext|>";
-  int64_t id = st_bpe_lookup(t, (const unsigned char *)eot, sizeof eot - 1);
+/* <|endoftext|> is GPT-2's one special token (and Qwen's end of text),
+ * <|end_of_text|> Llama 3's: when the vocabulary has one, it is matched as
+ * a special token and is the end-of-text id. */
+void st_bpe_find_eot(st_tokenizer *t) {
+  int64_t id = st_bpe_lookup(t, (const unsigned char *)"<|endoftext|>", 13);
+  if (id < 0) id = st_bpe_lookup(t, (const unsigned char *)"<|end_of_text|>", 15);
   t->eot = id;
   if (id < 0) return;
   for (int i = 0; i < t->n_special; i++)
@@ -264,7 +268,7 @@ static void find_eot(st_tokenizer *t) {
 }
 
 static int load_vocab_merges(st_tokenizer *t, const char *vocab_path, const char *merges_path) {
-  if (add_file(t, vocab_path, "vocab.json") != 0 || add_file(t, merges_path, "merges.txt") != 0)
+  if (st_bpe_add_file(t, vocab_path, "vocab.json") != 0 || st_bpe_add_file(t, merges_path, "merges.txt") != 0)
     return -1;
   cJSON *v = cJSON_ParseWithLength((const char *)t->files[0].data, t->files[0].len);
   if (!v) return data_error("%s is not valid JSON (near byte %ld); give GPT-2's vocab.json",
@@ -279,35 +283,73 @@ static int load_vocab_merges(st_tokenizer *t, const char *vocab_path, const char
   rc = read_merges_txt(t, merges_path, text);
   free(text);
   if (rc != 0) return -1;
-  find_eot(t);
+  st_bpe_find_eot(t);
   return 0;
 }
 
 /* ---- tokenizer.json ---------------------------------------------------------- */
 
-/* The pre-tokenizer must be GPT-2's: ByteLevel with its own regex and no
- * prefix space (alone or inside a Sequence). */
-static int check_pretokenizer(const char *file, const cJSON *pt) {
+/* The pre-tokenizer: GPT-2's (ByteLevel with its own regex and no prefix
+ * space, alone or inside a Sequence) gives ST_TOK_GPT2; a Sequence of a
+ * Split on a regex (Isolated, not inverted) and a ByteLevel without its
+ * regex gives ST_TOK_HF with t->pattern set. Anything else is refused. */
+static int check_bytelevel(const char *file, const cJSON *pt, int want_regex) {
   const cJSON *type = cJSON_GetObjectItem(pt, "type");
-  if (cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence")) {
-    const cJSON *list = cJSON_GetObjectItem(pt, "pretokenizers");
-    if (cJSON_GetArraySize(list) == 1) return check_pretokenizer(file, cJSON_GetArrayItem(list, 0));
-  }
   if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel"))
-    return data_error("%s: pre_tokenizer is %s, not ByteLevel; only GPT-2-style byte-level BPE "
-                      "is supported", file, cJSON_IsString(type) ? type->valuestring : "missing");
+    return data_error("%s: pre_tokenizer is %s, not ByteLevel; only byte-level BPE (GPT-2's, or "
+                      "a Split regex then ByteLevel as Llama 3's and Qwen2's) is supported", file,
+                      cJSON_IsString(type) ? type->valuestring : "missing");
   const cJSON *prefix = cJSON_GetObjectItem(pt, "add_prefix_space");
   const cJSON *regex = cJSON_GetObjectItem(pt, "use_regex");
-  if (cJSON_IsTrue(prefix) || cJSON_IsFalse(regex))
-    return data_error("%s: the ByteLevel pre_tokenizer has %s; only GPT-2's (regex on, no prefix "
-                      "space) is supported", file,
-                      cJSON_IsTrue(prefix) ? "add_prefix_space true" : "use_regex false");
+  if (cJSON_IsTrue(prefix))
+    return data_error("%s: the ByteLevel pre_tokenizer has add_prefix_space true; only byte-level "
+                      "BPE without a prefix space is supported", file);
+  if (want_regex && cJSON_IsFalse(regex))
+    return data_error("%s: the ByteLevel pre_tokenizer has use_regex false and no Split before "
+                      "it; only GPT-2's regex or a Split regex then ByteLevel is supported", file);
+  if (!want_regex && !cJSON_IsFalse(regex))
+    return data_error("%s: the ByteLevel pre_tokenizer after the Split has use_regex on; "
+                      "two regexes in a row are not supported (Llama 3's and Qwen2's have "
+                      "use_regex false)", file);
+  return 0;
+}
+
+static int check_pretokenizer(st_tokenizer *t, const char *file, const cJSON *pt) {
+  const cJSON *type = cJSON_GetObjectItem(pt, "type");
+  if (!cJSON_IsString(type) || strcmp(type->valuestring, "Sequence")) {
+    t->kind = ST_TOK_GPT2;
+    return check_bytelevel(file, pt, 1);
+  }
+  const cJSON *list = cJSON_GetObjectItem(pt, "pretokenizers");
+  int n = cJSON_GetArraySize(list);
+  if (n == 1) return check_pretokenizer(t, file, cJSON_GetArrayItem(list, 0));
+  const cJSON *split = cJSON_GetArrayItem(list, 0);
+  const cJSON *stype = cJSON_GetObjectItem(split, "type");
+  if (n != 2 || !cJSON_IsString(stype) || strcmp(stype->valuestring, "Split"))
+    return data_error("%s: pre_tokenizer is a Sequence of %d that is not [Split, ByteLevel]; only "
+                      "GPT-2's ByteLevel or a Split regex then ByteLevel (Llama 3, Qwen2) is "
+                      "supported", file, n);
+  const cJSON *re = cJSON_GetObjectItem(cJSON_GetObjectItem(split, "pattern"), "Regex");
+  const cJSON *behavior = cJSON_GetObjectItem(split, "behavior");
+  if (!cJSON_IsString(re) || !re->valuestring[0])
+    return data_error("%s: the Split pre_tokenizer has no pattern.Regex (a String pattern is not "
+                      "supported); give a tokenizer.json with a Split regex", file);
+  if (!cJSON_IsString(behavior) || strcmp(behavior->valuestring, "Isolated") ||
+      cJSON_IsTrue(cJSON_GetObjectItem(split, "invert")))
+    return data_error("%s: the Split pre_tokenizer has behavior %s%s; only Isolated, not "
+                      "inverted (each match one pre-token), is supported", file,
+                      cJSON_IsString(behavior) ? behavior->valuestring : "missing",
+                      cJSON_IsTrue(cJSON_GetObjectItem(split, "invert")) ? " inverted" : "");
+  if (check_bytelevel(file, cJSON_GetArrayItem(list, 1), 0) != 0) return -1;
+  t->kind = ST_TOK_HF;
+  if (!(t->pattern = strdup(re->valuestring))) return data_error("out of memory reading %s", file);
   return 0;
 }
 
 /* Options that would change the ids GPT-2's algorithm gives: refused, not
  * ignored (a normalizer, word suffixes, ignore_merges as in Llama 3). */
-static int check_model_options(const char *file, const cJSON *j, const cJSON *model) {
+static int check_model_options(st_tokenizer *t, const char *file, const cJSON *j,
+                               const cJSON *model) {
   const cJSON *norm = cJSON_GetObjectItem(j, "normalizer");
   if (norm && !cJSON_IsNull(norm))
     return data_error("%s: has a normalizer (%s); GPT-2's byte-level BPE has none and this "
@@ -321,11 +363,14 @@ static int check_model_options(const char *file, const cJSON *j, const cJSON *mo
       return data_error("%s: model.%s is \"%s\"; only GPT-2-style BPE (none) is supported", file,
                         strs[i], v->valuestring);
   }
-  if (cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges")) ||
-      cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback")))
-    return data_error("%s: model.%s is true; only GPT-2-style BPE (false) is supported", file,
-                      cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges")) ? "ignore_merges"
-                                                                              : "byte_fallback");
+  if (cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback")))
+    return data_error("%s: model.byte_fallback is true; only byte-level BPE (false) is supported",
+                      file);
+  /* Llama 3's: a pre-token that is in the vocabulary is one token (tiktoken's rule) */
+  t->whole_piece = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
+  if (t->whole_piece && t->kind == ST_TOK_GPT2)
+    return data_error("%s: model.ignore_merges is true with GPT-2's pre-tokenizer; GPT-2's BPE "
+                      "has it false", file);
   return 0;
 }
 
@@ -391,7 +436,7 @@ static int read_added(st_tokenizer *t, const char *file, const cJSON *added) {
 }
 
 static int load_tokenizer_json(st_tokenizer *t, const char *path) {
-  if (add_file(t, path, "tokenizer.json") != 0) return -1;
+  if (st_bpe_add_file(t, path, "tokenizer.json") != 0) return -1;
   cJSON *j = cJSON_ParseWithLength((const char *)t->files[0].data, t->files[0].len);
   if (!j) return data_error("%s is not valid JSON; give a Hugging Face tokenizer.json", path);
   const cJSON *model = cJSON_GetObjectItem(j, "model");
@@ -403,38 +448,104 @@ static int load_tokenizer_json(st_tokenizer *t, const char *path) {
   else if (cJSON_IsString(type) && strcmp(type->valuestring, "BPE"))
     rc = data_error("%s: model type is %s; only BPE is supported", path, type->valuestring);
   else
-    rc = check_pretokenizer(path, cJSON_GetObjectItem(j, "pre_tokenizer"));
-  if (rc == 0) rc = check_model_options(path, j, model);
+    rc = check_pretokenizer(t, path, cJSON_GetObjectItem(j, "pre_tokenizer"));
+  if (rc == 0) rc = check_model_options(t, path, j, model);
   if (rc == 0) rc = read_vocab(t, path, cJSON_GetObjectItem(model, "vocab"), cJSON_GetArraySize(added));
   if (rc == 0) rc = read_added(t, path, added);
   if (rc == 0) rc = st_bpe_index(t);
   if (rc == 0) rc = read_hf_merges(t, path, cJSON_GetObjectItem(model, "merges"));
   cJSON_Delete(j);
   if (rc != 0) return -1;
-  t->eot = st_bpe_lookup(t, (const unsigned char *)"<|endoftext|>", 13);
+  if (t->kind == ST_TOK_GPT2)
+    t->eot = st_bpe_lookup(t, (const unsigned char *)"<|endoftext|>", 13);
+  else
+    st_bpe_find_eot(t);
   return 0;
 }
 
 /* ---- dispatch on what path holds ------------------------------------------- */
 
-int st_bpe_load(st_tokenizer *t, const char *path) {
+/* A tokenizer.json whose pre-tokenizer has a Split (hf-bpe): chosen over
+ * vocab.json + merges.txt beside it, which hold no pattern (Qwen2's
+ * directories have all three). */
+static int json_has_split(const char *path) {
+  unsigned char *data = NULL;
+  size_t len = 0;
+  if (st_bpe_read_whole(path, &data, &len) != 0) return 0;
+  cJSON *j = cJSON_ParseWithLength((const char *)data, len);
+  free(data);
+  const cJSON *pt = cJSON_GetObjectItem(j, "pre_tokenizer");
+  const cJSON *type = cJSON_GetObjectItem(pt, "type");
+  int split = cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence") &&
+              cJSON_GetArraySize(cJSON_GetObjectItem(pt, "pretokenizers")) > 1;
+  cJSON_Delete(j);
+  return split;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* The rank file of a directory: tokenizer.model, else the first *.tiktoken. */
+static int find_rank_file(const char *dir, char *out, size_t cap) {
+  snprintf(out, cap, "%s/tokenizer.model", dir);
+  if (is_file(out) && st_tiktoken_sniff(out)) return 1;
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  char best[256] = "";
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t n = strlen(e->d_name);
+    if (n > 9 && n < sizeof best && !strcmp(e->d_name + n - 9, ".tiktoken") &&
+        (!best[0] || strcmp(e->d_name, best) < 0))
+      snprintf(best, sizeof best, "%s", e->d_name);
+  }
+  closedir(d);
+  if (!best[0]) return 0;
+  snprintf(out, cap, "%s/%s", dir, best);
+  return 1;
+}
+
+static int load_file(st_tokenizer *t, const char *path, const char *preset) {
+  if (st_tiktoken_sniff(path)) return st_tiktoken_load(t, path, preset);
+  if (preset)
+    return data_error("%s is not a tiktoken rank file (base64 token, space, rank per line); the "
+                      "preset :%s applies to rank files only, drop it", path, preset);
+  if (!strcmp(base_name(path), "shardtrain_tiktoken.json")) return st_tiktoken_load_config(t, path);
+  return load_tokenizer_json(t, path);
+}
+
+int st_bpe_load(st_tokenizer *t, const char *path, const char *preset) {
   char a[1200], b[1200];
-  if (is_file(path)) return load_tokenizer_json(t, path);
+  if (is_file(path)) return load_file(t, path, preset);
   if (!is_dir(path))
     return data_error("tokenizer %s does not exist; give a directory with vocab.json + merges.txt "
-                      "(or encoder.json + vocab.bpe, or tokenizer.json), a tokenizer.json file, or "
-                      "\"bytes\" (scripts/get_gpt2_tokenizer.sh fetches GPT-2's)", path);
-  static const char *const pairs[2][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
-  for (int i = 0; i < 2; i++) {
-    snprintf(a, sizeof a, "%s/%s", path, pairs[i][0]);
-    snprintf(b, sizeof b, "%s/%s", path, pairs[i][1]);
-    if (is_file(a) && is_file(b)) return load_vocab_merges(t, a, b);
-    if (is_file(a))
-      return data_error("tokenizer directory %s has %s but no %s; the BPE merges are needed too",
-                        path, pairs[i][0], pairs[i][1]);
+                      "(or encoder.json + vocab.bpe, or tokenizer.json), a tokenizer.json file, a "
+                      "tiktoken rank file (FILE:llama3, FILE:qwen) or \"bytes\" "
+                      "(scripts/get_gpt2_tokenizer.sh fetches GPT-2's)", path);
+  if (!preset) {
+    snprintf(a, sizeof a, "%s/shardtrain_tiktoken.json", path);
+    if (is_file(a)) return st_tiktoken_load_config(t, a);
+    snprintf(a, sizeof a, "%s/tokenizer.json", path);
+    if (is_file(a) && json_has_split(a)) return load_tokenizer_json(t, a);
+    static const char *const pairs[2][2] = {{"vocab.json", "merges.txt"},
+                                            {"encoder.json", "vocab.bpe"}};
+    for (int i = 0; i < 2; i++) {
+      snprintf(a, sizeof a, "%s/%s", path, pairs[i][0]);
+      snprintf(b, sizeof b, "%s/%s", path, pairs[i][1]);
+      if (is_file(a) && is_file(b)) return load_vocab_merges(t, a, b);
+      if (is_file(a))
+        return data_error("tokenizer directory %s has %s but no %s; the BPE merges are needed too",
+                          path, pairs[i][0], pairs[i][1]);
+    }
+    snprintf(a, sizeof a, "%s/tokenizer.json", path);
+    if (is_file(a)) return load_tokenizer_json(t, a);
   }
-  snprintf(a, sizeof a, "%s/tokenizer.json", path);
-  if (is_file(a)) return load_tokenizer_json(t, a);
+  if (find_rank_file(path, a, sizeof a)) return st_tiktoken_load(t, a, preset);
+  if (preset)
+    return data_error("tokenizer directory %s holds no tiktoken rank file (tokenizer.model or "
+                      "*.tiktoken) for the preset :%s", path, preset);
   return data_error("tokenizer directory %s holds none of vocab.json + merges.txt, encoder.json + "
-                    "vocab.bpe, tokenizer.json", path);
+                    "vocab.bpe, tokenizer.json, a tiktoken rank file (tokenizer.model, *.tiktoken)",
+                    path);
 }

@@ -116,15 +116,20 @@ int st_hf_read_dir(const char *dir, const st_model_config *cfg, const st_param_t
   return rc;
 }
 
+/* tokenizer.model / qwen.tiktoken: tiktoken rank files; shardtrain_tiktoken.json
+ * names the pattern and special tokens of one (io/tokenizer.h) */
 const char *const st_hf_tokenizer_files[] = {"vocab.json", "merges.txt", "tokenizer.json",
                                              "tokenizer_config.json", "special_tokens_map.json",
-                                             NULL};
+                                             "tokenizer.model", "qwen.tiktoken",
+                                             "shardtrain_tiktoken.json", NULL};
 
 int st_hf_has_tokenizer(const char *dir) {
   char a[1300], b[1300];
   snprintf(a, sizeof a, "%s/vocab.json", dir);
   snprintf(b, sizeof b, "%s/merges.txt", dir);
   if (st_path_exists(a) && st_path_exists(b)) return 1;
+  snprintf(a, sizeof a, "%s/shardtrain_tiktoken.json", dir);
+  if (st_path_exists(a)) return 1;
   snprintf(a, sizeof a, "%s/tokenizer.json", dir);
   return st_path_exists(a);
 }

@@ -27,7 +27,6 @@
 #include "util/fsutil.h"
 
 #define LLMC_MAGIC 20240520
-#define LLMC_VERSION 1
 #define LLMC_HEADER_INTS 256
 #define MIN_SPLIT_TOKENS 2
 
@@ -430,31 +429,39 @@ static void put_le32(unsigned char *p, uint32_t v) {
   p[3] = (unsigned char)(v >> 24);
 }
 
-/* Little-endian on disk whatever the host, as llm.c's readers expect. */
-static int write_bin_body(FILE *f, const uint16_t *tokens, int64_t n) {
+/* Little-endian on disk whatever the host, as llm.c's readers expect.
+ * Version 1 (t16) holds uint16 tokens, version 2 (t32) uint32. */
+static int write_bin_body(FILE *f, const uint16_t *t16, const uint32_t *t32, int wide,
+                          int64_t n) {
   unsigned char buf[1 << 15];
+  const int w = wide ? 4 : 2;
   memset(buf, 0, LLMC_HEADER_INTS * 4);
   put_le32(buf, LLMC_MAGIC);
-  put_le32(buf + 4, LLMC_VERSION);
+  put_le32(buf + 4, wide ? 2 : 1);
   put_le32(buf + 8, (uint32_t)n);
   if (fwrite(buf, 1, LLMC_HEADER_INTS * 4, f) != LLMC_HEADER_INTS * 4) return -1;
   for (int64_t off = 0; off < n;) {
     int64_t k = n - off;
-    if (k > (int64_t)sizeof buf / 2) k = (int64_t)sizeof buf / 2;
+    if (k > (int64_t)sizeof buf / w) k = (int64_t)sizeof buf / w;
     for (int64_t i = 0; i < k; i++) {
-      buf[2 * i] = (unsigned char)tokens[off + i];
-      buf[2 * i + 1] = (unsigned char)(tokens[off + i] >> 8);
+      if (wide) {
+        put_le32(buf + 4 * i, t32[off + i]);
+      } else {
+        buf[2 * i] = (unsigned char)t16[off + i];
+        buf[2 * i + 1] = (unsigned char)(t16[off + i] >> 8);
+      }
     }
-    if (fwrite(buf, 2, (size_t)k, f) != (size_t)k) return -1;
+    if (fwrite(buf, (size_t)w, (size_t)k, f) != (size_t)k) return -1;
     off += k;
   }
   return fflush(f);
 }
 
-int st_write_llmc_bin(const char *path, const uint16_t *tokens, int64_t n) {
+static int write_llmc(const char *path, const uint16_t *t16, const uint32_t *t32, int wide,
+                      int64_t n) {
   char tmp[4200];
   if (!path || !path[0]) return st_error_setc(ST_EXIT_USAGE, "no output path for the llm.c shard");
-  if (n < 0 || n > INT32_MAX || (n > 0 && !tokens))
+  if (n < 0 || n > INT32_MAX || (n > 0 && !(wide ? (const void *)t32 : (const void *)t16)))
     return st_error_setc(ST_EXIT_USAGE, "cannot write %lld tokens to %s: an llm.c shard holds 0 to "
                                "%d tokens; split the data into several shards",
                 (long long)n, path, INT32_MAX);
@@ -464,7 +471,7 @@ int st_write_llmc_bin(const char *path, const uint16_t *tokens, int64_t n) {
   if (!f)
     return st_error_setc(ST_EXIT_ERROR, "cannot create %s (for %s): %s; check that the directory exists "
                                "and is writable", tmp, path, strerror(errno));
-  int rc = write_bin_body(f, tokens, n);
+  int rc = write_bin_body(f, t16, t32, wide, n);
   int err = errno;
   if (fclose(f) != 0 && rc == 0) {
     rc = -1;
@@ -476,4 +483,12 @@ int st_write_llmc_bin(const char *path, const uint16_t *tokens, int64_t n) {
                 path);
   }
   return commit_tmp(tmp, path);
+}
+
+int st_write_llmc_bin(const char *path, const uint16_t *tokens, int64_t n) {
+  return write_llmc(path, tokens, NULL, 0, n);
+}
+
+int st_write_llmc_bin32(const char *path, const uint32_t *tokens, int64_t n) {
+  return write_llmc(path, NULL, tokens, 1, n);
 }

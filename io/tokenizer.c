@@ -24,15 +24,28 @@ static void put_u32(EVP_MD_CTX *c, uint32_t v) {
   EVP_DigestUpdate(c, b, 4);
 }
 
+static void put_str(EVP_MD_CTX *c, const char *s) {
+  put_u32(c, (uint32_t)strlen(s));
+  EVP_DigestUpdate(c, s, strlen(s));
+}
+
 /* The canonical serialisation of tokenizer.h, hashed with SHA-256. */
 static int compute_digest(st_tokenizer *t) {
-  static const char head[] = "shardtrain tokenizer v1\n";
+  static const char head[] = "shardtrain tokenizer v1\n", head2[] = "shardtrain tokenizer v2\n";
+  const int v2 = !t->is_bytes && t->kind != ST_TOK_GPT2;
   EVP_MD_CTX *c = EVP_MD_CTX_new();
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int mdlen = 0;
   int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1;
-  if (ok) {
+  if (ok && v2) {
+    EVP_DigestUpdate(c, head2, sizeof head2 - 1);
+    put_str(c, t->name);
+    put_str(c, t->pattern ? t->pattern : "");
+    put_u32(c, (uint32_t)t->whole_piece);
+  } else if (ok) {
     EVP_DigestUpdate(c, head, sizeof head - 1);
+  }
+  if (ok) {
     put_u32(c, (uint32_t)t->vocab);
     for (int id = 0; id < t->vocab; id++) {
       put_u32(c, t->tok_len[id]);
@@ -95,25 +108,55 @@ st_tokenizer *st_tokenizer_bytes(void) {
   return t;
 }
 
-st_tokenizer *st_tokenizer_load(const char *path) {
+static const char *const k_presets[] = {"llama3", "qwen", NULL};
+
+static int is_preset(const char *s) {
+  for (int i = 0; k_presets[i]; i++)
+    if (!strcmp(s, k_presets[i])) return 1;
+  return 0;
+}
+
+st_tokenizer *st_tokenizer_load_with(const char *path, const char *preset) {
   if (!path || !path[0]) {
-    st_error_setc(ST_EXIT_USAGE, "no tokenizer given; pass a directory, a tokenizer.json or bytes");
+    st_error_setc(ST_EXIT_USAGE, "no tokenizer given; pass a directory, a tokenizer.json, a "
+                  "tiktoken rank file (FILE:llama3, FILE:qwen) or bytes");
     return NULL;
   }
-  if (!strcmp(path, "bytes") || !strcmp(path, "byte")) return st_tokenizer_bytes();
+  if (!preset && (!strcmp(path, "bytes") || !strcmp(path, "byte"))) return st_tokenizer_bytes();
+  if (preset && !is_preset(preset)) {
+    st_error_setc(ST_EXIT_USAGE, "tokenizer preset \"%s\" (for %s) is unknown; the presets are "
+                  "llama3 and qwen", preset, path);
+    return NULL;
+  }
   st_tokenizer *t = calloc(1, sizeof *t);
   if (!t) {
     st_error_set("out of memory loading tokenizer %s", path);
     return NULL;
   }
   snprintf(t->path, sizeof t->path, "%s", path);
-  snprintf(t->name, sizeof t->name, "gpt2-bpe");
   t->eot = -1;
-  if (st_bpe_load(t, path) != 0 || st_bpe_prepare(t) != 0 || compute_digest(t) != 0) {
+  if (st_bpe_load(t, path, preset) != 0 || st_bpe_prepare(t) != 0) {
+    st_tokenizer_free(t);
+    return NULL;
+  }
+  snprintf(t->name, sizeof t->name, "%s",
+           t->kind == ST_TOK_TIKTOKEN ? "tiktoken-bpe" : t->kind == ST_TOK_HF ? "hf-bpe" : "gpt2-bpe");
+  if (compute_digest(t) != 0) {
     st_tokenizer_free(t);
     return NULL;
   }
   return t;
+}
+
+st_tokenizer *st_tokenizer_load(const char *path) {
+  const char *colon = path ? strrchr(path, ':') : NULL;
+  if (colon && colon > path && !strchr(colon, '/') && access(path, F_OK) != 0) {
+    /* PATH:preset */
+    char base[1024];
+    snprintf(base, sizeof base, "%.*s", (int)(colon - path), path);
+    if (is_preset(colon + 1) || access(base, F_OK) == 0) return st_tokenizer_load_with(base, colon + 1);
+  }
+  return st_tokenizer_load_with(path, NULL);
 }
 
 /* ---- encode / decode ----------------------------------------------------------- */

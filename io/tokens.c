@@ -24,7 +24,6 @@
 #include "util/error.h"
 
 #define LLMC_MAGIC 20240520
-#define LLMC_VERSION 1
 #define LLMC_HEADER_BYTES 1024
 
 /* Chunk cache per open dataset. Larger than one chunk written by prep, so
@@ -40,6 +39,7 @@ struct st_token_source {
   int vocab_size; /* 0 when unknown; known ones are enforced on every read */
   hid_t file, dset, space; /* HDF5 */
   int fd;                  /* .bin */
+  int width;               /* .bin: bytes per token, 2 (version 1) or 4 (version 2) */
 };
 
 /* Data problems share one exit code (ST_EXIT_DATA) so scripts can tell a bad
@@ -239,21 +239,20 @@ static int open_bin(st_token_source *s) {
     return data_error("data file %s is not an llm.c token shard: magic %d, expected %d; "
                       "pass a GPT-2 .bin shard or an HDF5 file from `shardtrain prep`",
                       s->path, magic, LLMC_MAGIC);
-  if (version == 2)
-    return data_error("data file %s is an llm.c version 2 shard (uint32 LLaMA 3 tokens); "
-                      "only version 1 (uint16 GPT-2 tokens) is supported", s->path);
-  if (version != LLMC_VERSION)
-    return data_error("data file %s has llm.c shard version %d; only version %d is supported",
-                      s->path, version, LLMC_VERSION);
+  /* llm.c's dev/data/data_common.py: version 1 = uint16 (GPT-2), 2 = uint32 (Llama 3) */
+  if (version != 1 && version != 2)
+    return data_error("data file %s has llm.c shard version %d; only versions 1 (uint16 tokens) "
+                      "and 2 (uint32 tokens) exist", s->path, version);
+  s->width = version == 2 ? 4 : 2;
   if (count <= 0)
     return data_error("data file %s: header says %d tokens; the shard is empty or damaged",
                       s->path, count);
 
-  long long expect = LLMC_HEADER_BYTES + 2LL * count;
+  long long expect = LLMC_HEADER_BYTES + (long long)s->width * count;
   if (size < expect)
     return data_error("data file %s is truncated: header says %d tokens, file holds %lld; "
                       "copy or regenerate the shard", s->path, count,
-                      (size - LLMC_HEADER_BYTES) / 2);
+                      (size - LLMC_HEADER_BYTES) / s->width);
   if (size > expect)
     return data_error("data file %s has %lld bytes after the %d tokens its header announces; "
                       "the shard is damaged, copy or regenerate it", s->path, size - expect, count);
@@ -263,22 +262,34 @@ static int open_bin(st_token_source *s) {
 
 static int read_bin(st_token_source *s, int64_t pos, int64_t n, int *out) {
   unsigned char buf[1 << 15];
+  const int w = s->width;
   int64_t done = 0;
   while (done < n) {
     int64_t k = n - done;
-    if (k > (int64_t)sizeof buf / 2) k = (int64_t)sizeof buf / 2;
-    off_t off = (off_t)LLMC_HEADER_BYTES + 2 * (off_t)(pos + done);
-    ssize_t got = pread_full(s->fd, buf, (size_t)k * 2, off);
+    if (k > (int64_t)sizeof buf / w) k = (int64_t)sizeof buf / w;
+    off_t off = (off_t)LLMC_HEADER_BYTES + w * (off_t)(pos + done);
+    ssize_t got = pread_full(s->fd, buf, (size_t)k * w, off);
     if (got < 0)
       return data_error("cannot read tokens from %s: %s", s->path, strerror(errno));
-    if (got != k * 2)
+    if (got != k * w)
       return data_error("data file %s shrank while open (short read at token %lld); "
                         "another process is rewriting it", s->path, (long long)(pos + done));
     /* Decode only the whole tokens pread_full says it read, never bytes of
      * buf it did not fill (the bound is got, not the k asked for). */
-    const int64_t have = (int64_t)got / 2;
-    for (int64_t i = 0; i < have; i++)
-      out[done + i] = (int)buf[2 * i] | (int)buf[2 * i + 1] << 8;
+    const int64_t have = (int64_t)got / w;
+    if (w == 2) {
+      for (int64_t i = 0; i < have; i++)
+        out[done + i] = (int)buf[2 * i] | (int)buf[2 * i + 1] << 8;
+    } else {
+      for (int64_t i = 0; i < have; i++) {
+        uint32_t v = (uint32_t)le32(buf + 4 * i);
+        if (v >= ST_TOKENS_MAX_VOCAB) /* ids are int from here on */
+          return data_error("token %u at position %lld of %s is past the largest vocabulary "
+                            "(%d); the shard is damaged, copy or regenerate it", v,
+                            (long long)(pos + done + i), s->path, ST_TOKENS_MAX_VOCAB);
+        out[done + i] = (int)v;
+      }
+    }
     done += have;
   }
   return 0;

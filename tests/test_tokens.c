@@ -290,6 +290,48 @@ static void test_bin_round_trip(void **state) {
   st_tokens_close(s);
 }
 
+/* llm.c version 2: uint32 tokens (Llama 3's), ids past 65535 read back. */
+static void test_bin_v2_uint32(void **state) {
+  (void)state;
+  char path[256];
+  enum { N = 10000 }; /* more than one pread staging buffer (8192 tokens) */
+  static uint32_t toks[N];
+  for (int i = 0; i < N; i++) toks[i] = (uint32_t)((i * 2654435761u) % 151851u);
+  toks[3] = 65536;
+  toks[4] = 128001;
+  toks[5] = 151850;
+  path_in_dir(path, sizeof path, "shard_v2.bin");
+  assert_int_equal(st_write_llmc_bin32(path, toks, N), 0);
+  size_t size;
+  unsigned char *raw = slurp(path, &size);
+  assert_int_equal(size, 1024 + 4 * N);
+  assert_int_equal(raw[4], 2);
+  assert_int_equal(raw[1024 + 16] | raw[1024 + 17] << 8 | raw[1024 + 18] << 16, 128001);
+  free(raw);
+  int vocab = -1;
+  st_token_source *s = st_tokens_open(path, NULL, &vocab);
+  if (!s) fail_msg("open: %s", st_error_msg());
+  assert_int_equal(st_tokens_count(s), N);
+  static int out[N];
+  assert_int_equal(st_tokens_read(s, 0, N, out), 0);
+  for (int i = 0; i < N; i++) assert_int_equal(out[i], (int)toks[i]);
+  assert_int_equal(st_tokens_read(s, 8190, 5, out), 0);
+  for (int i = 0; i < 5; i++) assert_int_equal(out[i], (int)toks[8190 + i]);
+  st_tokens_close(s);
+  /* an id no vocabulary reaches is damage, not a negative int */
+  toks[7] = 0xfffffff0u;
+  assert_int_equal(st_write_llmc_bin32(path, toks, N), 0);
+  s = st_tokens_open(path, NULL, NULL);
+  assert_non_null(s);
+  assert_int_equal(st_tokens_read(s, 0, 16, out), -1);
+  assert_int_equal(st_error_exit_code(), ST_EXIT_DATA);
+  assert_error_names(path);
+  st_tokens_close(s);
+  /* truncation counts 4-byte tokens */
+  assert_int_equal(truncate(path, 1024 + 4 * 60 + 3), 0);
+  assert_open_fails(path, NULL, "header says 10000 tokens, file holds 60");
+}
+
 static void test_missing_file(void **state) {
   (void)state;
   char path[256];
@@ -449,6 +491,7 @@ int main(void) {
       cmocka_unit_test(test_prep_sub_range),
       cmocka_unit_test(test_checksum_catches_corruption),
       cmocka_unit_test(test_bin_round_trip),
+      cmocka_unit_test(test_bin_v2_uint32),
       cmocka_unit_test(test_missing_file),
       cmocka_unit_test(test_wrong_extension),
       cmocka_unit_test(test_bin_bad_magic),
