@@ -56,7 +56,7 @@ with open(sys.argv[1], "wb") as f:
 PY
 
 echo "== peer: torch_llama.py $PRESET shape, micro-batch $MB, T=$T"
-CUDA_VISIBLE_DEVICES=0 timeout 500 bash "$PEERS/smi_peak.sh" -- python3 "$PEERS/torch_llama.py" $SHAPE \
+CUDA_VISIBLE_DEVICES=0 timeout 240 bash "$PEERS/smi_peak.sh" -- python3 "$PEERS/torch_llama.py" $SHAPE \
   --seq "$T" --batch "$MB" --steps $((STEPS - WARM)) --warmup $WARM > "$W/peer.txt" 2>&1 || true
 grep -E "RESULT|SMI_PEAK|Error|error" "$W/peer.txt" | tail -4
 
@@ -64,7 +64,7 @@ echo "== shardtrain $PRESET bf16, micro-batch $MB, T=$T"
 ARGS="train --data $W/synth.bin --model $PRESET --seq-len $T --micro-batch $MB --global-batch $MB
   --steps $STEPS --warmup 100 --lr 3e-4 --grad-clip 1.0 --device cuda --precision bf16
   --out $W/run --resume none --val-seqs 0 --log-every 10 --ckpt-every 0"
-CUDA_VISIBLE_DEVICES=0 timeout 500 bash "$PEERS/smi_peak.sh" -- $BIN $ARGS > "$W/st.txt" 2>&1 || true
+CUDA_VISIBLE_DEVICES=0 timeout 240 bash "$PEERS/smi_peak.sh" -- $BIN $ARGS > "$W/st.txt" 2>&1 || true
 grep -E "step |error|backend|plan|SMI_PEAK" "$W/st.txt" | tail -8
 
 python3 - "$W" "$PEAK" "$T" "$L" "$C" "$MB" <<'PY'

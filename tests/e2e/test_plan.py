@@ -39,8 +39,10 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
     ln1, stats, qkv, atty, att, attproj, res2, ln2, fch, fch_gelu, fcproj = \
         X, 4 * S, X3, X, A, X, X, X, X4, X4, X
     every = ln1 + stats + qkv + atty + att + attproj + res2 + ln2 + fch + fch_gelu + fcproj
-    shared = {"none": 0, "selective": ln1 + ln2 + fch_gelu, "full": every}[rec]
-    per_layer = X + (every - (shared if rec != "full" else every))
+    # the two projections' outputs are one copy for all layers under every policy
+    shared = {"none": attproj + fcproj, "selective": ln1 + ln2 + fch_gelu + attproj + fcproj,
+              "full": every}[rec]
+    per_layer = X + (every - shared)
     acts = X + L * per_layer + shared + (X + 3 * S) + al(BT * Vp * es) + (3 * X + X3 + X4) + A
     other = 2 * al(BT * 4)
     arena = states + acts + other
@@ -155,8 +157,9 @@ check(d["fit"]["found"] is False and d["fit"]["least"]["micro_batch"] == 1,
       "1558M, 1 rank: JSON names the least-memory candidate")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
-check((c["micro_batch"], c["recompute"], c["zero"]) == (2, "none", 2),
-      "1558M, 8 ranks: micro-batch 2, no recompute, ZeRO 2 (cost 1.10 < full at 4, 1.40)")
+check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "selective", 2),
+      "1558M, 8 ranks: micro-batch 4, selective recompute, ZeRO 2 (cost 1.08 < none at 2, 1.10, "
+      "and full at 4, 1.40)")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8, "--zero", 2] + fit)
 check(d["fit"]["choice"]["zero"] == 2 and d["fit"]["zero_searched"] is False,
       "--zero given: kept, not searched")
