@@ -21,7 +21,11 @@ tokenizer download is needed).
   shape, the rope scaling and the untied head; numpy's HF forward on the
   exported tensors gives the trainer's validation loss within 1e-5; a
   re-import evaluates to the run's loss bit for bit, and its export equals
-  the first byte for byte.
+  the first byte for byte;
+- Qwen2 (tests/data/hf/qwen2-tiny: MQA, q/k/v biases, tied, vocabulary 260),
+  shorter: import, 10 steps on 2 ranks, eval equal to the trainer's val
+  loss, export as Qwen2ForCausalLM (tied, biases) whose HF forward gives
+  that loss, and greedy ids equal to HF's on the export.
 """
 import json
 import os
@@ -140,12 +144,20 @@ check(len(set(base_ids)) >= 3 and (gap is None or gap < 1e-4),
       f"the import's greedy ids {base_ids} equal HF's forward on {MODEL}"
       + ("" if gap is None else f" (first difference at a logit gap of {gap:.3g})"))
 
-with h5py.File(W("kjv.h5"), "r") as f:
-    v = f["val"][: VAL_SEQS * T + 1].astype(np.int64)
-x, y = v[:-1].reshape(VAL_SEQS, T), v[1:].reshape(VAL_SEQS, T)
-lg = reference_logits(cfg, tens, x)
-lg -= lg.max(-1, keepdims=True)
-ce = float(np.mean(np.log(np.exp(lg).sum(-1)) - np.take_along_axis(lg, y[..., None], -1)[..., 0]))
+
+
+def hf_val_loss(cfg, tens):
+    """HF's mean loss (float64 numpy) over the trainer's validation windows."""
+    with h5py.File(W("kjv.h5"), "r") as f:
+        v = f["val"][: VAL_SEQS * T + 1].astype(np.int64)
+    x, y = v[:-1].reshape(VAL_SEQS, T), v[1:].reshape(VAL_SEQS, T)
+    lg = reference_logits(cfg, tens, x)
+    lg -= lg.max(-1, keepdims=True)
+    return float(np.mean(np.log(np.exp(lg).sum(-1))
+                         - np.take_along_axis(lg, y[..., None], -1)[..., 0]))
+
+
+ce = hf_val_loss(cfg, tens)
 check(abs(ce - val) <= 1e-5, f"HF's forward (float64) on the export: loss {ce:.8f} over the "
       f"validation windows, the trainer's {val:.8f}")
 
@@ -165,4 +177,32 @@ check(r.returncode == 2 and "--tokenizer" in r.stderr and r.stderr.count("\n") =
       f"(got {r.returncode}: {r.stderr.strip()[:160]})")
 check(len(sample_bytes(W("base"), "--tokenizer", "bytes").strip()) > 0,
       "sample of the import with --tokenizer bytes writes text")
+
+# Qwen2 (tests/data/hf/qwen2-tiny: MQA, q/k/v biases, tied head, vocabulary
+# 260) through the same commands, shorter.
+QWEN = os.path.join(REPO, "tests", "data", "hf", "qwen2-tiny")
+run([a.bin, "ckpt", "import", QWEN, "--out", W("q_base")])
+train(a, 2, ["--init-from", W("q_base"), "--data", W("kjv.h5"), "--out", W("q_run"),
+             "--seq-len", T, "--micro-batch", 4, "--global-batch", 8, "--zero", 1,
+             "--steps", 10, "--lr", 3e-3, "--warmup", 3, "--val-every", 10,
+             "--val-seqs", VAL_SEQS])
+qm = [json.loads(l) for l in open(W("q_run", "metrics.jsonl"))]
+ql = {m["step"]: m["loss"] for m in qm if "loss" in m}
+qval = [m["val_loss"] for m in qm if "val_loss" in m][-1]
+check(ql[10] < ql[1] - 1.0, f"qwen2: 10 steps on 2 ranks: loss {ql[1]:.4f} -> {ql[10]:.4f}")
+check(abs(evaluate(W("q_run"), VAL_SEQS)["loss"] - qval) <= 1e-5,
+      f"qwen2: eval over the validation windows equals the trainer's {qval:.8f}")
+run([a.bin, "ckpt", "export", W("q_run"), "--out", W("q_export"), "--format", "hf"])
+qcfg = json.load(open(W("q_export", "config.json")))
+qt = read_dir(W("q_export"))
+check(qcfg["architectures"] == ["Qwen2ForCausalLM"] and qcfg["tie_word_embeddings"] is True
+      and "lm_head.weight" not in qt and "model.layers.0.self_attn.k_proj.bias" in qt,
+      "qwen2 export: Qwen2ForCausalLM, tied (no lm_head.weight), q/k/v biases")
+check(abs(hf_val_loss(qcfg, qt) - qval) <= 1e-5,
+      "qwen2: HF's forward (float64) on the export gives the trainer's val loss")
+qids = [int(x) for x in sample(W("q_run"), "--print-ids", "--ignore-eot").stdout.strip().split(",")]
+gap = greedy_gap(qcfg, qt, qids)
+check(len(qids) == 24 and (gap is None or gap < 1e-4),
+      f"qwen2: the run's greedy ids {qids} equal HF's forward on the export"
+      + ("" if gap is None else f" (first difference at a logit gap of {gap:.3g})"))
 soft_finish()
