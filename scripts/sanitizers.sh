@@ -18,6 +18,14 @@
 #    trained on 2 ranks); import, prep, train --init-from, eval, sample and
 #    export each run under ASan in e2e_hf_port, e2e_tokenizer_prep,
 #    e2e_init_from, e2e_sample and e2e_sample_hf;
+#  - e2e_family_ranks: 156 s under ASan on two cores (about 28 mpirun
+#    launches); the family's multi-rank training runs under ASan in
+#    e2e_family_finetune (2 ranks, ZeRO 1), its ops and schedule in
+#    test_ops_family and test_model_family, and ZeRO 0/1/2 across 1/2/4 ranks
+#    in e2e_ranks_agree;
+#  - e2e_tokenizer_tiktoken: four minutes of tokenizing 151k-token
+#    vocabularies over every code point; the rank-file loader, merge rule and
+#    special tokens run under ASan in test_tokenizer;
 #  - netns_two_hosts, e2e_slurm_preempt: the network and Slurm, not more of
 #    our code, and minutes CI does not have.
 # Usage: scripts/sanitizers.sh [extra ctest args]
@@ -34,7 +42,7 @@ cmake --build build-asan -j "$(nproc)"
 # MPI's suppressed), shared with the sanitizer_self_test ctest.
 source tests/sanitizers/env.sh
 cd build-asan
-skip='e2e_memory_flat|e2e_docs|e2e_finetune|netns_two_hosts|e2e_slurm_preempt'
+skip='e2e_memory_flat|e2e_docs|e2e_finetune|e2e_family_ranks|e2e_tokenizer_tiktoken|netns_two_hosts|e2e_slurm_preempt'
 # The run lock's two-job races: 2 under ASan, not 8 (a 200-step race takes
 # about a minute there on two cores; the plain ctest stage runs all 8).
 export ST_TEST_LOCK_RACES=${ST_TEST_LOCK_RACES:-2}

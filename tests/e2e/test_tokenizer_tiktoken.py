@@ -30,6 +30,11 @@ import subprocess
 import sys
 import time
 
+# Debian's numpy and h5py first: the oracle cache below (shared with the
+# other parity tests) may hold a pip numpy that Debian's h5py cannot load.
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tokenizer"))
 from common import corpus_text, parse_args, train  # noqa: E402
@@ -220,8 +225,6 @@ check(info(QWEN) == i_q and info(RANKS + ":qwen")["digest"] == i_q["digest"], "d
 check(i_h["digest"] not in (i_l["digest"], i_q["digest"]), "hf-bpe has a digest of its own")
 
 # ---- prep: uint32 tokens, the stored files rebuild the tokenizer -------------
-import h5py  # noqa: E402
-import numpy as np  # noqa: E402
 docs = W("docs")
 os.makedirs(docs)
 parts = [kjv[:200000], "Zweiter Text: Grüße <|im_start|> 😀\n".encode() * 50]
