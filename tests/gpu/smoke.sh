@@ -16,7 +16,10 @@
 #    losses equal an uninterrupted run's exactly, then `ckpt verify`;
 # 5. ST_TIMELINE and --gpu-stats-every once each (the GPU-only code paths);
 #    sample and eval on CUDA against the CPU (greedy ids, eval loss), and
-#    an imported Hugging Face model against transformers (tests/data/hf).
+#    an imported Hugging Face model against transformers (tests/data/hf);
+#    the Llama family: an imported llama-tiny across precisions, attention
+#    kernels, ZeRO stages and recompute, a wider GQA Llama and an MQA Qwen2,
+#    sample/eval on CUDA against the CPU, and a bit-exact resume.
 #
 # Exits non-zero on any failure and ends with one line:
 #   smoke: N passed, M failed (GPU, tree DIGEST, seconds)
@@ -310,6 +313,57 @@ PY
 }
 hf_import_cuda
 
+# The Llama family: llama-tiny imported from Hugging Face (GQA 4/2, RoPE with
+# Llama 3 scaling, SwiGLU, untied head; byte tokens fit its 300-token
+# vocabulary) across precision x attention x ZeRO, a wider GQA Llama and an
+# MQA Qwen2 (q/k/v biases) from flags; then greedy ids and eval on CUDA
+# against the CPU for the imported family model.
+LT=$R/tests/data/hf/llama-tiny
+FAM=(--data "$DATA" --init-from "$LT" --seq-len 64 --micro-batch 4 --global-batch 8 --steps 12
+     --lr 2e-3 --warmup 2 --val-every 6 --val-seqs 16 --log-every 1 --device cuda)
+for spec in "bf16 cudnn 0 none" "bf16 flash 1 selective" "bf16 cudnn 2 full" "fp16 cudnn 1 none" \
+            "fp16 flash 2 selective" "fp32 flash 0 none" "fp32 flash 1 full"; do
+  set -- $spec
+  name=llama-tiny-$1-$2-z$3-$4
+  check "$name" 12 "$B" train "${FAM[@]}" --precision $1 --attention $2 --zero $3 \
+    --recompute $4 --resume none --out "$W/$name"
+done
+LW=(--data "$DATA" --arch llama --layers 4 --heads 8 --kv-heads 2 --dim 512 --ffn-dim 1376
+    --tied 0 --seq-len 256 --micro-batch 8 --global-batch 8 --steps 8 --lr 1e-3 --warmup 2
+    --val-every 4 --val-seqs 8 --log-every 1 --device cuda)
+for spec in "llama bf16 cudnn" "llama bf16 flash" "llama fp16 cudnn"; do
+  set -- $spec
+  check "wide-$1-$2-$3" 8 "$B" train "${LW[@]}" --precision $2 --attention $3 --zero 1 \
+    --resume none --out "$W/wide-$1-$2-$3"
+done
+check "qwen2-mqa-bf16-cudnn" 8 "$B" train "${LW[@]}" --arch qwen2 --kv-heads 1 --tied 1 \
+  --precision bf16 --attention cudnn --zero 2 --resume none --out "$W/qwen2-mqa-bf16-cudnn"
+family_sample_eval() {
+  local run=$W/llama-tiny-fp32-flash-z0-none name=llama-sample-eval-cuda
+  local ids=(--prompt-ids 73,110,32,116,104,101 --max-new 40 --temperature 0 --print-ids)
+  local c g b
+  c=$("$B" sample --init "$run" --device cpu "${ids[@]}" 2>> "$W/$name.log")
+  g=$("$B" sample --init "$run" --device cuda --precision fp32 "${ids[@]}" 2>> "$W/$name.log")
+  b=$("$B" sample --init "$run" --device cuda --precision bf16 "${ids[@]}" 2>> "$W/$name.log")
+  if [ -z "$c" ] || [ "$c" != "$g" ] || [ -z "$b" ]; then
+    bad "$name" "greedy ids: cpu '$c' cuda fp32 '$g' bf16 '$b' (see $W/$name.log)"; return
+  fi
+  local verdict
+  verdict=$(for d in "cpu fp32" "cuda fp32" "cuda bf16"; do
+      set -- $d
+      "$B" eval --init "$run" --data "$DATA" --max-windows 64 --device $1 --precision $2 --json
+    done 2>> "$W/$name.log" | python3 -c '
+import json, sys
+c, f, b = (json.loads(l)["loss"] for l in sys.stdin)
+ok = abs(f - c) <= 1e-5 * c and abs(b - c) <= 2e-2 * c
+print(("ok " if ok else "") + f"eval loss cpu {c:.6f}, cuda fp32 {f:.6f}, bf16 {b:.6f}")' 2>&1)
+  case "$verdict" in
+    ok*) ok "$name" "40 greedy ids equal the CPU's (RoPE, GQA decode); ${verdict#ok }" ;;
+    *) bad "$name" "$verdict" ;;
+  esac
+}
+family_sample_eval
+
 # 4. Stop, resume, verify: the resumed run's losses equal an uninterrupted
 # run's, bit for bit (deterministic kernels, restored data position and RNG).
 resume_case() {
@@ -344,4 +398,5 @@ resume_case() {
 resume_case resume-tiny-bf16-cudnn-z1 12 6 "${TINY[@]}" --precision bf16 --attention cudnn --zero 1
 resume_case resume-tiny-fp32-flash-z2 12 6 "${TINY[@]}" --precision fp32 --attention flash --zero 2
 resume_case resume-gpt2-124m-bf16-z1 6 3 "${G124[@]}" --precision bf16 --attention cudnn --zero 1
+resume_case resume-llama-wide-bf16-z2 8 4 "${LW[@]}" --precision bf16 --attention cudnn --zero 2
 summary
