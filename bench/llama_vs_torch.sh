@@ -9,6 +9,8 @@
 #     PRESET       llama-3.2-1b or smollm2-360m (the shapes both sides build)
 #     MICRO_BATCH  sequences per step (both sides; one optimizer step each)
 #     T            sequence length (default 2048)
+#   RECOMPUTE="none selective" (env) runs shardtrain once per recompute
+#   policy against the one peer run (default: none).
 #
 # Both sides: uniform random tokens below the vocabulary, bf16, AdamW with
 # weight decay 0.1 and gradient clipping at 1.0, median step time after
@@ -60,37 +62,50 @@ CUDA_VISIBLE_DEVICES=0 timeout 240 bash "$PEERS/smi_peak.sh" -- python3 "$PEERS/
   --seq "$T" --batch "$MB" --steps $((STEPS - WARM)) --warmup $WARM > "$W/peer.txt" 2>&1 || true
 grep -E "RESULT|SMI_PEAK|Error|error" "$W/peer.txt" | tail -4
 
-echo "== shardtrain $PRESET bf16, micro-batch $MB, T=$T"
-ARGS="train --data $W/synth.bin --model $PRESET --seq-len $T --micro-batch $MB --global-batch $MB
-  --steps $STEPS --warmup 100 --lr 3e-4 --grad-clip 1.0 --device cuda --precision bf16
-  --out $W/run --resume none --val-seqs 0 --log-every 10 --ckpt-every 0"
-CUDA_VISIBLE_DEVICES=0 timeout 240 bash "$PEERS/smi_peak.sh" -- $BIN $ARGS > "$W/st.txt" 2>&1 || true
-grep -E "step |error|backend|plan|SMI_PEAK" "$W/st.txt" | tail -8
+RECOMPUTE=${RECOMPUTE:-none}
+for rec in $RECOMPUTE; do
+  echo "== shardtrain $PRESET bf16, micro-batch $MB, T=$T, recompute $rec"
+  ARGS="train --data $W/synth.bin --model $PRESET --seq-len $T --micro-batch $MB --global-batch $MB
+    --steps $STEPS --warmup 100 --lr 3e-4 --grad-clip 1.0 --device cuda --precision bf16
+    --recompute $rec --out $W/run-$rec --resume none --val-seqs 0 --log-every 10 --ckpt-every 0"
+  CUDA_VISIBLE_DEVICES=0 timeout 240 bash "$PEERS/smi_peak.sh" -- $BIN $ARGS > "$W/st-$rec.txt" 2>&1 || true
+  grep -E "step |error|memory     planned|SMI_PEAK" "$W/st-$rec.txt" | cut -c1-160 | tail -6
+  rm -rf "$W/run-$rec/ckpt"
+done
 
-python3 - "$W" "$PEAK" "$T" "$L" "$C" "$MB" <<'PY'
+python3 - "$W" "$PEAK" "$T" "$L" "$C" "$MB" $RECOMPUTE <<'PY'
 import json, re, sys, os
-W, peak, T, L, C, MB = sys.argv[1], float(sys.argv[2]), *map(int, sys.argv[3:])
+W, peak = sys.argv[1], float(sys.argv[2])
+T, L, C, MB = map(int, sys.argv[3:7])
+recs = sys.argv[7:]
 peer = open(os.path.join(W, "peer.txt")).read()
-st_out = open(os.path.join(W, "st.txt")).read()
 def smi(s):
     m = re.search(r"SMI_PEAK gpu=\d+ mib=(\d+) rc=(\d+)", s)
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
-pm, prc = smi(peer); sm, src = smi(st_out)
+def planned(s):
+    m = re.search(r"memory     planned ([\d.]+) GiB", s)
+    return float(m.group(1)) * 1024 if m else None
+pm, prc = smi(peer)
 m = re.search(r"params=([\d.]+)M.*tok_s=(\d+)", peer)
 N = float(m.group(1)) * 1e6 if m else None
 pt = float(m.group(2)) if m else None
-mf = os.path.join(W, "run", "metrics.jsonl")
-rows = [json.loads(l) for l in open(mf) if '"tokens_per_s"' in l] if os.path.exists(mf) else []
-tps = sorted(r["tokens_per_s"] for r in rows if r["step"] > 10)
-st = tps[len(tps) // 2] if tps else None
 flops = 6 * N + 6 * L * C * T if N else None
-for name, t, mem, rc in (("torch+compile", pt, pm, prc), ("shardtrain", st, sm, src)):
+rows = [("torch+compile", pt, pm, prc, None)]
+for rec in recs:
+    out = open(os.path.join(W, f"st-{rec}.txt")).read()
+    sm, src = smi(out)
+    mf = os.path.join(W, f"run-{rec}", "metrics.jsonl")
+    ms = [json.loads(l) for l in open(mf) if '"tokens_per_s"' in l] if os.path.exists(mf) else []
+    tps = sorted(r["tokens_per_s"] for r in ms if r["step"] > 10)
+    rows.append((f"shardtrain {rec}", tps[len(tps) // 2] if tps else None, sm, src, planned(out)))
+for name, t, mem, rc, plan in rows:
     if t is None or flops is None:
-        print(f"RESULT {name:14s} no throughput (rc={rc}, peak {mem} MiB)"); continue
+        print(f"RESULT {name:20s} no throughput (rc={rc}, peak {mem} MiB)"); continue
     tf = flops * t / 1e12
-    print(f"RESULT {name:14s} tokens/s {t:9.0f}  TFLOP/s {tf:6.1f}  MFU {100 * tf / peak:5.1f}%  "
-          f"peak {mem} MiB (nvidia-smi)")
-if st and pt:
-    print(f"RESULT ratio shardtrain / torch+compile = {st / pt:.3f}; memory {sm} / {pm} MiB "
-          f"= {sm / pm:.3f} (micro-batch {MB}, T={T})")
+    extra = f", planned {plan:.0f} MiB ({mem / plan:.4f} of it measured)" if plan and mem else ""
+    print(f"RESULT {name:20s} tokens/s {t:9.0f}  TFLOP/s {tf:6.1f}  MFU {100 * tf / peak:5.1f}%  "
+          f"peak {mem} MiB (nvidia-smi){extra}")
+    if name != "torch+compile" and pt and mem and pm:
+        print(f"RESULT ratio {name} / torch+compile = {t / pt:.3f}; memory {mem} / {pm} MiB "
+              f"= {mem / pm:.3f} (micro-batch {MB}, T={T})")
 PY
