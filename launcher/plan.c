@@ -10,6 +10,7 @@
 #include "launcher/cli.h"
 #include "rank/memory/memory_fit.h"
 #include "rank/memory/nccl_buffsize.h"
+#include "rank/model/model.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -129,9 +130,17 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("  attention state", p->acts.attention,
       cuda ? "flash: fp32 [B, heads, T] per layer + backward's"
            : "CPU: fp32 softmax [B, heads, T, T] per layer + backward's");
-  snprintf(note, sizeof note, "[B*T, %d] %s, then its gradient: %.0f%% of the activations",
-           m->padded_vocab_size, dt,
-           p->acts.total ? 100.0 * (double)p->acts.logits / (double)p->acts.total : 0.0);
+  /* the LM head's chunk (rank/model/model.h, st_model_head_rows) */
+  const int64_t BT = (int64_t)in->micro_batch * st_plan_seq_len(in);
+  const int R = st_model_head_rows(m, in->dtype, BT);
+  const double share =
+      p->acts.total ? 100.0 * (double)p->acts.logits / (double)p->acts.total : 0.0;
+  if (R < BT)
+    snprintf(note, sizeof note, "[%d of %lld rows, %d] %s at a time, then its gradient: %.0f%% "
+             "of the activations", R, (long long)BT, m->padded_vocab_size, dt, share);
+  else
+    snprintf(note, sizeof note, "[all %lld rows, %d] %s, then its gradient: %.0f%% of the "
+             "activations", (long long)BT, m->padded_vocab_size, dt, share);
   row("  logits", p->acts.logits, note);
   row("  backward scratch", p->acts.grad_scratch, "activation gradients, reused by every layer");
   row("  embeddings, ln_f, losses", p->acts.embed + p->acts.head, "");

@@ -7,7 +7,7 @@
  * SRC: anything st_model_source_open takes (run or step directory, Hugging
  * Face directory, llm.c file). IDS.i32: B*T little-endian int32 token ids.
  * Writes OUT.f32: raw little-endian float32 logits [B, T, vocab_size] (the
- * padded columns dropped), computed by st_model_forward in fp32.
+ * padded columns dropped), computed by st_model_logits in fp32.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,10 +38,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   int *ids = malloc(sizeof(int) * (size_t)B * (size_t)T);
-  int *tgt = calloc((size_t)B * (size_t)T, sizeof(int));
   float *w = malloc(sizeof(float) * (size_t)tab.total);
   FILE *f = fopen(argv[2], "rb");
-  int ok = ids && tgt && w && f && fread(ids, sizeof(int), (size_t)B * T, f) == (size_t)B * T;
+  int ok = ids && w && f && fread(ids, sizeof(int), (size_t)B * T, f) == (size_t)B * T;
   if (f) fclose(f);
   for (int i = 0; ok && i < B * T; i++) ok = ids[i] >= 0 && ids[i] < s.cfg.vocab_size;
   if (!ok) {
@@ -60,13 +59,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hf_logits: cannot set the weights: %s\n", st_error_msg());
     goto out;
   }
-  st_model_forward(&m, ids, tgt, B, T, 0.0f);
-  const float *lg = m.logits;
   const int V = s.cfg.vocab_size, Vp = s.cfg.padded_vocab_size;
+  float *lg = malloc(sizeof(float) * (size_t)B * T * Vp);
+  if (!lg || st_model_logits(&m, ids, B, T, lg)) {
+    fprintf(stderr, "hf_logits: cannot compute the logits: out of host memory\n");
+    free(lg);
+    goto out;
+  }
   FILE *o = fopen(argv[5], "wb");
   ok = o != NULL;
   for (int r = 0; ok && r < B * T; r++) ok = fwrite(lg + (size_t)r * Vp, 4, (size_t)V, o) == (size_t)V;
   if (o) ok = fclose(o) == 0 && ok;
+  free(lg);
   if (!ok) {
     fprintf(stderr, "hf_logits: cannot write %s\n", argv[5]);
     goto out;
@@ -76,7 +80,6 @@ out:
   st_model_free(&m);
   st_param_table_free(&tab);
   free(ids);
-  free(tgt);
   free(w);
   return rc;
 }

@@ -6,7 +6,7 @@
  *    or in uneven chunks (both take the same float operations in the same
  *    order; see kernels/cpu/attention_decode.c);
  *  - greedy decoding with the cache against the argmax of a full
- *    st_model_forward over the growing sequence, at every step, and the
+ *    st_model_logits over the growing sequence, at every step, and the
  *    logits of the last position equal bit for bit (the CPU matmul and
  *    LayerNorm compute each row alone, so the row count does not change a
  *    row): on random GPT-2 weights, on random Llama-shaped weights (RMSNorm,
@@ -106,14 +106,14 @@ static void greedy_check(const st_model_config *cfg, const float *weights, const
   assert_int_equal(st_infer_set_weights(&inf, weights), 0);
   const int Vp = cfg->padded_vocab_size, V = cfg->vocab_size;
   int *seq = calloc((size_t)cfg->block_size, sizeof(int));
-  int *tgt = calloc((size_t)cfg->block_size, sizeof(int));
+  float *all = malloc((size_t)cfg->block_size * Vp * sizeof(float));
   float *lg = malloc((size_t)Vp * sizeof(float));
   memcpy(seq, prompt, (size_t)P * sizeof(int));
   int len = P;
   assert_int_equal(st_infer_step(&inf, seq, P, lg), 0);
   for (int k = 0; k < n_new; k++) {
-    st_model_forward(&m, seq, tgt, 1, len, 0.0f); /* logits of every position stay in m.logits */
-    const float *full = (const float *)m.logits + (size_t)(len - 1) * Vp;
+    assert_int_equal(st_model_logits(&m, seq, 1, len, all), 0); /* every position's logits */
+    const float *full = all + (size_t)(len - 1) * Vp;
     assert_memory_equal(lg, full, (size_t)V * sizeof(float));
     const int id = argmax(lg, V);
     assert_int_equal(id, argmax(full, V));
@@ -126,7 +126,7 @@ static void greedy_check(const st_model_config *cfg, const float *weights, const
   int one = 0;
   assert_int_equal(st_infer_step(&inf, &one, 1, lg), -1);
   assert_int_equal(st_error_exit_code(), ST_EXIT_USAGE);
-  free(seq), free(tgt), free(lg);
+  free(seq), free(all), free(lg);
   st_infer_free(&inf);
   st_model_free(&m);
 }

@@ -295,11 +295,17 @@ static void test_plan_equals_allocation(void **state) {
  * multiple of 128, so padding adds nothing. */
 static void test_family_shapes(void **state) {
   (void)state;
+  /* rows: the LM head's chunk at B*T = 8,192 in bf16: the largest multiple
+   * of 128 rows whose [rows, Vp] logits fit 256 MiB = 268,435,456 bytes:
+   * Llama 3's 128,256 columns take 256,512 bytes a row, 1,046.5 rows fit;
+   * SmolLM2's 49,152: 98,304 a row, 2,730.7 fit; Qwen2's 151,936: 303,872
+   * a row, 883.4 fit. The whole [8,192, Vp] (0.8 to 2.5 GB) fits for none. */
   const struct {
     const char *name;
     int64_t params;
-  } k[] = {{"llama-3.2-1b", 1235814400LL}, {"smollm2-360m", 361821120LL},
-           {"qwen2.5-0.5b", 494032768LL}};
+    int rows;
+  } k[] = {{"llama-3.2-1b", 1235814400LL, 1024}, {"smollm2-360m", 361821120LL, 2688},
+           {"qwen2.5-0.5b", 494032768LL, 768}};
   const int B = 4, T = 2048;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     st_plan_input in = {.micro_batch = B, .seq_len = T, .world = 1, .zero_stage = 1,
@@ -323,12 +329,15 @@ static void test_family_shapes(void **state) {
     const uint64_t P = (uint64_t)k[i].params;
     assert_int_equal(p.weights, st_arena_round(2 * P));
     assert_int_equal(p.grads + p.master + p.adam_m + p.adam_v, 4 * st_arena_round(4 * P));
-    /* activations: the model's own layout, and the logits [B*T, Vp] bf16
-     * among them (their gradient overwrites them) */
+    /* activations: the model's own layout, and one chunk of the logits,
+     * [rows, Vp] bf16, among them (its gradient overwrites it) */
     st_act_bytes a;
     st_model_measure_acts(c, ST_BF16, (int64_t)B * c->n_head * T, B, T, ST_RECOMPUTE_NONE, &a);
     assert_memory_equal(&a, &p.acts, sizeof a);
-    assert_int_equal(p.acts.logits, (uint64_t)B * T * c->padded_vocab_size * 2);
+    assert_int_equal(st_model_head_rows(c, ST_BF16, (int64_t)B * T), k[i].rows);
+    assert_int_equal(p.acts.logits, (uint64_t)k[i].rows * c->padded_vocab_size * 2);
+    assert_true(p.acts.logits <= ST_HEAD_CHUNK_BYTES &&
+                (uint64_t)(k[i].rows + 128) * c->padded_vocab_size * 2 > ST_HEAD_CHUNK_BYTES);
     /* ZeRO 2: the gradients outside the blocks are the tied embedding and
      * the final RMSNorm's weight (no wpe, no norm bias, no lm_head) */
     in.zero_stage = 2;
@@ -437,10 +446,13 @@ static void test_gpt2_124m_activations(void **state) {
    * state B x NH x T fp32 = 1,572,864. All are multiples of 256: no padding. */
   const int64_t X = 50331648, S = 131072, A = 1572864;
   /* Every policy: encoder output 1 X; head = ln_f output X + mean, rstd,
-   * losses 3 S; logits 32,768 x 50,304 x 2; backward scratch dres, dln,
-   * datty (1 X each), dqkv (3 X), dfch (4 X) = 10 X; datt A. */
-  const int64_t logits = 32768LL * 50304 * 2;
-  assert_int_equal(logits, 3296722944LL);
+   * losses 3 S; one chunk of the logits: a row is 50,304 x 2 = 100,608
+   * bytes, 256 MiB holds 2,668.1 rows, so 2,560 (a multiple of 128) of the
+   * 32,768 (13 chunks, the last of 2,048), 2,560 x 100,608 bytes instead of
+   * the whole 3,296,722,944 (3.07 GiB); backward scratch dres, dln, datty
+   * (1 X each), dqkv (3 X), dfch (4 X) = 10 X; datt A. */
+  const int64_t logits = 2560LL * 50304 * 2;
+  assert_int_equal(logits, 257556480LL); /* 245.6 MiB, a multiple of 256 */
   st_memory_plan p;
   st_plan_input in;
   const int64_t L = 12;
@@ -450,6 +462,7 @@ static void test_gpt2_124m_activations(void **state) {
    * 807,403,520 bytes (770 MiB); the projections' outputs attproj and fcproj
    * (1 X each) once for all layers in the shared block. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 2560);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(16 * X + 4 * S + A, 807403520LL);
   assert_int_equal(p.acts.blocks, L * (16 * X + 4 * S));
@@ -459,7 +472,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.head, X + 3 * S);
   assert_int_equal(p.acts.logits, logits);
   assert_int_equal(p.acts.grad_scratch, 10 * X);
-  assert_int_equal(p.acts.total, 13692174336LL); /* 12.75 GiB */
+  assert_int_equal(p.acts.total, 10653007872LL); /* 9.92 GiB */
   assert_int_equal(p.acts.total,
                    L * (16 * X + 4 * S + A) + 2 * X + X + X + 3 * S + logits + 10 * X + A);
 
@@ -472,7 +485,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * (10 * X + 4 * S));
   assert_int_equal(p.acts.recompute, 8 * X);
   assert_int_equal(p.acts.attention, L * A + A);
-  assert_int_equal(p.acts.total, 10370285568LL); /* 9.66 GiB */
+  assert_int_equal(p.acts.total, 7331119104LL); /* 6.83 GiB */
 
   /* full: only the block output (1 X) per layer; everything else (17 X, 4 S,
    * A) once, in the shared block. */
@@ -481,7 +494,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * X);
   assert_int_equal(p.acts.recompute, 17 * X + 4 * S);
   assert_int_equal(p.acts.attention, A + A);
-  assert_int_equal(p.acts.total, 5364383744LL); /* 5.00 GiB */
+  assert_int_equal(p.acts.total, 2325217280LL); /* 2.17 GiB */
 
   /* backend internals at B*T = 32,768, C = 768: 256 column-sum chunks;
    * ln_f asks 256 x 1,536 x 4 = 1.5 MiB, the fc bias 256 x 3,072 x 4 = 3 MiB,
@@ -670,12 +683,16 @@ static void test_fit_774m(void **state) {
   /* 1 rank: 18 bytes x 775.4 M parameters = 13.0 GiB before activations,
    * of 22.8 GiB usable (24 GiB less 5%). Without recompute one sequence
    * at T=2048 keeps 36 layers x 16 [T,C] bf16 tensors (2048 x 1280 x 2 x 16
-   * = 84 MB per layer) plus logits (2048 x 50304 x 2 = 206 MB): 3.2 GB, so
-   * 2 sequences fit and 4 do not. Selective keeps 10 per layer (52 MB): 4
-   * sequences fit, 8 do not. Full recompute keeps 1 [T,C] per layer
-   * (5.2 MB): 16 sequences fit, 32 do not. By cost, 4 sequences with
-   * selective (8192 rows: 1.08) beat 2 without recompute (4096 rows: 1.10)
-   * and 16 with full recompute (1.35). */
+   * = 84 MB per layer): 3.0 GB. The logits are one LM-head chunk whatever
+   * the batch: all 2,048 rows (206 MB) of one sequence, 2,560 rows (258 MB)
+   * from two on. So 2 sequences fit (6.0 GiB of activations, 20.5 GiB in
+   * all) and 4 do not (11.8 GiB, 26.5). Selective keeps 10 per layer
+   * (52 MB): 4 sequences fit (7.7 GiB, 22.4), 8 do not (15.1 GiB, 30.5).
+   * Full recompute keeps 1 [T,C] per layer (5.2 MB): 16 sequences fit
+   * (5.3 GiB, 22.0), 32 do not (10.4 GiB, 29.5; whole, its logits would take
+   * 6.1 GiB alone). By cost, 4 sequences with selective (8192 rows: 1.08)
+   * beat 2 without recompute (4096 rows: 1.10) and 16 with full recompute
+   * (1.35). */
   st_plan_fit_query q = fit_query("gpt2-774m", 1, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
@@ -710,7 +727,8 @@ static void test_fit_774m(void **state) {
   /* 8 ranks: 4 sequences per rank at most. ZeRO 1 divides the 12 bytes of
    * master, m, v and the 4 of the gradient shard by 8 (8 bytes per parameter
    * in all: 5.8 GiB), leaving room for 4 sequences without recompute
-   * (3.2 GB each); ZeRO 0's 13 GiB does not. */
+   * (11.8 GiB of activations, 20.0 GiB in all); ZeRO 0's 13 GiB does not
+   * (27.1 GiB in all). */
   q = fit_query("gpt2-774m", 8, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
@@ -752,12 +770,14 @@ static void test_fit_1558m(void **state) {
   /* 8 ranks, 4 sequences per rank at most. Model and optimizer state per
    * rank: ZeRO 0 18 bytes per parameter (26.1 GiB, never fits), ZeRO 1
    * 2 + 4 + 16/8 = 8 (11.6 GiB), ZeRO 2 2 + 16/8 plus buckets (6.9 GiB).
-   * Activations of 4 sequences: 19.8 GiB without recompute, 12.9 GiB
-   * selective, 2.65 GiB full (48 layers x 1 [T,C] + one shared block), and
-   * 0.8 GiB of workspace, scratch, NCCL and context. At micro-batch 4
-   * selective fits at ZeRO 2 (6.9 + 12.9 + 0.8 GiB; cost 1.08) but not at
-   * ZeRO 1, and beats 2 sequences without recompute (cost 1.10) and 4 with
-   * full recompute at ZeRO 1 (1.40). */
+   * Activations of 4 sequences: 19.4 GiB without recompute, 12.5 GiB
+   * selective, 2.1 GiB full (48 layers x 1 [T,C] + one shared block), each
+   * with one LM-head chunk of 2,560 rows (246 MiB; the whole 8,192 rows
+   * were 786 MiB); and 2.6 GiB of cuBLASLt and cuDNN workspace, scratch,
+   * NCCL and context. At micro-batch 4 selective fits at ZeRO 2
+   * (6.9 + 12.5 + 2.6 = 22.0 GiB; cost 1.08) but not at ZeRO 1 (26.7 GiB),
+   * and beats 2 sequences without recompute (cost 1.10; 4 take 28.9 GiB
+   * even at ZeRO 2) and 4 with full recompute at ZeRO 1 (1.40). */
   q = fit_query("gpt2-1558m", 8, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);

@@ -24,8 +24,16 @@
  *  - ZeRO 2's bucketed backward, gathered through the hooks, bit for bit
  *    the full-vector backward, its ranges those st_model_grad_ranges walks;
  *  - st_model_measure_acts equal to the act_mem st_model_init allocates,
- *    parts adding up, for every policy.
+ *    parts adding up, for every policy;
+ *  - the LM head in chunks (ST_HEAD_CHUNK_ROWS=5 of 48 rows, the last
+ *    chunk short), tied (qwen2) and untied (llama), full vector and ZeRO 2
+ *    buckets: the same loss, per-token losses and logits as one chunk of
+ *    all rows, gradients within 1e-6 relative over two accumulated
+ *    micro-steps, the logits part of the activations 5 rows; the default
+ *    chunk rule at GPT-2 and Llama 3 sizes; a bad ST_HEAD_CHUNK_ROWS
+ *    refused by st_model_init.
  */
+#define _XOPEN_SOURCE 700 /* setenv, and M_PI */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,6 +49,7 @@
 #include "rank/model/model.h"
 #include "rank/model/params.h"
 #include "rank/model/rope.h"
+#include "util/error.h"
 #include "util/rng.h"
 
 static const st_ops *ops;
@@ -503,6 +512,164 @@ static void test_measure_acts(void **state) {
   }
 }
 
+/* ---- the LM head in row chunks ---- */
+
+typedef struct {
+  double loss;     /* summed over both micro-steps */
+  float *losses;   /* [2, BT] per-token losses of both micro-steps */
+  float *grads;    /* [total], gathered through the hooks when bucketed */
+  float *logits;   /* [BT, Vp] st_model_logits of the second micro-step's inputs */
+  int head_rows;
+  size_t logit_bytes, act_bytes;
+} head_run;
+
+/* Two accumulated training micro-steps of B x T on model `which`, the
+ * head's chunk as ST_HEAD_CHUNK_ROWS says (NULL: unset). */
+static void run_head(int which, const char *rows, int bucketed, int B, int T, head_run *o) {
+  if (rows) setenv("ST_HEAD_CHUNK_ROWS", rows, 1);
+  else unsetenv("ST_HEAD_CHUNK_ROWS");
+  st_model_config cfg = cfg_of(which);
+  const int BT = B * T;
+  st_model m;
+  assert_int_equal(bucketed ? st_model_init_bucketed(&m, &cfg, ops, B, T, 4, ST_RECOMPUTE_NONE)
+                            : st_model_init(&m, &cfg, ops, B, T, 4, ST_RECOMPUTE_NONE),
+                   0);
+  st_act_bytes a;
+  st_model_measure_acts(&cfg, ops->dtype, ops->attention_state_floats(B, T, cfg.n_head), B, T,
+                        ST_RECOMPUTE_NONE, &a);
+  assert_int_equal(a.total, m.act_bytes);
+  o->head_rows = m.head_rows;
+  o->logit_bytes = a.logits;
+  o->act_bytes = a.total;
+  random_weights(&m, 41);
+  const int Vp = m.cfg.padded_vocab_size;
+  o->losses = malloc(2 * (size_t)BT * sizeof(float));
+  o->grads = calloc((size_t)m.padded_total, sizeof(float));
+  o->logits = malloc((size_t)BT * Vp * sizeof(float));
+  int *inp = malloc((size_t)BT * sizeof(int)), *tgt = malloc((size_t)BT * sizeof(int));
+  assert_true(o->losses && o->grads && o->logits && inp && tgt);
+  st_rng r;
+  st_rng_seed(&r, 57);
+  gather gt = {o->grads, {0}, {0}, {0}, 0};
+  st_grad_hooks hooks = {on_ready, NULL, &gt};
+  o->loss = 0;
+  st_model_zero_grad(&m);
+  for (int k = 0; k < 2; k++) {
+    random_tokens(inp, BT, cfg.vocab_size, &r);
+    random_tokens(tgt, BT, cfg.vocab_size, &r);
+    if (bucketed) st_model_zero_grad(&m); /* ZeRO 2: the head's buffer, per micro-step */
+    o->loss += st_model_forward(&m, inp, tgt, B, T, 1.0f / (2 * BT));
+    memcpy(o->losses + (size_t)k * BT, m.losses_host, (size_t)BT * sizeof(float));
+    if (bucketed) {
+      /* the hooks hand out one micro-step's gradients: add them up */
+      float *step = calloc((size_t)m.padded_total, sizeof(float)), *sum = gt.full;
+      assert_non_null(step);
+      gt.full = step;
+      gt.n = 0;
+      st_model_backward_hooked(&m, inp, B, T, &hooks);
+      for (int64_t i = 0; i < m.tab.total; i++) sum[i] += step[i];
+      gt.full = sum;
+      free(step);
+    } else {
+      st_model_backward(&m, inp, B, T);
+    }
+  }
+  if (!bucketed) memcpy(o->grads, m.grads, (size_t)m.tab.total * sizeof(float));
+  /* an evaluation forward touches no gradient */
+  float *before = malloc((size_t)m.padded_total * sizeof(float));
+  assert_non_null(before);
+  const float *g = bucketed ? m.head_grads : m.grads;
+  /* ZeRO 2's head_grads: every tensor outside the blocks */
+  const size_t gn = bucketed ? (size_t)(m.tab.total - m.cfg.n_layer * m.block_numel)
+                             : (size_t)m.padded_total;
+  memcpy(before, g, gn * sizeof(float));
+  st_model_forward(&m, inp, tgt, B, T, 0.0f);
+  assert_memory_equal(before, g, gn * sizeof(float));
+  free(before);
+  assert_int_equal(st_model_logits(&m, inp, B, T, o->logits), 0);
+  free(inp);
+  free(tgt);
+  st_model_free(&m);
+  unsetenv("ST_HEAD_CHUNK_ROWS");
+}
+
+static void head_run_free(head_run *o) {
+  free(o->losses);
+  free(o->grads);
+  free(o->logits);
+}
+
+static void test_head_chunks(void **state) {
+  (void)state;
+  const int B = 3, T = 16, BT = B * T;
+  for (int which = 0; which < 2; which++) {
+    const st_model_config cfg = cfg_of(which);
+    const int Vp = cfg.padded_vocab_size;
+    for (int bucketed = 0; bucketed < 2; bucketed++) {
+      head_run whole, chunked;
+      run_head(which, NULL, bucketed, B, T, &whole); /* 48 x 128 fp32: one chunk */
+      run_head(which, "5", bucketed, B, T, &chunked);
+      assert_int_equal(whole.head_rows, BT);
+      assert_int_equal(chunked.head_rows, 5);
+      /* the logits part holds 5 of the 48 rows (plus the alignment padding
+       * before it, under 256 bytes); nothing else moves */
+      const size_t row = (size_t)Vp * 4;
+      assert_true(whole.logit_bytes >= BT * row && whole.logit_bytes < BT * row + 256);
+      assert_true(chunked.logit_bytes >= 5 * row && chunked.logit_bytes < 5 * row + 256);
+      assert_int_equal(whole.act_bytes - chunked.act_bytes,
+                       whole.logit_bytes - chunked.logit_bytes);
+      /* each row's logits and loss are computed alone: equal bit for bit */
+      assert_true(whole.loss == chunked.loss);
+      assert_memory_equal(whole.losses, chunked.losses, 2 * (size_t)BT * sizeof(float));
+      assert_memory_equal(whole.logits, chunked.logits, (size_t)BT * Vp * sizeof(float));
+      /* the head's weight gradient sums its rows chunk by chunk */
+      st_model_config c = cfg;
+      st_param_table tab;
+      assert_int_equal(st_param_table_build(&c, &tab), 0);
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < tab.total; i++) scale = fmax(scale, fabs(whole.grads[i]));
+      for (int64_t i = 0; i < tab.total; i++)
+        worst = fmax(worst, fabs((double)chunked.grads[i] - whole.grads[i]));
+      printf("   %s%s: 10 chunks of <= 5 rows vs one of 48: loss %.9g, max |dgrad| %.3g of "
+             "max |grad| %.3g\n",
+             name_of(which), bucketed ? " (ZeRO 2 buckets)" : "", whole.loss, worst, scale);
+      assert_true(scale > 0 && worst <= 1e-6 * scale);
+      st_param_table_free(&tab);
+      head_run_free(&whole);
+      head_run_free(&chunked);
+    }
+  }
+  /* the rule: all rows up to 256 MiB of logits, else a multiple of 128 */
+  unsetenv("ST_HEAD_CHUNK_ROWS");
+  st_model_config g = {.n_layer = 1, .n_head = 1, .n_embd = 64, .block_size = 8,
+                       .vocab_size = 50257};
+  assert_int_equal(st_model_validate(&g), 0);
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 32768), 2560); /* 100,608 B a row */
+  assert_int_equal(st_model_head_rows(&g, ST_FP32, 32768), 1280);
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 2668), 2668);  /* 268.4 MB: fits */
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 2669), 2560);
+  st_model_config l = g;
+  l.vocab_size = 128256;
+  assert_int_equal(st_model_validate(&l), 0);
+  assert_int_equal(st_model_head_rows(&l, ST_BF16, 8192), 1024);
+  l.vocab_size = 4 << 20; /* 16 MiB a row in fp32: 16 rows fit, 128 at least */
+  assert_int_equal(st_model_validate(&l), 0);
+  assert_int_equal(st_model_head_rows(&l, ST_FP32, 8192), 128);
+  assert_int_equal(st_model_head_rows(&l, ST_FP32, 100), 100);
+  setenv("ST_HEAD_CHUNK_ROWS", "100000", 1); /* forced, clamped to the rows there are */
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 48), 48);
+  /* a bad value: st_model_init names it */
+  st_model_config q = qwen2_cfg();
+  st_model m;
+  const char *bad[] = {"0", "12x", "-3", " 5"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("ST_HEAD_CHUNK_ROWS", bad[i], 1);
+    assert_int_equal(st_model_init(&m, &q, ops, B, T, 1, ST_RECOMPUTE_NONE), -1);
+    assert_non_null(strstr(st_error_msg(), "ST_HEAD_CHUNK_ROWS"));
+  }
+  unsetenv("ST_HEAD_CHUNK_ROWS");
+}
+
 int main(void) {
   ops = st_ops_cpu();
   const struct CMUnitTest tests[] = {
@@ -510,6 +677,7 @@ int main(void) {
       cmocka_unit_test(test_init),         cmocka_unit_test(test_rope_table),   cmocka_unit_test(test_fd_llama),
       cmocka_unit_test(test_fd_qwen2),     cmocka_unit_test(test_recompute),
       cmocka_unit_test(test_bucketed),     cmocka_unit_test(test_measure_acts),
+      cmocka_unit_test(test_head_chunks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -303,6 +303,10 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   cJSON_AddNumberToObject(a, "recompute_block", (double)p->acts.recompute);
   cJSON_AddNumberToObject(a, "attention", (double)p->acts.attention);
   cJSON_AddNumberToObject(a, "logits", (double)p->acts.logits);
+  /* the rows of the LM head's chunk that those bytes hold, of micro-batch x seq-len */
+  cJSON_AddNumberToObject(a, "logits_rows",
+                          st_model_head_rows(&in->model, in->dtype,
+                                             (int64_t)in->micro_batch * st_plan_seq_len(in)));
   cJSON_AddNumberToObject(a, "grad_scratch", (double)p->acts.grad_scratch);
   cJSON_AddNumberToObject(a, "embed", (double)p->acts.embed);
   cJSON_AddNumberToObject(a, "head", (double)p->acts.head);

@@ -8,11 +8,13 @@
  * SwiGLU (act(gate | up) = silu(gate) * up), the head tied or its own. */
 #include "rank/model/model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rank/model/rope.h"
+#include "util/envparse.h"
 #include "util/error.h"
 
 /* The widths the description implies (cfg's derived fields filled). */
@@ -34,6 +36,29 @@ static dims dims_of(const st_model_config *c) {
   d.ln = c->norm == ST_NORM_LAYERNORM;
   d.rope = c->pos == ST_POS_ROPE;
   return d;
+}
+
+/* ST_HEAD_CHUNK_ROWS: 1 with *rows set, 0 when unset or empty, -1 when it
+ * is not a whole number >= 1 (*s_out: the value, for the message). */
+static int head_rows_env(long long *rows, const char **s_out) {
+  const char *s = getenv("ST_HEAD_CHUNK_ROWS");
+  if (s_out) *s_out = s;
+  if (!s || !*s) return 0;
+  if (st_envparse_uint(s, INT_MAX, rows) || *rows < 1) return -1;
+  return 1;
+}
+
+int st_model_head_rows(const st_model_config *cfg, st_dtype dtype, int64_t BT) {
+  if (BT < 1) return 1;
+  long long forced;
+  if (head_rows_env(&forced, NULL) == 1) return (int)(forced < BT ? forced : BT);
+  st_model_config c = *cfg;
+  st_model_fill_derived(&c);
+  const size_t row = (size_t)c.padded_vocab_size * st_dtype_size(dtype);
+  if ((size_t)BT * row <= ST_HEAD_CHUNK_BYTES) return (int)BT;
+  int64_t r = (int64_t)(ST_HEAD_CHUNK_BYTES / row) / 128 * 128;
+  if (r < 128) r = 128;
+  return (int)(r < BT ? r : BT);
 }
 
 /* Carves buffers out of one allocation. With base == NULL it only
@@ -102,7 +127,7 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   m->lnf = take(cv, BT * C, es, P_HEAD);
   m->lnf_mean = d.ln ? take(cv, BT, f4, P_HEAD) : NULL;
   m->lnf_rstd = take(cv, BT, f4, P_HEAD);
-  m->logits = take(cv, BT * c->padded_vocab_size, es, P_LOGITS);
+  m->logits = take(cv, (int64_t)m->head_rows * c->padded_vocab_size, es, P_LOGITS);
   m->losses = take(cv, BT, f4, P_HEAD);
   m->dres = take(cv, BT * C, es, P_GRADS);
   m->dln = take(cv, BT * C, es, P_GRADS);
@@ -137,6 +162,7 @@ void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t a
   m.B = B;
   m.T = T;
   m.recompute = recompute;
+  m.head_rows = st_model_head_rows(&m.cfg, dtype, (int64_t)B * T);
   carver measure = {NULL, 0, {0}};
   layout_acts(&m, att_floats, &measure);
   parts_of(&measure, out);
@@ -180,6 +206,13 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   m->B = B;
   m->T = T;
   m->es = st_dtype_size(ops->dtype);
+  long long forced;
+  const char *env;
+  if (head_rows_env(&forced, &env) < 0)
+    return st_error_set("ST_HEAD_CHUNK_ROWS=%s is not a whole number of rows >= 1; unset it "
+                        "(the LM head then picks its chunk itself) or give e.g. 1024",
+                        env);
+  m->head_rows = st_model_head_rows(cfg, ops->dtype, (int64_t)B * T);
   if (st_param_table_build(cfg, &m->tab)) return -1;
   m->padded_total = (m->tab.total + pad_multiple - 1) / pad_multiple * pad_multiple;
   /* Table order: head tensors (wte, wpe), block_tensors per block, then ln_f
@@ -421,25 +454,66 @@ static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
 /* The LM head's weight: lm_head when untied, else wte. */
 static const void *head_weight(const st_param_views *v) { return v->lm_head ? v->lm_head : v->wte; }
 
-double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
-                        float dloss) {
-  const st_ops *op = m->ops;
+/* Everything before the LM head: embedding, blocks, ln_f into m->lnf. */
+static void forward_trunk(st_model *m, const int *inp, int B, int T) {
   const st_model_config *c = &m->cfg;
-  const int C = c->n_embd, BT = B * T, Vp = c->padded_vocab_size;
-  op->encoder_forward(m->encoded, inp, m->p.wte, m->p.wpe, B, T, C);
+  m->ops->encoder_forward(m->encoded, inp, m->p.wte, m->p.wpe, B, T, c->n_embd);
   const void *x = m->encoded;
   for (int l = 0; l < c->n_layer; l++) {
     block_forward(m, l, x, B, T);
     x = m->blk[l].residual3;
   }
-  norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnf_w, m->p.lnf_b, BT);
-  op->matmul_forward(m->logits, m->lnf, head_weight(&m->p), NULL, BT, C, Vp);
-  op->softmax_crossentropy(m->losses, dloss > 0 ? m->logits : NULL, m->logits, targets, dloss,
-                           BT, c->vocab_size, Vp);
+  norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnf_w, m->p.lnf_b, B * T);
+}
+
+double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
+                        float dloss) {
+  const st_ops *op = m->ops;
+  const st_model_config *c = &m->cfg;
+  const int C = c->n_embd, BT = B * T, Vp = c->padded_vocab_size, R = m->head_rows;
+  forward_trunk(m, inp, B, T);
+  /* LM head, R rows at a time (st_model_head_rows): logits = lnf @ W^T, the
+   * cross-entropy's loss and (training) dlogits in place, then at once the
+   * head's backward for those rows, so a chunk's logits are dead before the
+   * next chunk's are made. dln (backward scratch, unused by forward) keeps
+   * d(lnf) for backward's ln_f step. Tied (W = wte), dwte gets the head's
+   * share here and the embedding's share in encoder_backward. */
+  const void *W = head_weight(&m->p);
+  float *dW = m->g.lm_head ? m->g.lm_head : m->g.wte;
+  for (int r0 = 0; r0 < BT; r0 += R) {
+    const int n = BT - r0 < R ? BT - r0 : R;
+    const void *lnf = (const char *)m->lnf + (size_t)r0 * C * m->es;
+    op->matmul_forward(m->logits, lnf, W, NULL, n, C, Vp);
+    op->softmax_crossentropy(m->losses + r0, dloss > 0 ? m->logits : NULL, m->logits,
+                             targets + r0, dloss, n, c->vocab_size, Vp);
+    if (dloss > 0)
+      op->matmul_backward((char *)m->dln + (size_t)r0 * C * m->es, dW, NULL, m->logits, lnf, W,
+                          n, C, Vp);
+  }
   m->ops->to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < BT; i++) sum += m->losses_host[i];
   return sum;
+}
+
+int st_model_logits(st_model *m, const int *inp, int B, int T, float *host_out) {
+  const st_model_config *c = &m->cfg;
+  const int C = c->n_embd, BT = B * T, Vp = c->padded_vocab_size, R = m->head_rows;
+  void *stage = m->es == sizeof(float) ? NULL : malloc((size_t)R * Vp * m->es);
+  if (m->es != sizeof(float) && !stage)
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the logits",
+                        (size_t)R * Vp * m->es);
+  forward_trunk(m, inp, B, T);
+  for (int r0 = 0; r0 < BT; r0 += R) {
+    const int n = BT - r0 < R ? BT - r0 : R;
+    float *out = host_out + (size_t)r0 * Vp;
+    m->ops->matmul_forward(m->logits, (const char *)m->lnf + (size_t)r0 * C * m->es,
+                           head_weight(&m->p), NULL, n, C, Vp);
+    m->ops->to_host(stage ? stage : out, m->logits, (size_t)n * Vp * m->es);
+    if (stage) st_dtype_to_f32(m->ops->dtype, out, stage, (size_t)n * Vp);
+  }
+  free(stage);
+  return 0;
 }
 
 static void backward(st_model *m, const int *inp, int B, int T, const st_grad_hooks *h);
@@ -470,14 +544,12 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
 #define zero(x, n) op->zero((x), (size_t)(n) * m->es)
   const st_model_config *c = &m->cfg;
   const dims d = dims_of(c);
-  const int C = d.C, BT = B * T, Vp = c->padded_vocab_size;
+  const int C = d.C, BT = B * T;
   const int64_t BTC = (int64_t)BT * C;
   st_param_views *g = &m->g;
 
-  /* LM head: logits = lnf @ W^T. Tied (W = wte), dwte gets the head's share
-   * here and the embedding's share in encoder_backward. */
-  op->matmul_backward(m->dln, g->lm_head ? g->lm_head : g->wte, NULL, m->logits, m->lnf,
-                      head_weight(&m->p), BT, C, Vp);
+  /* The LM head's backward ran chunk by chunk in the training forward,
+   * which left d(lnf) in dln; nothing before ln_f's backward writes dln. */
   zero(m->dres, BTC);
   const void *xlast = c->n_layer > 0 ? m->blk[c->n_layer - 1].residual3 : m->encoded;
   norm_backward(m, m->dres, g->lnf_w, g->lnf_b, m->dln, xlast, m->p.lnf_w, m->lnf_mean,

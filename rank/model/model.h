@@ -74,11 +74,14 @@ typedef struct {
   st_block_acts *blk;     /* n_layer blocks, then the shared one recompute rebuilds into */
   void *lnf;              /* [B,T,C] */
   float *lnf_mean, *lnf_rstd;
-  void *logits;           /* [B,T,Vp]; holds dlogits after a training forward */
+  int head_rows;          /* R: rows per LM-head chunk (st_model_head_rows) */
+  void *logits;           /* [R, Vp]: one chunk's logits, then its dlogits (scratch) */
   float *losses;          /* [B,T] */
   float *losses_host;     /* [B,T] host copy for the loss sum */
   /* backward scratch, reused by every layer: dqkv [B,T,QKV], dfch [B,T,F]
-   * or SwiGLU's [B,T,2F], dfact [B,T,F] SwiGLU's output gradient (else NULL) */
+   * or SwiGLU's [B,T,2F], dfact [B,T,F] SwiGLU's output gradient (else NULL).
+   * dln [B,T,C] also carries d(ln_f output) from a training forward (the
+   * chunked head's backward) to backward's first step. */
   void *dres, *dln, *dqkv, *datty, *dfch, *dfact;
   float *datt;
 } st_model;
@@ -95,10 +98,29 @@ typedef struct {
                         * full), plus backward's datt; fp32; and the padding that makes
                         * total a multiple of 256 (the arena's unit) */
   size_t head;         /* ln_f output and statistics, per-token losses */
-  size_t logits;       /* [B*T, Vp] in the storage dtype; holds dlogits after forward */
+  size_t logits;       /* one head chunk [R, Vp] (st_model_head_rows), storage dtype */
   size_t grad_scratch; /* backward's activation gradients dres, dln, datty, dqkv, dfch, dfact */
   size_t total;        /* == st_model.act_bytes */
 } st_act_bytes;
+
+/* Bytes the LM head's logits may take at once: 256 MiB (see st_model_head_rows). */
+#define ST_HEAD_CHUNK_BYTES ((size_t)256 << 20)
+
+/* R, the rows of [B*T, Vp] logits the LM head computes at a time, in
+ * forward and in st_model_logits: all BT rows when BT x Vp elements of
+ * dtype fit in ST_HEAD_CHUNK_BYTES, else the largest multiple of 128 rows
+ * (at least 128, at most BT) that fits. Why: the whole buffer is 2.1 GB for
+ * Llama 3's 128256 columns at B*T = 8192 (bf16), 3.3 GB for GPT-2 at 32768
+ * rows, held only to be read once by the cross-entropy and once by the
+ * head's backward; a chunk of 1024 rows of Llama 3 is still a GEMM of
+ * 2 x 1024 x 2048 x 128256 = 0.54 TFLOP, large enough to keep the GPU's
+ * tensor cores as busy as the whole, while 128-row multiples keep GEMM
+ * tiles full and each chunk's rows 256-byte aligned. The environment
+ * variable ST_HEAD_CHUNK_ROWS (a whole number >= 1, clamped to BT) forces R,
+ * for tests and diagnostics; a value that is not one makes st_model_init
+ * fail (st_model_head_rows itself then returns the default). The chunking
+ * changes only the order in which the head's weight gradient sums rows. */
+int st_model_head_rows(const st_model_config *cfg, st_dtype dtype, int64_t BT);
 
 /* The activation bytes st_model_init allocates for micro-batch B x T under
  * `recompute` in storage dtype `dtype`, where att_floats is the backend's
@@ -142,11 +164,27 @@ int st_model_draw_weights(const st_model *m, st_rng *rng, float *host);
 int st_model_init_weights(st_model *m, st_rng *rng);
 
 /* Forward over inp[B,T] (token ids < vocab_size) with targets[B,T]. Returns
- * the SUM of per-token losses (double). When dloss > 0 the gradient of the
- * logits, scaled by dloss, is left in m->logits for st_model_backward. */
+ * the SUM of per-token losses (double); the per-token losses are in
+ * m->losses [B*T] (fp32, backend memory) and m->losses_host. The LM head
+ * runs in chunks of m->head_rows rows, so the [B*T, Vp] logits never exist
+ * whole (m->logits holds only the last chunk's). When dloss > 0 (a training
+ * forward) each chunk's logit gradient, scaled by dloss, goes straight
+ * through the head's backward: the head's weight gradient (g.lm_head when
+ * untied, else g.wte) ACCUMULATES here, so gradients must be zeroed BEFORE
+ * a training forward, and m->dln is left holding d(ln_f output) for
+ * st_model_backward. dloss == 0 (evaluation) touches no gradient. */
 double st_model_forward(st_model *m, const int *inp, const int *targets, int B, int T,
                         float dloss);
-/* Backward of the last training forward; ACCUMULATES into m->grads. */
+/* The logits of inp[B,T] (backend memory), B x T within the capacity, into
+ * host_out[B*T, Vp] as fp32 (padded columns included): the forward without
+ * targets, its head run chunk by chunk through m->logits and copied out.
+ * For comparisons with reference logits (tests, tests/hf_logits.c);
+ * training never needs them whole. Overwrites the activations; touches no
+ * gradient. 0, or -1 with st_error (host staging memory). */
+int st_model_logits(st_model *m, const int *inp, int B, int T, float *host_out);
+/* Backward of the last training forward, from the m->dln it left: ln_f's
+ * backward, the blocks, the embedding (the head's weight gradient was
+ * accumulated by the forward). ACCUMULATES into m->grads. */
 void st_model_backward(st_model *m, const int *inp, int B, int T);
 
 /* Hooks into backward for overlapping gradient communication with it.

@@ -356,12 +356,15 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
     tr->timing.data += tmark(tr) - t0;
-    gmark(tr, "fwd", k);
+    /* ZeRO 2 reduces the head gradients every micro-step, so they hold one
+     * micro-step's worth; zeroed before the forward, which accumulates the
+     * LM head's weight gradient (st_model_forward). */
+    if (zero2) st_model_zero_grad(m);
+    gmark(tr, "fwd", k); /* fwd .. bwd: the forward and the LM head's backward */
     loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
     gmark(tr, "bwd", k);
     const st_grad_hooks hooks = {grads_ready, grads_reuse, tr};
     if (zero2) {
-      st_model_zero_grad(m); /* head gradients: one micro-step's worth */
       st_model_backward_hooked(m, tr->d_inp, B, T, &hooks);
       finish_all(tr);
     } else if (rc->zero_stage == 1 && k == tr->accum - 1) {

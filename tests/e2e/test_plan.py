@@ -15,6 +15,15 @@ def al(x):
     return (x + 255) // 256 * 256
 
 
+def head_rows(BT, Vp, es):
+    """The LM head's chunk (docs/memory.md): every row when [BT, Vp] fits
+    256 MiB, else the most rows, a multiple of 128 and at least 128, that do."""
+    budget = 256 << 20
+    if BT * Vp * es <= budget:
+        return BT
+    return min(BT, max(128, budget // (Vp * es) // 128 * 128))
+
+
 def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
     """Bytes per GPU as docs/memory.md derives them; every buffer takes
     whole 256-byte units of the arena."""
@@ -43,7 +52,8 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
     shared = {"none": attproj + fcproj, "selective": ln1 + ln2 + fch_gelu + attproj + fcproj,
               "full": every}[rec]
     per_layer = X + (every - shared)
-    acts = X + L * per_layer + shared + (X + 3 * S) + al(BT * Vp * es) + (3 * X + X3 + X4) + A
+    acts = X + L * per_layer + shared + (X + 3 * S) + al(head_rows(BT, Vp, es) * Vp * es) + \
+        (3 * X + X3 + X4) + A
     other = 2 * al(BT * 4)
     arena = states + acts + other
     if cuda:
@@ -92,6 +102,8 @@ for N in (1, 2):
                   d["bytes"]["arena"] == e["arena"],
                   f"124M N={N} ZeRO {z} {rec}: total {d['bytes']['total']} = "
                   f"{d['bytes']['total'] / GiB:.2f} GiB as derived")
+            check(d["activations"]["logits_rows"] == head_rows(32 * 1024, 50304, 2) == 2560,
+                  f"124M N={N} ZeRO {z} {rec}: the logits are a chunk of 2,560 of 32,768 rows")
             check(d["gpu"]["fits"] is None or isinstance(d["gpu"]["fits"], bool),
                   f"124M N={N} ZeRO {z} {rec}: gpu.fits is a bool or null")
 
@@ -130,20 +142,27 @@ check("DOES NOT FIT" in r.stdout and "over by" in r.stdout, "8 GiB: DOES NOT FIT
 d = plan_json(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
 check(d["gpu"]["fits"] is False and d["gpu"]["spare"] < 0, "--json: fits false, spare < 0")
 check(d["gpu"]["usable"] == 8 * GiB - int(8 * GiB * 0.05 + 0.999), "usable = 8 GiB less 5%")
-r = plan(base + ["--global-batch", 32, "--gpu-mem", "16GB", "--headroom", "0"], rc=6)
+r = plan(base + ["--global-batch", 32, "--gpu-mem", "12GB", "--headroom", "0"], rc=6)  # needs 13.9 GiB
 check("less 0% headroom" in r.stdout, "--headroom 0 shown")
 
 # 3. --fit: the choices the unit test derives, in the text and in JSON.
 fit = ["--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB", "--fit"]
+# 774M on one rank: with cuDNN's workspace (640 MiB at 4 sequences) 4 with
+# selective recompute take 22.44 of 22.80 GiB usable now that the logits are
+# one LM-head chunk of 2,560 rows (246 MiB, not 4 x 2,048 rows' 786 MiB,
+# which made 22.97 GiB); 16 with full take 21.95 (32: 29.5).
 r = plan(["--model", "gpt2-774m"] + fit, rc=0)
-check("choice  micro-batch 2 x grad-accum 16, recompute none, ZeRO 0 (cost 1.10)" in r.stdout,
-      "774M, 1 rank, 24 GiB: micro-batch 2 without recompute (cost 1.10), not 16 with full")
-check("micro-batch 4 with recompute none would cost 1.05 but does not fit" in r.stdout,
-      "774M: says why not micro-batch 4")
-check("recompute full: the best that fits is micro-batch 8 x grad-accum 4, ZeRO 0" in r.stdout
-      and "cost 1.36, more than 1.10" in r.stdout,
-      "774M: shows that full recompute fits at 8 (cuDNN's O(T^2) workspace grows with it) but costs more")
-check("train with: --micro-batch 2 --global-batch 32 --recompute none --zero 0" in r.stdout
+check("choice  micro-batch 4 x grad-accum 8, recompute selective, ZeRO 0 (cost 1.08)" in r.stdout,
+      "774M, 1 rank, 24 GiB: micro-batch 4 with selective recompute (cost 1.08), as the unit test")
+check("recompute none at micro-batch 4 would cost 1.05 but does not fit" in r.stdout,
+      "774M: says why not micro-batch 4 without recompute")
+check("recompute none: the best that fits is micro-batch 2 x grad-accum 16, ZeRO 0" in r.stdout
+      and "cost 1.10, more than 1.08" in r.stdout,
+      "774M: no recompute fits at 2 but costs more")
+check("recompute full: the best that fits is micro-batch 16 x grad-accum 2, ZeRO 0" in r.stdout
+      and "cost 1.35, more than 1.08" in r.stdout,
+      "774M: full recompute fits at 16 (cuDNN's O(T^2) workspace grows with it) but costs more")
+check("train with: --micro-batch 4 --global-batch 32 --recompute selective --zero 0" in r.stdout
       and "--auto-fit-zero" in r.stdout, "774M: prints the train flags")
 d = plan_json(["--model", "gpt2-774m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
@@ -225,10 +244,12 @@ t = train(a, 1, ["--data", data, "--out", os.path.join(a.work, "tight"), "--step
                  "--gpu-mem", tight] + [str(x) for x in cpu[:6] + cpu[8:]], expect_rc=6)
 check(f"The smallest change that fits: {named} (plan" in t.stderr,
       f"train's pre-flight names the same change as plan: {named}")
+# 124M at 32 x 1024 needs 13.9 GiB; with full recompute 6.1 GiB (its
+# logits one 246 MiB chunk), which 8 GiB holds at the same micro-batch.
 r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
-check("The smallest change that fits: --micro-batch 32 -> " in r.stdout and
+check("The smallest change that fits: --recompute none -> full (plan 6.13 GiB)" in r.stdout and
       "Add --fit to these flags" in r.stdout,
-      "124M in 8 GiB: names the smallest change and suggests --fit")
+      "124M in 8 GiB: names the smallest change (full recompute) and suggests --fit")
 r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
 check("Nothing fits on 1 rank(s)" in r.stdout and "--fit" in r.stdout,
       "1558M in 24 GiB: says nothing fits and points at --fit")
