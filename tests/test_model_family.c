@@ -525,6 +525,14 @@ typedef struct {
 
 /* Two accumulated training micro-steps of B x T on model `which`, the
  * head's chunk as ST_HEAD_CHUNK_ROWS says (NULL: unset). */
+/* calloc that ends the test program when memory is short (abort is
+ * noreturn, so the analyzer follows only the path where it succeeded). */
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n, size);
+  if (!p) abort();
+  return p;
+}
+
 static void run_head(int which, const char *rows, int bucketed, int B, int T, head_run *o) {
   if (rows) setenv("ST_HEAD_CHUNK_ROWS", rows, 1);
   else unsetenv("ST_HEAD_CHUNK_ROWS");
@@ -543,11 +551,10 @@ static void run_head(int which, const char *rows, int bucketed, int B, int T, he
   o->act_bytes = a.total;
   random_weights(&m, 41);
   const int Vp = m.cfg.padded_vocab_size;
-  o->losses = malloc(2 * (size_t)BT * sizeof(float));
-  o->grads = calloc((size_t)m.padded_total, sizeof(float));
-  o->logits = malloc((size_t)BT * Vp * sizeof(float));
-  int *inp = malloc((size_t)BT * sizeof(int)), *tgt = malloc((size_t)BT * sizeof(int));
-  assert_true(o->losses && o->grads && o->logits && inp && tgt);
+  o->losses = xcalloc(2 * (size_t)BT, sizeof(float));
+  o->grads = xcalloc((size_t)m.padded_total, sizeof(float));
+  o->logits = xcalloc((size_t)BT * Vp, sizeof(float));
+  int *inp = xcalloc((size_t)BT, sizeof(int)), *tgt = xcalloc((size_t)BT, sizeof(int));
   st_rng r;
   st_rng_seed(&r, 57);
   gather gt = {o->grads, {0}, {0}, {0}, 0};
@@ -562,8 +569,7 @@ static void run_head(int which, const char *rows, int bucketed, int B, int T, he
     memcpy(o->losses + (size_t)k * BT, m.losses_host, (size_t)BT * sizeof(float));
     if (bucketed) {
       /* the hooks hand out one micro-step's gradients: add them up */
-      float *step = calloc((size_t)m.padded_total, sizeof(float)), *sum = gt.full;
-      assert_non_null(step);
+      float *step = xcalloc((size_t)m.padded_total, sizeof(float)), *sum = gt.full;
       gt.full = step;
       gt.n = 0;
       st_model_backward_hooked(&m, inp, B, T, &hooks);

@@ -88,11 +88,11 @@ static void make_bpe_dir(const char *dir) {
 
 static void encode(const st_tokenizer *t, const char *text, size_t len, int special,
                    const uint32_t *want, size_t nwant) {
-  uint32_t *ids;
-  size_t n;
+  uint32_t *ids = NULL;
+  size_t n = 0;
   assert_int_equal(st_tokenizer_encode(t, text, len, special, &ids, &n), 0);
   assert_int_equal(n, nwant);
-  for (size_t i = 0; i < n; i++) assert_int_equal(ids[i], want[i]);
+  for (size_t i = 0; ids && i < n && i < nwant; i++) assert_int_equal(ids[i], want[i]);
   char *back;
   size_t blen;
   assert_int_equal(st_tokenizer_decode(t, ids, n, &back, &blen), 0);
