@@ -175,6 +175,11 @@ static int setup_data(trainer *tr) {
                         "%d-token vocabulary: they would have no embedding rows. Use data made "
                         "with the model's tokenizer (or a smaller one), or give --vocab-size %d",
                         rc->model_name, rc->model.vocab_size, rc->data, file_vocab, file_vocab);
+  else if (file_vocab > rc->model.vocab_size && rc->init_from[0] && !tr->resume_found)
+    return st_error_set("--init-from %s has a vocabulary of %d tokens, but --data %s holds ids "
+                        "of a %d-token vocabulary: they would have no embedding rows. Prepare "
+                        "the text with the model's own tokenizer (prep --tokenizer)",
+                        rc->init_from, rc->model.vocab_size, rc->data, file_vocab);
   else if (file_vocab > rc->model.vocab_size)
     return st_error_set("--vocab-size %d is smaller than the vocabulary of %s (%d); %s",
                         rc->model.vocab_size, rc->data, file_vocab,

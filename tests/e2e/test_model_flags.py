@@ -82,6 +82,14 @@ r = train(a, 1, ["--data", big, "--out", W("fam"), "--model", "smollm2-135m", "-
           expect_rc=4)
 refused(r, "--model smollm2-135m has a vocabulary of 49152 tokens, but --data " + big +
         " holds ids of a 60000-token vocabulary", "a family preset under larger data")
+# --init-from a model of a smaller vocabulary than the data's names the source, not a flag
+# the user did not give.
+REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+tiny = os.path.join(REPO, "tests", "data", "hf", "llama-tiny")
+r = train(a, 1, ["--data", big, "--out", W("fam_init"), "--init-from", tiny, "--seq-len", 64],
+          expect_rc=4)
+refused(r, "--init-from " + tiny + " has a vocabulary of 300 tokens, but --data " + big +
+        " holds ids of a 60000-token vocabulary", "--init-from under larger data")
 r = train(a, 1, ["--data", data, "--out", W("fam"), "--model", "smollm2-135m", "--seq-len", 64,
                  "--micro-batch", 1, "--global-batch", 1, "--gpu-mem", "1MiB"], expect_rc=6)
 err = [l for l in r.stderr.splitlines() if l.startswith("shardtrain: error")]
