@@ -295,17 +295,17 @@ static void test_plan_equals_allocation(void **state) {
  * multiple of 128, so padding adds nothing. */
 static void test_family_shapes(void **state) {
   (void)state;
-  /* rows: the LM head's chunk at B*T = 8,192 in bf16: the largest multiple
-   * of 128 rows whose [rows, Vp] logits fit 256 MiB = 268,435,456 bytes:
-   * Llama 3's 128,256 columns take 256,512 bytes a row, 1,046.5 rows fit;
-   * SmolLM2's 49,152: 98,304 a row, 2,730.7 fit; Qwen2's 151,936: 303,872
-   * a row, 883.4 fit. The whole [8,192, Vp] (0.8 to 2.5 GB) fits for none. */
+  /* rows: the LM head's chunk at B*T = 8,192 in bf16. The whole [8,192, Vp]
+   * (0.8 to 2.5 GB) fits 256 MiB for none; what does fits fewer than 4096
+   * rows for all (Llama 3's 128,256 columns take 256,512 bytes a row, 1,046.5
+   * rows fit; SmolLM2's 49,152: 98,304 a row, 2,730.7; Qwen2's 151,936:
+   * 303,872 a row, 883.4), and 4096 rows fit 2 GiB for all: 4096 each. */
   const struct {
     const char *name;
     int64_t params;
     int rows;
-  } k[] = {{"llama-3.2-1b", 1235814400LL, 1024}, {"smollm2-360m", 361821120LL, 2688},
-           {"qwen2.5-0.5b", 494032768LL, 768}};
+  } k[] = {{"llama-3.2-1b", 1235814400LL, 4096}, {"smollm2-360m", 361821120LL, 4096},
+           {"qwen2.5-0.5b", 494032768LL, 4096}};
   const int B = 4, T = 2048;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     st_plan_input in = {.micro_batch = B, .seq_len = T, .world = 1, .zero_stage = 1,
@@ -336,8 +336,7 @@ static void test_family_shapes(void **state) {
     assert_memory_equal(&a, &p.acts, sizeof a);
     assert_int_equal(st_model_head_rows(c, ST_BF16, (int64_t)B * T), k[i].rows);
     assert_int_equal(p.acts.logits, (uint64_t)k[i].rows * c->padded_vocab_size * 2);
-    assert_true(p.acts.logits <= ST_HEAD_CHUNK_BYTES &&
-                (uint64_t)(k[i].rows + 128) * c->padded_vocab_size * 2 > ST_HEAD_CHUNK_BYTES);
+    assert_true(p.acts.logits > ST_HEAD_CHUNK_BYTES && p.acts.logits <= ST_HEAD_CHUNK_MAX_BYTES);
     /* ZeRO 2: the gradients outside the blocks are the tied embedding and
      * the final RMSNorm's weight (no wpe, no norm bias, no lm_head) */
     in.zero_stage = 2;
@@ -447,12 +446,12 @@ static void test_gpt2_124m_activations(void **state) {
   const int64_t X = 50331648, S = 131072, A = 1572864;
   /* Every policy: encoder output 1 X; head = ln_f output X + mean, rstd,
    * losses 3 S; one chunk of the logits: a row is 50,304 x 2 = 100,608
-   * bytes, 256 MiB holds 2,668.1 rows, so 2,560 (a multiple of 128) of the
-   * 32,768 (13 chunks, the last of 2,048), 2,560 x 100,608 bytes instead of
-   * the whole 3,296,722,944 (3.07 GiB); backward scratch dres, dln, datty
-   * (1 X each), dqkv (3 X), dfch (4 X) = 10 X; datt A. */
-  const int64_t logits = 2560LL * 50304 * 2;
-  assert_int_equal(logits, 257556480LL); /* 245.6 MiB, a multiple of 256 */
+   * bytes, 256 MiB holds 2,668.1 rows, fewer than the 4096 the head's
+   * backward wants, so 4096 of the 32,768 (8 chunks), 4096 x 100,608 bytes
+   * instead of the whole 3,296,722,944 (3.07 GiB); backward scratch dres,
+   * dln, datty (1 X each), dqkv (3 X), dfch (4 X) = 10 X; datt A. */
+  const int64_t logits = 4096LL * 50304 * 2;
+  assert_int_equal(logits, 412090368LL); /* 393 MiB, a multiple of 256 */
   st_memory_plan p;
   st_plan_input in;
   const int64_t L = 12;
@@ -462,7 +461,7 @@ static void test_gpt2_124m_activations(void **state) {
    * 807,403,520 bytes (770 MiB); the projections' outputs attproj and fcproj
    * (1 X each) once for all layers in the shared block. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
-  assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 2560);
+  assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 4096);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(16 * X + 4 * S + A, 807403520LL);
   assert_int_equal(p.acts.blocks, L * (16 * X + 4 * S));
@@ -472,7 +471,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.head, X + 3 * S);
   assert_int_equal(p.acts.logits, logits);
   assert_int_equal(p.acts.grad_scratch, 10 * X);
-  assert_int_equal(p.acts.total, 10653007872LL); /* 9.92 GiB */
+  assert_int_equal(p.acts.total, 10807541760LL); /* 10.07 GiB */
   assert_int_equal(p.acts.total,
                    L * (16 * X + 4 * S + A) + 2 * X + X + X + 3 * S + logits + 10 * X + A);
 
@@ -485,7 +484,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * (10 * X + 4 * S));
   assert_int_equal(p.acts.recompute, 8 * X);
   assert_int_equal(p.acts.attention, L * A + A);
-  assert_int_equal(p.acts.total, 7331119104LL); /* 6.83 GiB */
+  assert_int_equal(p.acts.total, 7485652992LL); /* 6.97 GiB */
 
   /* full: only the block output (1 X) per layer; everything else (17 X, 4 S,
    * A) once, in the shared block. */
@@ -494,7 +493,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * X);
   assert_int_equal(p.acts.recompute, 17 * X + 4 * S);
   assert_int_equal(p.acts.attention, A + A);
-  assert_int_equal(p.acts.total, 2325217280LL); /* 2.17 GiB */
+  assert_int_equal(p.acts.total, 2479751168LL); /* 2.31 GiB */
 
   /* backend internals at B*T = 32,768, C = 768: 256 column-sum chunks;
    * ln_f asks 256 x 1,536 x 4 = 1.5 MiB, the fc bias 256 x 3,072 x 4 = 3 MiB,

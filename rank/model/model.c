@@ -57,6 +57,9 @@ int st_model_head_rows(const st_model_config *cfg, st_dtype dtype, int64_t BT) {
   const size_t row = (size_t)c.padded_vocab_size * st_dtype_size(dtype);
   if ((size_t)BT * row <= ST_HEAD_CHUNK_BYTES) return (int)BT;
   int64_t r = (int64_t)(ST_HEAD_CHUNK_BYTES / row) / 128 * 128;
+  int64_t floor_rows = (int64_t)(ST_HEAD_CHUNK_MAX_BYTES / row) / 128 * 128;
+  if (floor_rows > ST_HEAD_CHUNK_MIN_ROWS) floor_rows = ST_HEAD_CHUNK_MIN_ROWS;
+  if (r < floor_rows) r = floor_rows;
   if (r < 128) r = 128;
   return (int)(r < BT ? r : BT);
 }

@@ -103,23 +103,33 @@ typedef struct {
   size_t total;        /* == st_model.act_bytes */
 } st_act_bytes;
 
-/* Bytes the LM head's logits may take at once: 256 MiB (see st_model_head_rows). */
+/* Bytes the LM head's logits may take at once: 256 MiB, raised to at least
+ * ST_HEAD_CHUNK_MIN_ROWS rows when those fit ST_HEAD_CHUNK_MAX_BYTES (see
+ * st_model_head_rows). */
 #define ST_HEAD_CHUNK_BYTES ((size_t)256 << 20)
+#define ST_HEAD_CHUNK_MIN_ROWS 4096
+#define ST_HEAD_CHUNK_MAX_BYTES ((size_t)2 << 30)
 
 /* R, the rows of [B*T, Vp] logits the LM head computes at a time, in
  * forward and in st_model_logits: all BT rows when BT x Vp elements of
- * dtype fit in ST_HEAD_CHUNK_BYTES, else the largest multiple of 128 rows
- * (at least 128, at most BT) that fits. Why: the whole buffer is 2.1 GB for
- * Llama 3's 128256 columns at B*T = 8192 (bf16), 3.3 GB for GPT-2 at 32768
- * rows, held only to be read once by the cross-entropy and once by the
- * head's backward; a chunk of 1024 rows of Llama 3 is still a GEMM of
- * 2 x 1024 x 2048 x 128256 = 0.54 TFLOP, large enough to keep the GPU's
- * tensor cores as busy as the whole, while 128-row multiples keep GEMM
- * tiles full and each chunk's rows 256-byte aligned. The environment
- * variable ST_HEAD_CHUNK_ROWS (a whole number >= 1, clamped to BT) forces R,
- * for tests and diagnostics; a value that is not one makes st_model_init
- * fail (st_model_head_rows itself then returns the default). The chunking
- * changes only the order in which the head's weight gradient sums rows. */
+ * dtype fit in ST_HEAD_CHUNK_BYTES; else the larger of the largest multiple
+ * of 128 rows that fits ST_HEAD_CHUNK_BYTES and ST_HEAD_CHUNK_MIN_ROWS
+ * (4096) rows, the latter lowered to the largest multiple of 128 that fits
+ * ST_HEAD_CHUNK_MAX_BYTES; at least 128, at most BT. Why chunk: the whole
+ * buffer is 2.1 GB for Llama 3's 128256 columns at B*T = 8192 (bf16), 3.3
+ * GB for GPT-2 at 32768 rows, held only to be read once by the
+ * cross-entropy and once by the head's backward. Why not small chunks: each
+ * chunk's weight-gradient GEMM reads and writes the fp32 [Vp, C] gradient
+ * once (8 Vp C bytes against its 2 R Vp C FLOPs, 4/R bytes a FLOP), which
+ * at R = 1024 held the head's backward to 584 TFLOP/s against 690 for the
+ * block GEMMs (llama-3.2-1b, micro-batch 32, one H200, ST_PROFILE_OPS);
+ * 4096 rows took the step from 66.7k to 68.2k tokens/s there, for 768 MiB.
+ * 128-row multiples keep GEMM tiles full and each chunk's rows 256-byte
+ * aligned. The environment variable ST_HEAD_CHUNK_ROWS (a whole number >=
+ * 1, clamped to BT) forces R, for tests and diagnostics; a value that is
+ * not one makes st_model_init fail (st_model_head_rows itself then returns
+ * the default). The chunking changes only the order in which the head's
+ * weight gradient sums rows. */
 int st_model_head_rows(const st_model_config *cfg, st_dtype dtype, int64_t BT);
 
 /* The activation bytes st_model_init allocates for micro-batch B x T under
