@@ -446,11 +446,16 @@ static void test_family(void) {
   test_rmsnorm(300, 200, 1e-6f); /* several row chunks in the dw partials */
   test_rmsnorm(37, 75, 1e-5f);   /* C not a multiple of 8: unvectorised rows */
   test_rmsnorm(64, 2048, 1e-5f); /* Llama 3.2 1B width */
+  /* 256 row chunks and more: the backward's fused dinp + dw kernel */
+  test_rmsnorm(32768, 72, 1e-5f);
+  test_rmsnorm(40000, 75, 1e-5f);  /* unvectorised rows, a short last chunk */
+  test_rmsnorm(33000, 4096, 1e-5f); /* 4 warps a block, 64 KiB of shared rows */
   test_rope(2, 13, 0, 4, 2, 16);
   test_rope(2, 13, 5, 4, 2, 16); /* a later chunk (decode): positions from pos0 */
   test_rope(1, 77, 0, 8, 2, 64);
   test_rope(2, 9, 3, 4, 1, 128);
   test_rope(1, 20, 0, 3, 3, 24); /* NKV = NH */
+  test_rope(2, 7, 2, 32, 8, 128); /* more pairs in a row than threads in a block */
   test_swiglu(37, 200);
   test_swiglu(37, 75); /* F not a multiple of 8: unvectorised */
   test_swiglu(64, 8192);
