@@ -10,7 +10,8 @@
  * (gradient buffers start from the same random values, so dinp's and dw's
  * accumulation is checked; swiglu's dinp starts dirty: it is overwritten).
  * Bounds as for the ops they resemble in test_cuda_ops.c: RMSNorm like
- * LayerNorm (1e-5 + 1e-5|cpu| forward, 1e-5/1e-4 dinp, 1e-4/1e-4 dw and
+ * LayerNorm (1e-5 + 1e-5|cpu| forward, 1e-5/1e-4 dinp, 1e-4/1e-4 dw (the
+ * 1e-4 scaled by N/300 past 300 rows: a longer fp32 sum) and
  * the fp32 rstd 1e-6/1e-5); SwiGLU like GELU (expf: 2e-6 + 1e-5|cpu|);
  * RoPE one rotation (fused multiply-adds on the GPU: 1e-6 + 1e-5|cpu|), v
  * heads untouched bit for bit, and in fp32 backward(forward(x)) = x within
@@ -107,7 +108,12 @@ static void test_rmsnorm(int N, int C, float eps) {
     g[k][0] = back_st(d_dinp, NC), g[k][1] = back(d_dw, C);
   }
   expect_close_st("rmsnorm_backward dinp (+=)", g[0][0], dinp, NC, 1e-5, 1e-4);
-  expect_close("rmsnorm_backward dw (+=, fp32)", g[0][1], dw, C, 1e-4, 1e-4);
+  /* dw sums N rows of dout * xhat (|term| about 1) in fp32 on both sides, in
+   * different orders: the absolute error grows with the rows, so the
+   * 1e-4 set at 300 rows scales with N past that (measured on an H200 at
+   * 33,000 rows: 4.9e-3). */
+  const double dw_abs = N > 300 ? 1e-4 * N / 300.0 : 1e-4;
+  expect_close("rmsnorm_backward dw (+=, fp32)", g[0][1], dw, C, dw_abs, 1e-4);
   expect_identical("rmsnorm_backward dinp", g[0][0], g[1][0], NC * 4);
   expect_identical("rmsnorm_backward dw", g[0][1], g[1][1], C * 4);
   for (int k = 0; k < 2; k++) free(g[k][0]), free(g[k][1]);
