@@ -1,4 +1,4 @@
-"""Ids of an imported Hugging Face model through fine-tuning,
+"""Ids of an imported Hugging Face model through fine-tuning and sampling,
 on the CPU (tests/data/hf/llama-tiny: bos 1, eos 2, pad null, vocabulary
 300, no tokenizer files; byte tokens, which its 300 ids hold):
 
@@ -8,11 +8,16 @@ on the CPU (tests/data/hf/llama-tiny: bos 1, eos 2, pad null, vocabulary
   for a third step, and of a run trained with `--init-from` the directory
   itself each writes the source's bos_token_id/eos_token_id/pad_token_id;
   more ids than a checkpoint keeps (150 eos ids) are refused by import and
-  train with exit 3 and one line.
+  train with exit 3 and one line;
+- `sample --tokenizer bytes` of the import (whose greedy continuation of
+  "And God said" holds ids past 255) prints each id's byte, and
+  `<|id:N|>` for an id past the byte tokenizer's 256 instead of nothing;
+  --print-ids prints the ids themselves.
 """
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -67,4 +72,14 @@ for cmd in ([a.bin, "ckpt", "import", W("long_eos"), "--out", W("long_import")],
           and "long_eos" in r.stderr, f"{cmd[1]}: 150 eos ids refused, exit 3, one line "
           f"(got {r.returncode}: {r.stderr.strip()[:240]})")
 
+# Byte tokens under the 300-id import: greedy, so text and ids are one sample.
+SAMPLE = [a.bin, "sample", "--init", W("base"), "--tokenizer", "bytes", "--prompt",
+          "And God said", "--max-new", "24", "--temperature", "0", "--device", "cpu"]
+ids = [int(x) for x in run(SAMPLE + ["--print-ids"]).stdout.strip().split(",")]
+check(len(ids) == 24 and any(i >= 256 for i in ids) and any(i < 256 for i in ids),
+      f"--print-ids: 24 ids, bytes and ids past 255 both: {ids}")
+r = subprocess.run(SAMPLE, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+text = b"".join(bytes([i]) if i < 256 else f"<|id:{i}|>".encode() for i in ids) + b"\n"
+check(r.returncode == 0 and r.stdout == text,
+      f"text: each byte, and <|id:N|> past 255: {r.stdout!r}, want {text!r}")
 soft_finish()
