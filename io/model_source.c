@@ -95,3 +95,25 @@ int st_model_source_read(const st_model_source *s, const st_param_table *tab, fl
   if (s->kind == ST_MODEL_SRC_LLMC) return coded(st_llmc_read(s->path, &s->cfg, tab, params));
   return st_error_setc(ST_EXIT_CHECKPOINT, "%s: unknown kind of model source", s->path);
 }
+
+cJSON *st_ckpt_config_special_ids(const char *config_json) {
+  cJSON *o = config_json && config_json[0] ? cJSON_Parse(config_json) : NULL;
+  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "hf_special_ids");
+  if (!cJSON_IsObject(ids) || !ids->child)
+    ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "imported_from"),
+                                           "hf_special_ids");
+  cJSON *out = cJSON_IsObject(ids) && ids->child ? cJSON_Duplicate(ids, 1) : NULL;
+  cJSON_Delete(o);
+  return out;
+}
+
+cJSON *st_model_source_special_ids(const st_model_source *s) {
+  if (s->kind == ST_MODEL_SRC_CKPT) return st_ckpt_config_special_ids(s->config_json);
+  if (s->kind != ST_MODEL_SRC_HF) return NULL;
+  cJSON *ids = st_hf_special_ids(s->path);
+  if (ids && !ids->child) {
+    cJSON_Delete(ids);
+    ids = NULL;
+  }
+  return ids;
+}

@@ -16,6 +16,8 @@
 #ifndef ST_MODEL_SOURCE_H
 #define ST_MODEL_SOURCE_H
 
+#include <cjson/cJSON.h>
+
 #include "rank/model/config.h"
 #include "rank/model/params.h"
 
@@ -42,5 +44,18 @@ int st_model_source_open(const char *src, st_model_source *s);
  * st_param_table_build(&s->cfg). 0, or -1 with st_error (exit code 3)
  * naming the file and tensor. */
 int st_model_source_read(const st_model_source *s, const st_param_table *tab, float *params);
+
+/* The bos/eos/pad token ids the source records, as a new cJSON object
+ * ({"bos_token_id":1,"eos_token_id":[2,3]}: those present, as the Hugging
+ * Face config.json has them; the caller deletes), or NULL when it records
+ * none: a Hugging Face directory's config.json (st_hf_special_ids), a
+ * checkpoint's config (st_ckpt_config_special_ids); an llm.c file has no
+ * field for them. They travel import -> train -> export (docs/checkpoints.md). */
+cJSON *st_model_source_special_ids(const st_model_source *s);
+/* The same ids in a checkpoint's config JSON text: its "hf_special_ids"
+ * (rank/train/run_config.h), else "imported_from"."hf_special_ids", where
+ * `ckpt import` kept them before runs carried them; NULL when neither holds
+ * a non-empty object or the text is not JSON. */
+cJSON *st_ckpt_config_special_ids(const char *config_json);
 
 #endif

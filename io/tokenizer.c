@@ -208,6 +208,14 @@ const char *st_tokenizer_token_bytes(const st_tokenizer *t, uint32_t id, size_t 
   return (const char *)t->tok[id];
 }
 
+const char *st_tokenizer_token_text(const st_tokenizer *t, uint32_t id, char *buf, size_t *len) {
+  const char *b = st_tokenizer_token_bytes(t, id, len);
+  if (b) return b;
+  /* "<|id:4294967295|>" is 17 characters: it fits ST_TOKEN_TEXT_BUF */
+  *len = (size_t)snprintf(buf, ST_TOKEN_TEXT_BUF, "<|id:%u|>", id);
+  return buf;
+}
+
 int st_tokenizer_vocab_size(const st_tokenizer *t) { return t->vocab; }
 int64_t st_tokenizer_eot(const st_tokenizer *t) { return t->eot; }
 const char *st_tokenizer_name(const st_tokenizer *t) { return t->name; }

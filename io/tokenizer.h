@@ -66,6 +66,15 @@ int st_tokenizer_decode(const st_tokenizer *t, const uint32_t *ids, size_t n, ch
 /* Bytes of one token (for streaming output): pointer valid while t lives;
  * NULL (and *len 0) for an id outside the vocabulary. Not NUL-terminated. */
 const char *st_tokenizer_token_bytes(const st_tokenizer *t, uint32_t id, size_t *len);
+/* The text `sample` writes for one generated id: the token's bytes, or,
+ * for an id past the tokenizer's vocabulary (the model's may be larger:
+ * byte tokens under a 300-id Llama; Qwen2 pads its 151936 rows past its
+ * tokenizer's ids), the placeholder "<|id:N|>" (N in decimal) written
+ * into buf, so that no generated id vanishes from the text. buf holds at
+ * least ST_TOKEN_TEXT_BUF bytes. Returns the bytes (t's or buf's, not
+ * NUL-terminated), *len of them. */
+#define ST_TOKEN_TEXT_BUF 24
+const char *st_tokenizer_token_text(const st_tokenizer *t, uint32_t id, char *buf, size_t *len);
 int st_tokenizer_vocab_size(const st_tokenizer *t);   /* 50257 for GPT-2 */
 int64_t st_tokenizer_eot(const st_tokenizer *t);      /* 50256 for GPT-2; -1 when none */
 const char *st_tokenizer_name(const st_tokenizer *t); /* "gpt2-bpe", "bytes" */

@@ -85,7 +85,7 @@ static int load_source(const char *src, st_model_source *s, st_param_table *tab,
 }
 
 /* The checkpoint's config: a default run config with the source's shape,
- * and where it came from. */
+ * and where it came from. NULL with st_error on failure. */
 static char *import_config(const st_model_source *s, const char *src) {
   st_run_config rc;
   st_run_config_defaults(&rc);
@@ -99,21 +99,28 @@ static char *import_config(const st_model_source *s, const char *src) {
     st_run_config_set_tokenizer(&rc, st_tokenizer_name(tok), st_tokenizer_digest(tok),
                                 st_tokenizer_vocab_size(tok));
   st_tokenizer_free(tok);
+  /* bos/eos/pad ids of the source's config.json: its export (and that of a
+   * run trained from it) writes them back */
+  cJSON *ids = st_model_source_special_ids(s);
+  const int bad = st_run_config_set_special_ids(&rc, ids, src);
+  cJSON_Delete(ids);
+  if (bad) return NULL;
   char *js = st_run_config_to_json(&rc);
   cJSON *o = js ? cJSON_Parse(js) : NULL;
   free(js);
-  if (!o) return NULL;
+  if (!o) {
+    st_error_setc(ST_EXIT_ERROR, "out of host memory importing %s", src);
+    return NULL;
+  }
   cJSON *imp = cJSON_AddObjectToObject(o, "imported_from");
   cJSON_AddStringToObject(imp, "source", src);
   cJSON_AddStringToObject(imp, "kind", s->kind == ST_MODEL_SRC_HF     ? "huggingface"
                                        : s->kind == ST_MODEL_SRC_LLMC ? "llmc"
                                                                       : "shardtrain");
   cJSON_AddStringToObject(imp, "dtype", s->dtype);
-  /* bos/eos/pad ids of the source's config.json: its export writes them back */
-  cJSON *ids = s->kind == ST_MODEL_SRC_HF ? st_hf_special_ids(s->path) : NULL;
-  if (ids) cJSON_AddItemToObject(imp, "hf_special_ids", ids);
   char *out = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
+  if (!out) st_error_setc(ST_EXIT_ERROR, "out of host memory importing %s", src);
   return out;
 }
 
@@ -141,10 +148,14 @@ int st_cmd_ckpt_import(int argc, char **argv) {
     goto out;
   }
   zeros = calloc((size_t)tab.total, sizeof *zeros);
-  cfg_json = import_config(&s, a.src);
-  if (!zeros || !cfg_json) {
+  if (!zeros) {
     st_error_set("out of host memory importing %s", a.src);
     code = ST_EXIT_ERROR;
+    goto out;
+  }
+  cfg_json = import_config(&s, a.src);
+  if (!cfg_json) {
+    code = st_error_exit_code();
     goto out;
   }
   st_comm comm;
@@ -199,16 +210,6 @@ static int write_text(const char *path, const char *text) {
   return ok ? 0 : st_error_setc(ST_EXIT_CHECKPOINT, "cannot write %s", path);
 }
 
-/* The special token ids an imported checkpoint's config keeps
- * (imported_from.hf_special_ids), or NULL (caller deletes). */
-static cJSON *imported_ids(const st_model_source *s) {
-  cJSON *o = s->config_json[0] ? cJSON_Parse(s->config_json) : NULL;
-  const cJSON *imp = cJSON_GetObjectItemCaseSensitive(o, "imported_from");
-  cJSON *ids = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(imp, "hf_special_ids"), 1);
-  cJSON_Delete(o);
-  return ids;
-}
-
 static int export_hf(const port_args *a, const st_model_source *s, const st_param_table *tab,
                      const float *params, st_dtype dt) {
   /* model_type is the architecture's name (gpt2, llama, qwen2) */
@@ -223,7 +224,7 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
   chmod(tmp, 0755); /* mkdtemp's 0700 is for the temporary name only */
   char p[1400];
   char *cfg = arch->config_json(&s->cfg, dt);
-  cJSON *ids = imported_ids(s);
+  cJSON *ids = st_model_source_special_ids(s); /* an import's, a run's, an HF directory's */
   char *with_ids = cfg ? st_hf_config_with_ids(cfg, ids) : NULL;
   cJSON_Delete(ids);
   if (with_ids != cfg) {

@@ -7,15 +7,18 @@
 /* shardtrain ckpt import SRC --out RUN_DIR
  *   SRC: any model source (io/model_source.h). Writes RUN_DIR/ckpt/step_00000000
  *   (step 0, zero Adam moments, world 1, ZeRO 0; the config JSON holds the
- *   shape and "imported_from") and RUN_DIR/tokenizer/ with the source's
+ *   shape, "imported_from" and the source's bos/eos/pad ids as
+ *   "hf_special_ids") and RUN_DIR/tokenizer/ with the source's
  *   tokenizer files. An --out holding checkpoints is refused (exit 3).
  * argv[0] is "import". Returns the exit code. */
 int st_cmd_ckpt_import(int argc, char **argv);
 
 /* shardtrain ckpt export SRC --out PATH [--dtype fp32|bf16] [--format hf|llmc]
  *   hf: PATH is a directory (config.json, model.safetensors, tokenizer files);
- *   llmc: PATH is the llm.c model file. Written under a temporary name and
- *   renamed; an existing PATH is refused (exit 3).
+ *   its config.json has the source's bos/eos/pad ids when it records them
+ *   (st_model_source_special_ids); llmc: PATH is the llm.c model file.
+ *   Written under a temporary name and renamed; an existing PATH is refused
+ *   (exit 3).
  * argv[0] is "export". Returns the exit code. */
 int st_cmd_ckpt_export(int argc, char **argv);
 

@@ -4,7 +4,8 @@
  * the first new token; every later token is one step of one position over
  * the KV cache. The continuation (not the prompt) is streamed to stdout as
  * it is chosen, then a newline; the timing summary goes to stderr (one JSON
- * line with --json), so stdout holds only the sample. */
+ * line with --json), so stdout holds only the sample. An id the tokenizer
+ * has no text for prints as <|id:N|> (st_tokenizer_token_text). */
 #define _POSIX_C_SOURCE 200809L
 #include "launcher/sample.h"
 
@@ -38,7 +39,9 @@ static void usage(void) {
          "  --ignore-eot       do not stop at the end-of-text token\n"
          "  --json             the summary on stderr as one JSON line\n"
          "Stops at --max-new, the model's block size, or the end-of-text token. Prints the\n"
-         "continuation only (the prompt is not repeated), then a newline; tokens/s on stderr.\n");
+         "continuation only (the prompt is not repeated), then a newline; tokens/s on stderr.\n"
+         "An id the tokenizer has no text for (past its vocabulary, in a model with more ids,\n"
+         "such as byte tokens under a 300-id model) prints as <|id:N|>; --print-ids prints N.\n");
 }
 
 typedef struct {
@@ -171,9 +174,10 @@ static void emit(const sample_flags *f, const st_tokenizer *tok, int id, int k) 
   if (f->print_ids) {
     printf(k ? ",%d" : "%d", id);
   } else {
+    char buf[ST_TOKEN_TEXT_BUF];
     size_t len = 0;
-    const char *b = st_tokenizer_token_bytes(tok, (uint32_t)id, &len);
-    if (b && len) fwrite(b, 1, len, stdout);
+    const char *b = st_tokenizer_token_text(tok, (uint32_t)id, buf, &len);
+    if (len) fwrite(b, 1, len, stdout);
   }
   fflush(stdout);
 }

@@ -4,7 +4,8 @@
  * the checkpoint, given ones override and are listed, the cosine horizon
  * follows --steps unless it was set apart, model-defining settings are
  * refused with exit 3 naming the flag, auto-fit keeps choosing what it
- * chooses, and --steps below the checkpoint's step is a usage error.
+ * chooses, --steps below the checkpoint's step is a usage error, and the
+ * source's bos/eos/pad ids are the checkpoint's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "launcher/cli.h"
 #include "rank/train/resume_config.h"
@@ -252,6 +254,51 @@ static void test_steps_below_the_checkpoint(void **state) {
   assert_non_null(strstr(st_error_msg(), "--steps 4 is below the step of the checkpoint S (6)"));
 }
 
+/* The bos/eos/pad ids a fine-tune's checkpoint carries (its "hf_special_ids",
+ * or an older import's "imported_from" copy) are the resumed run's, whose
+ * checkpoints write them again for `ckpt export`; none in the checkpoint
+ * leaves none. */
+static void test_special_ids_come_from_the_checkpoint(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  st_run_config rc;
+  parse(k_run, &rc);
+  rc.model.vocab_size = 256;
+  cJSON *ids = cJSON_Parse("{\"bos_token_id\":1,\"eos_token_id\":[2,3]}");
+  assert_int_equal(st_run_config_set_special_ids(&rc, ids, "SRC"), 0);
+  cJSON_Delete(ids);
+  char *j = st_run_config_to_json(&rc);
+  memset(&meta, 0, sizeof meta);
+  snprintf(meta.config_json, sizeof meta.config_json, "%s", j);
+  free(j);
+  meta.step = 2;
+  meta.world_size = 1;
+  parse("--data d.h5", &rc);
+  assert_string_equal(rc.hf_special_ids, "");
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  assert_string_equal(rc.hf_special_ids, "{\"bos_token_id\":1,\"eos_token_id\":[2,3]}");
+  j = st_run_config_to_json(&rc);
+  assert_non_null(strstr(j, "\"hf_special_ids\":{\"bos_token_id\":1,\"eos_token_id\":[2,3]}"));
+  free(j);
+  /* an import written before runs carried them: under imported_from */
+  written(k_run, 0, 1, &meta);
+  cJSON *o = cJSON_Parse(meta.config_json);
+  cJSON *imp = cJSON_AddObjectToObject(o, "imported_from");
+  cJSON_AddItemToObject(imp, "hf_special_ids", cJSON_Parse("{\"eos_token_id\":7}"));
+  j = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  snprintf(meta.config_json, sizeof meta.config_json, "%s", j);
+  cJSON_free(j);
+  parse("--data d.h5", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  assert_string_equal(rc.hf_special_ids, "{\"eos_token_id\":7}");
+  /* none in the checkpoint: none in the run */
+  written(k_run, 6, 1, &meta);
+  snprintf(rc.hf_special_ids, sizeof rc.hf_special_ids, "{\"bos_token_id\":9}");
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, NULL), 0);
+  assert_string_equal(rc.hf_special_ids, "");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_settings_not_given_come_from_the_checkpoint),
@@ -262,6 +309,7 @@ int main(void) {
       cmocka_unit_test(test_old_checkpoint_resumes_as_gpt2),
       cmocka_unit_test(test_auto_fit_chooses_again),
       cmocka_unit_test(test_steps_below_the_checkpoint),
+      cmocka_unit_test(test_special_ids_come_from_the_checkpoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

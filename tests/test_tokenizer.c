@@ -129,6 +129,32 @@ static void test_bytes(void **state) {
   st_tokenizer_free(t);
 }
 
+/* sample's text of each id: bytes for ids < 256, "<|id:N|>" past the byte
+ * tokenizer (a model of 300 ids), never nothing */
+static void test_token_text(void **state) {
+  (void)state;
+  st_tokenizer *t = st_tokenizer_load("bytes");
+  assert_non_null(t);
+  char buf[ST_TOKEN_TEXT_BUF];
+  size_t len = 99;
+  const char *b = st_tokenizer_token_text(t, 'A', buf, &len);
+  assert_int_equal(len, 1);
+  assert_int_equal(b[0], 'A');
+  b = st_tokenizer_token_text(t, 0, buf, &len); /* NUL is a byte like any other */
+  assert_int_equal(len, 1);
+  assert_int_equal(b[0], 0);
+  b = st_tokenizer_token_text(t, 256, buf, &len);
+  assert_int_equal(len, 10);
+  assert_memory_equal(b, "<|id:256|>", len);
+  b = st_tokenizer_token_text(t, 1000, buf, &len);
+  assert_int_equal(len, 11);
+  assert_memory_equal(b, "<|id:1000|>", len);
+  b = st_tokenizer_token_text(t, UINT32_MAX, buf, &len);
+  assert_int_equal(len, 17);
+  assert_memory_equal(b, "<|id:4294967295|>", len);
+  st_tokenizer_free(t);
+}
+
 static void test_bpe_encode(void **state) {
   (void)state;
   char dir[128];
@@ -363,6 +389,7 @@ static void test_rank_file_malformed(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bytes),
+      cmocka_unit_test(test_token_text),
       cmocka_unit_test(test_bpe_encode),
       cmocka_unit_test(test_bpe_spellings_same_digest),
       cmocka_unit_test(test_bpe_malformed),

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/model_source.h"
 #include "rank/optim/optimizer.h"
 #include "util/error.h"
 
@@ -208,6 +209,13 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
       cJSON_free(vn);
     }
     cJSON_Delete(now);
+  }
+  /* No flag sets the bos/eos/pad ids: always the checkpoint's, so a resumed
+   * fine-tune's export keeps its source's (rank/train/run_config.h). */
+  if (!err) {
+    cJSON *ids = st_ckpt_config_special_ids(meta->config_json);
+    err = st_run_config_set_special_ids(rc, ids, from);
+    cJSON_Delete(ids);
   }
   /* The model's name follows its shape when no shape flag was given. */
   const cJSON *name = cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "model"), "name");

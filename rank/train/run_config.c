@@ -56,6 +56,22 @@ void st_run_config_set_tokenizer(st_run_config *rc, const char *name, const char
   rc->tokenizer_vocab = vocab;
 }
 
+int st_run_config_set_special_ids(st_run_config *rc, const cJSON *ids, const char *from) {
+  rc->hf_special_ids[0] = 0;
+  if (!cJSON_IsObject(ids) || !ids->child) return 0;
+  char *text = cJSON_PrintUnformatted(ids);
+  if (!text)
+    return st_error_setc(ST_EXIT_ERROR, "out of host memory for the special token ids of %s", from);
+  const size_t n = strlen(text);
+  if (n < sizeof rc->hf_special_ids) memcpy(rc->hf_special_ids, text, n + 1);
+  cJSON_free(text);
+  if (n >= sizeof rc->hf_special_ids)
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: its bos/eos/pad token ids take %zu characters "
+                         "of JSON, more than the %zu a checkpoint keeps; shorten eos_token_id's "
+                         "list in its config.json", from, n, sizeof rc->hf_special_ids - 1);
+  return 0;
+}
+
 int st_run_config_given(const st_run_config *rc, const char *flag) {
   char key[80];
   snprintf(key, sizeof key, " %s ", flag);
@@ -150,6 +166,9 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddStringToObject(k, "name", rc->tokenizer_name);
   cJSON_AddStringToObject(k, "digest", rc->tokenizer_digest);
   cJSON_AddNumberToObject(k, "vocab_size", rc->tokenizer_vocab);
+  /* what `ckpt export` writes back into config.json (io/model_source.h) */
+  cJSON *ids = rc->hf_special_ids[0] ? cJSON_Parse(rc->hf_special_ids) : NULL;
+  if (ids) cJSON_AddItemToObject(o, "hf_special_ids", ids);
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;

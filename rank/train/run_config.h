@@ -4,6 +4,7 @@
 #ifndef ST_RUN_CONFIG_H
 #define ST_RUN_CONFIG_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,13 @@ typedef struct {
   char tokenizer_name[32];
   char tokenizer_digest[72];
   int tokenizer_vocab;
+  /* The bos/eos/pad token ids of the Hugging Face config.json the weights
+   * first came from, as compact JSON text ({"bos_token_id":1,...}), "" when
+   * none: set by st_run_config_set_special_ids from the source at `ckpt
+   * import` and a fresh `train --init-from` (io/model_source.h), from the
+   * checkpoint's config on resume; written as the config's "hf_special_ids",
+   * which `ckpt export` puts back into its config.json. No flag sets it. */
+  char hf_special_ids[512];
   int64_t steps;
   st_optim_config optim;
   uint64_t seed;
@@ -125,6 +133,11 @@ void st_run_config_defaults(st_run_config *rc);
  * and vocab 0 clear it. */
 void st_run_config_set_tokenizer(st_run_config *rc, const char *name, const char *digest,
                                  int vocab);
+
+/* Record ids (a cJSON object, st_model_source_special_ids) in
+ * rc->hf_special_ids; NULL or an empty object clears it. 0, or -1 with
+ * st_error (exit 3) naming `from` when the ids' text does not fit the field. */
+int st_run_config_set_special_ids(st_run_config *rc, const cJSON *ids, const char *from);
 
 /* 1 when flag ("--lr") was given on the command line (rc->given). */
 int st_run_config_given(const st_run_config *rc, const char *flag);

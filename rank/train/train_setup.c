@@ -676,6 +676,11 @@ static int setup_init_from(trainer *tr) {
     st_run_config_set_tokenizer(rc, st_tokenizer_name(tok), st_tokenizer_digest(tok),
                                 st_tokenizer_vocab_size(tok));
   st_tokenizer_free(tok);
+  /* the source's bos/eos/pad ids: this run's export writes them back */
+  cJSON *ids = st_model_source_special_ids(&s);
+  const int bad = st_run_config_set_special_ids(rc, ids, rc->init_from);
+  cJSON_Delete(ids);
+  if (bad) return st_error_prefix("--init-from");
   if (!st_run_config_given(rc, "--seq-len")) rc->seq_len = c->block_size;
   if (rc->seq_len > c->block_size)
     return st_error_setc(ST_EXIT_USAGE, "--seq-len %d exceeds the %d positions of --init-from "

@@ -116,7 +116,7 @@ for name, (c, t) in models.items():
     exported[name] = round_trip(name, make(name, c, t))
 ck = run([a.bin, "ckpt", "info", W("run_llama-gqa")]).stdout
 check('"hf_special_ids":{"bos_token_id":1,"eos_token_id":[2,3]}' in ck,
-      "the checkpoint keeps the source's bos/eos ids (imported_from.hf_special_ids)")
+      "the checkpoint keeps the source's bos/eos ids (its config's hf_special_ids)")
 
 # sharded: the same weights as the single file
 d = make("llama-gqa-sharded", lc, lt, shards=3)
