@@ -26,8 +26,12 @@
 #  - e2e_tokenizer_tiktoken: four minutes of tokenizing 151k-token
 #    vocabularies over every code point; the rank-file loader, merge rule and
 #    special tokens run under ASan in test_tokenizer;
+#  - e2e_bench_train: 52 s under ASan of the benchmark's front end, which
+#    launches mpirun; the training loop it times runs on 1/2/4 ranks under
+#    ASan in e2e_ranks_agree and e2e_resume;
 #  - netns_two_hosts, e2e_slurm_preempt: the network and Slurm, not more of
 #    our code, and minutes CI does not have.
+# e2e_tokenizer_parity runs its golden part only (ST_TEST_SANITIZER, env.sh).
 # Usage: scripts/sanitizers.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +46,7 @@ cmake --build build-asan -j "$(nproc)"
 # MPI's suppressed), shared with the sanitizer_self_test ctest.
 source tests/sanitizers/env.sh
 cd build-asan
-skip='e2e_memory_flat|e2e_docs|e2e_finetune|e2e_family_ranks|e2e_tokenizer_tiktoken|netns_two_hosts|e2e_slurm_preempt'
+skip='e2e_memory_flat|e2e_docs|e2e_finetune|e2e_family_ranks|e2e_tokenizer_tiktoken|e2e_bench_train|netns_two_hosts|e2e_slurm_preempt'
 # The run lock's two-job races: 2 under ASan, not 8 (a 200-step race takes
 # about a minute there on two cores; the plain ctest stage runs all 8).
 export ST_TEST_LOCK_RACES=${ST_TEST_LOCK_RACES:-2}
