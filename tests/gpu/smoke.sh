@@ -238,8 +238,11 @@ done
 # sample and eval on CUDA against the CPU, from a tiny run trained above:
 # greedy ids in fp32 equal the CPU's (KV cache on both), eval's loss within
 # 1e-5 relative in fp32 and 2e-2 in bf16; sample runs in bf16.
+# sample_eval RUN NAME NOTE: greedy ids of RUN's checkpoint on the CPU, on
+# CUDA fp32 (equal) and bf16 (it runs), and eval loss on each (fp32 within
+# 1e-5 of the CPU, bf16 within 2e-2).
 sample_eval() {
-  local run=$W/tiny-fp32-flash-z0 name=sample-eval-cuda
+  local run=$1 name=$2 note=$3
   local ids=(--prompt-ids 73,110,32,116,104,101 --max-new 40 --temperature 0 --print-ids)
   local c g b
   c=$("$B" sample --init "$run" --device cpu "${ids[@]}" 2>> "$W/$name.log")
@@ -258,11 +261,11 @@ c, f, b = (json.loads(l)["loss"] for l in sys.stdin)
 ok = abs(f - c) <= 1e-5 * c and abs(b - c) <= 2e-2 * c
 print(("ok " if ok else "") + f"eval loss cpu {c:.6f}, cuda fp32 {f:.6f}, bf16 {b:.6f}")' 2>&1)
   case "$verdict" in
-    ok*) ok "$name" "40 greedy ids equal the CPU's; ${verdict#ok }" ;;
+    ok*) ok "$name" "40 greedy ids equal the CPU's$note; ${verdict#ok }" ;;
     *) bad "$name" "$verdict" ;;
   esac
 }
-sample_eval
+sample_eval "$W/tiny-fp32-flash-z0" sample-eval-cuda ""
 
 # An imported Hugging Face GPT-2 on CUDA (tests/data/hf/tiny, whose outputs
 # transformers wrote into oracle.json): greedy ids in fp32 equal
@@ -338,31 +341,7 @@ for spec in "llama bf16 cudnn" "llama fp16 flash"; do
 done
 check "qwen2-mqa-bf16-cudnn" 8 "$B" train "${LW[@]}" --arch qwen2 --kv-heads 1 --tied 1 \
   --precision bf16 --attention cudnn --zero 2 --resume none --out "$W/qwen2-mqa-bf16-cudnn"
-family_sample_eval() {
-  local run=$W/llama-tiny-fp32-flash-z0-none name=llama-sample-eval-cuda
-  local ids=(--prompt-ids 73,110,32,116,104,101 --max-new 40 --temperature 0 --print-ids)
-  local c g b
-  c=$("$B" sample --init "$run" --device cpu "${ids[@]}" 2>> "$W/$name.log")
-  g=$("$B" sample --init "$run" --device cuda --precision fp32 "${ids[@]}" 2>> "$W/$name.log")
-  b=$("$B" sample --init "$run" --device cuda --precision bf16 "${ids[@]}" 2>> "$W/$name.log")
-  if [ -z "$c" ] || [ "$c" != "$g" ] || [ -z "$b" ]; then
-    bad "$name" "greedy ids: cpu '$c' cuda fp32 '$g' bf16 '$b' (see $W/$name.log)"; return
-  fi
-  local verdict
-  verdict=$(for d in "cpu fp32" "cuda fp32" "cuda bf16"; do
-      set -- $d
-      "$B" eval --init "$run" --data "$DATA" --max-windows 64 --device $1 --precision $2 --json
-    done 2>> "$W/$name.log" | python3 -c '
-import json, sys
-c, f, b = (json.loads(l)["loss"] for l in sys.stdin)
-ok = abs(f - c) <= 1e-5 * c and abs(b - c) <= 2e-2 * c
-print(("ok " if ok else "") + f"eval loss cpu {c:.6f}, cuda fp32 {f:.6f}, bf16 {b:.6f}")' 2>&1)
-  case "$verdict" in
-    ok*) ok "$name" "40 greedy ids equal the CPU's (RoPE, GQA decode); ${verdict#ok }" ;;
-    *) bad "$name" "$verdict" ;;
-  esac
-}
-family_sample_eval
+sample_eval "$W/llama-tiny-fp32-flash-z0-none" llama-sample-eval-cuda " (RoPE, GQA decode)"
 
 # 4. Stop, resume, verify: the resumed run's losses equal an uninterrupted
 # run's, bit for bit (deterministic kernels, restored data position and RNG).
