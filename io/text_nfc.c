@@ -162,8 +162,9 @@ int st_nfc_normalize(const unsigned char *text, size_t len, unsigned char **out,
       int32_t dn = 0;
       int changed = normalize_chunk(n2, text + a, e - a, &src, &dst, &dn);
       if (changed < 0) rc = -1;
-      else if (changed)
-        rc = (out_append(&o, text + kept, a - kept) != 0 || append_utf16(&o, dst.u, dn) != 0) ? -1 : 0;
+      else if (changed && (out_append(&o, text + kept, a - kept) != 0 ||
+                           append_utf16(&o, dst.u, dn) != 0))
+        rc = -1;
       if (changed) kept = e;
       a = e;
     }

@@ -33,7 +33,8 @@ typedef struct st_tokenizer st_tokenizer;
 
 /* path: a directory holding shardtrain_tiktoken.json + its rank file (what
  * a token file stores for tiktoken-bpe), tokenizer.json (hf-bpe when its
- * pre-tokenizer is a Split; else GPT-2's), vocab.json + merges.txt or
+ * pre-tokenizer is a Split; else GPT-2's; taken over vocab.json + merges.txt
+ * beside it when it has a Split or a normalizer), vocab.json + merges.txt or
  * encoder.json + vocab.bpe (GPT-2), or a rank file (tokenizer.model,
  * *.tiktoken); or one of those files itself; or the word "bytes" (the byte
  * tokenizer, vocabulary 256, no end-of-text token).
@@ -81,10 +82,11 @@ const char *st_tokenizer_normalizer(const st_tokenizer *t);
  * the pattern (each a uint32 length and the bytes) and whole_piece (uint32:
  * 1 for tiktoken-bpe and ignore_merges) (hf-bpe, tiktoken-bpe; a rank file
  * has no merges: count 0); with the NFC normalizer (any kind) "shardtrain
- * tokenizer v3\n", the same three and the string "NFC"; then the vocabulary (count, then per id a little-endian
- * uint32 length and the bytes), the merges in rank order (count, then left
- * and right id as uint32), the special tokens (count, then id). "bytes" has
- * a fixed digest (256 one-byte tokens, no merges, no specials). */
+ * tokenizer v3\n", the same three and the string "NFC"; then the vocabulary
+ * (count, then per id a little-endian uint32 length and the bytes), the
+ * merges in rank order (count, then left and right id as uint32), the
+ * special tokens (count, then id). "bytes" has a fixed digest (256 one-byte
+ * tokens, no merges, no specials). */
 const char *st_tokenizer_digest(const st_tokenizer *t);
 /* Write the tokenizer's files into dir (created if needed) under Hugging
  * Face names: vocab.json + merges.txt (from either spelling), or

@@ -159,8 +159,8 @@ int st_cmd_tokenize(int argc, char **argv) {
              "  reads text on stdin, prints its token ids, one per line; --decode reads ids\n"
              "  (one per line or space separated) and writes the bytes; --allow-special\n"
              "  encodes special tokens in the text (<|endoftext|>, <|im_start|>, ...) as their\n"
-             "  single ids; --info prints the\n"
-             "  tokenizer's name, vocabulary, end-of-text id, normalizer (NFC or none) and digest\n");
+             "  single ids; --info prints the tokenizer's name, vocabulary, end-of-text\n"
+             "  id, normalizer (NFC or none) and digest\n");
       return 0;
     }
     if (!strcmp(argv[i], "--decode")) decode = 1;

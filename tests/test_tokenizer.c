@@ -223,8 +223,8 @@ static void test_bpe_malformed(void **state) {
   expect_load_error(dir, "no merges.txt");
   snprintf(dir, sizeof dir, "%s/normalizer", g_dir);
   assert_int_equal(st_mkdir_p(dir), 0);
-  write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": "
-             "{\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
+  write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"Lowercase\"}, "
+             "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
              "\"merges\": []}}");
   expect_load_error(dir, "tokenizer.json: has a normalizer (Lowercase)");
   write_text(dir, "tokenizer.json", "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": "

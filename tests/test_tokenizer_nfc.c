@@ -104,8 +104,9 @@ static void expect_golden(const st_tokenizer *t, const cJSON *e, const char *fie
   const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
   const char *text = cJSON_GetObjectItem(e, "text")->valuestring;
   const cJSON *want = cJSON_GetObjectItem(e, field);
+  const int special = cJSON_IsTrue(cJSON_GetObjectItem(e, "special"));
   size_t n;
-  uint32_t *ids = ids_of(t, text, strlen(text), cJSON_IsTrue(cJSON_GetObjectItem(e, "special")), &n);
+  uint32_t *ids = ids_of(t, text, strlen(text), special, &n);
   if (n != (size_t)cJSON_GetArraySize(want))
     fail_msg("%s (%s): %zu ids, tokenizers gives %d", name, field, n, cJSON_GetArraySize(want));
   size_t i = 0;
