@@ -12,7 +12,9 @@
  * Ranks live in a hash table keyed by the pair of ids; a direct-mapped cache
  * maps recent short pre-tokens to their ids, since most words of a text
  * repeat. With whole_piece (tiktoken; tokenizer.json's ignore_merges) a
- * pre-token that is a token is taken whole before any merging.
+ * pre-token that is a token is taken whole before any merging. A tokenizer
+ * with the NFC normalizer (Qwen2's tokenizer.json) puts the text between
+ * special tokens in NFC before the regex sees it (io/text_nfc.c).
  *
  * Invalid UTF-8: PCRE2_MATCH_INVALID_UTF makes the regex match only inside
  * valid stretches; the bytes between matches (invalid sequences) form one
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "io/bpe_gpt2.h"
+#include "io/text_nfc.h"
 #include "util/error.h"
 
 /* GPT-2's pattern, with one change: PCRE2 counts U+180E (Mongolian vowel
@@ -447,6 +450,20 @@ static int encode_ordinary(const st_tokenizer *t, const unsigned char *s, size_t
   return 0;
 }
 
+/* Ordinary text through the tokenizer's normalizer first (NFC). Special
+ * tokens are matched before it, as Hugging Face matches added tokens with
+ * "normalized": false (Qwen2's): the text between two is normalised alone. */
+static int encode_normalized(const st_tokenizer *t, const unsigned char *s, size_t len,
+                             ids_out *o) {
+  if (!t->nfc) return encode_ordinary(t, s, len, o);
+  unsigned char *nfc = NULL;
+  size_t n = 0;
+  if (st_nfc_normalize(s, len, &nfc, &n) != 0) return -1;
+  int rc = nfc ? encode_ordinary(t, nfc, n, o) : encode_ordinary(t, s, len, o);
+  free(nfc);
+  return rc;
+}
+
 int st_bpe_encode(const st_tokenizer *t, const unsigned char *text, size_t len, int allow_special,
                   uint32_t **ids, size_t *n) {
   ids_out o = {0};
@@ -467,7 +484,7 @@ int st_bpe_encode(const st_tokenizer *t, const unsigned char *text, size_t len, 
         }
       }
     }
-    rc = encode_ordinary(t, text + pos, at - pos, &o);
+    rc = encode_normalized(t, text + pos, at - pos, &o);
     if (rc == 0 && k_len) rc = push(&o, &k_id, 1);
     pos = at + k_len;
   }

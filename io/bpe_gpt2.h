@@ -43,6 +43,9 @@ struct st_tokenizer {
   /* a pre-token that is itself a (non-special) token is that token, as
    * tiktoken does and tokenizer.json's ignore_merges asks */
   int whole_piece;
+  /* 1: text is put in NFC before the pre-tokenizer (tokenizer.json's
+   * normalizer, io/text_nfc.h); part of the identity */
+  int nfc;
   unsigned char *is_special;  /* per id: 1 for special tokens (whole_piece skips them) */
   char name[32];
   char path[1024];
@@ -94,6 +97,15 @@ int st_tiktoken_load_config(st_tokenizer *t, const char *config_path);
  * base64, one space, a decimal rank). */
 int st_tiktoken_sniff(const char *path);
 /* bpe_load.c helpers shared with bpe_tiktoken.c */
+struct cJSON;
+/* The "normalizer" of the JSON object j (a tokenizer.json, or the
+ * shardtrain_tiktoken.json prep writes): none (absent, null, an empty
+ * Sequence) or NFC (alone or the only kind inside a Sequence) sets t->nfc.
+ * Any other normalizer is refused by name, and so is NFC where this build
+ * lacks ICU (naming the package) or where an added token has "normalized"
+ * true (those are matched after normalising, which this tokenizer does not
+ * do). 0 or -1 with st_error (exit 4) naming file. */
+int st_bpe_read_normalizer(st_tokenizer *t, const char *file, const struct cJSON *j);
 int st_bpe_read_whole(const char *path, unsigned char **data, size_t *len);
 int st_bpe_add_file(st_tokenizer *t, const char *path, const char *hf_name);
 /* The end-of-text id: the first of <|endoftext|>, <|end_of_text|> in the

@@ -3,7 +3,8 @@
  * Three spellings of GPT-2's: vocab.json + merges.txt (Hugging Face),
  * encoder.json + vocab.bpe (OpenAI: the same formats) and tokenizer.json
  * (Hugging Face tokenizers: model.vocab, model.merges, added_tokens); a
- * tokenizer.json with its own Split pattern (Llama 3, Qwen2: hf-bpe); and
+ * tokenizer.json with its own Split pattern (Llama 3, Qwen2: hf-bpe), with
+ * an NFC normalizer (Qwen2) where the build has ICU; and
  * the dispatch to tiktoken rank files (io/bpe_tiktoken.c). JSON is
  * parsed with cJSON; token strings are mapped back to bytes through the
  * inverse of GPT-2's bytes_to_unicode table. Every failure is one line naming
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "io/bpe_gpt2.h"
+#include "io/text_nfc.h"
 #include "util/error.h"
 
 #define data_error(...) st_error_setc(4, __VA_ARGS__)
@@ -346,16 +348,54 @@ static int check_pretokenizer(st_tokenizer *t, const char *file, const cJSON *pt
   return 0;
 }
 
+/* The first normalizer kind in norm that is not NFC (inside Sequences), or
+ * NULL when all are; *any: 1 when norm holds an NFC. */
+static const char *non_nfc_kind(const cJSON *norm, int *any) {
+  const cJSON *type = cJSON_GetObjectItem(norm, "type");
+  if (!cJSON_IsString(type)) return "unknown type";
+  if (!strcmp(type->valuestring, "NFC")) {
+    *any = 1;
+    return NULL;
+  }
+  if (strcmp(type->valuestring, "Sequence")) return type->valuestring;
+  const cJSON *list = cJSON_GetObjectItem(norm, "normalizers");
+  if (!cJSON_IsArray(list)) return "Sequence without a normalizers list";
+  for (const cJSON *e = list->child; e; e = e->next) {
+    const char *bad = non_nfc_kind(e, any);
+    if (bad) return bad;
+  }
+  return NULL;
+}
+
+int st_bpe_read_normalizer(st_tokenizer *t, const char *file, const cJSON *j) {
+  const cJSON *norm = cJSON_GetObjectItem(j, "normalizer");
+  int any = 0;
+  const char *bad = norm && !cJSON_IsNull(norm) ? non_nfc_kind(norm, &any) : NULL;
+  if (bad)
+    return data_error("%s: has a normalizer (%s); only NFC (alone or in a Sequence of NFC, as "
+                      "Qwen2's) is applied, give a tokenizer.json without the others", file, bad);
+  if (any && !st_nfc_available())
+    return data_error("%s: has a normalizer (NFC), and this build of shardtrain lacks ICU to "
+                      "apply it; install libicu-dev (apt-get install libicu-dev, or "
+                      "scripts/deps.sh) and rebuild (CMake finds it by pkg-config icu-uc)", file);
+  const cJSON *added = cJSON_GetObjectItem(j, "added_tokens");
+  for (const cJSON *e = any && added ? added->child : NULL; e; e = e->next)
+    if (cJSON_IsTrue(cJSON_GetObjectItem(e, "normalized")))
+      return data_error("%s: added token \"%s\" has \"normalized\": true under the NFC normalizer; "
+                        "only added tokens matched before normalising (false, as Qwen2's) are "
+                        "supported", file,
+                        cJSON_IsString(cJSON_GetObjectItem(e, "content"))
+                            ? cJSON_GetObjectItem(e, "content")->valuestring : "?");
+  t->nfc = any;
+  return 0;
+}
+
 /* Options that would change the ids GPT-2's algorithm gives: refused, not
- * ignored (a normalizer, word suffixes, ignore_merges as in Llama 3). */
+ * ignored (a normalizer other than NFC, word suffixes, ignore_merges as in
+ * Llama 3). */
 static int check_model_options(st_tokenizer *t, const char *file, const cJSON *j,
                                const cJSON *model) {
-  const cJSON *norm = cJSON_GetObjectItem(j, "normalizer");
-  if (norm && !cJSON_IsNull(norm))
-    return data_error("%s: has a normalizer (%s); GPT-2's byte-level BPE has none and this "
-                      "tokenizer does not apply one", file,
-                      cJSON_IsString(cJSON_GetObjectItem(norm, "type"))
-                          ? cJSON_GetObjectItem(norm, "type")->valuestring : "unknown type");
+  if (st_bpe_read_normalizer(t, file, j) != 0) return -1;
   static const char *const strs[] = {"continuing_subword_prefix", "end_of_word_suffix"};
   for (int i = 0; i < 2; i++) {
     const cJSON *v = cJSON_GetObjectItem(model, strs[i]);
@@ -465,10 +505,10 @@ static int load_tokenizer_json(st_tokenizer *t, const char *path) {
 
 /* ---- dispatch on what path holds ------------------------------------------- */
 
-/* A tokenizer.json whose pre-tokenizer has a Split (hf-bpe): chosen over
- * vocab.json + merges.txt beside it, which hold no pattern (Qwen2's
- * directories have all three). */
-static int json_has_split(const char *path) {
+/* A tokenizer.json whose pre-tokenizer has a Split (hf-bpe) or that has a
+ * normalizer: chosen over vocab.json + merges.txt beside it, which hold no
+ * pattern and no normalizer (Qwen2's directories have all three). */
+static int json_needs_itself(const char *path) {
   unsigned char *data = NULL;
   size_t len = 0;
   if (st_bpe_read_whole(path, &data, &len) != 0) return 0;
@@ -476,10 +516,12 @@ static int json_has_split(const char *path) {
   free(data);
   const cJSON *pt = cJSON_GetObjectItem(j, "pre_tokenizer");
   const cJSON *type = cJSON_GetObjectItem(pt, "type");
-  int split = cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence") &&
-              cJSON_GetArraySize(cJSON_GetObjectItem(pt, "pretokenizers")) > 1;
+  const cJSON *norm = cJSON_GetObjectItem(j, "normalizer");
+  int itself = (cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence") &&
+                cJSON_GetArraySize(cJSON_GetObjectItem(pt, "pretokenizers")) > 1) ||
+               (norm && !cJSON_IsNull(norm));
   cJSON_Delete(j);
-  return split;
+  return itself;
 }
 
 static const char *base_name(const char *path) {
@@ -527,7 +569,7 @@ int st_bpe_load(st_tokenizer *t, const char *path, const char *preset) {
     snprintf(a, sizeof a, "%s/shardtrain_tiktoken.json", path);
     if (is_file(a)) return st_tiktoken_load_config(t, a);
     snprintf(a, sizeof a, "%s/tokenizer.json", path);
-    if (is_file(a) && json_has_split(a)) return load_tokenizer_json(t, a);
+    if (is_file(a) && json_needs_itself(a)) return load_tokenizer_json(t, a);
     static const char *const pairs[2][2] = {{"vocab.json", "merges.txt"},
                                             {"encoder.json", "vocab.bpe"}};
     for (int i = 0; i < 2; i++) {

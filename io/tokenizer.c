@@ -31,17 +31,21 @@ static void put_str(EVP_MD_CTX *c, const char *s) {
 
 /* The canonical serialisation of tokenizer.h, hashed with SHA-256. */
 static int compute_digest(st_tokenizer *t) {
-  static const char head[] = "shardtrain tokenizer v1\n", head2[] = "shardtrain tokenizer v2\n";
-  const int v2 = !t->is_bytes && t->kind != ST_TOK_GPT2;
+  static const char head[] = "shardtrain tokenizer v1\n", head2[] = "shardtrain tokenizer v2\n",
+                    head3[] = "shardtrain tokenizer v3\n";
+  /* v3 only with a normalizer, so every digest without one stays as it was */
+  const int v3 = t->nfc, v2 = !v3 && !t->is_bytes && t->kind != ST_TOK_GPT2;
   EVP_MD_CTX *c = EVP_MD_CTX_new();
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int mdlen = 0;
   int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1;
-  if (ok && v2) {
-    EVP_DigestUpdate(c, head2, sizeof head2 - 1);
+  if (ok && (v2 || v3)) {
+    if (v3) EVP_DigestUpdate(c, head3, sizeof head3 - 1);
+    else EVP_DigestUpdate(c, head2, sizeof head2 - 1);
     put_str(c, t->name);
     put_str(c, t->pattern ? t->pattern : "");
     put_u32(c, (uint32_t)t->whole_piece);
+    if (v3) put_str(c, "NFC");
   } else if (ok) {
     EVP_DigestUpdate(c, head, sizeof head - 1);
   }
@@ -219,6 +223,7 @@ const char *st_tokenizer_token_text(const st_tokenizer *t, uint32_t id, char *bu
 int st_tokenizer_vocab_size(const st_tokenizer *t) { return t->vocab; }
 int64_t st_tokenizer_eot(const st_tokenizer *t) { return t->eot; }
 const char *st_tokenizer_name(const st_tokenizer *t) { return t->name; }
+const char *st_tokenizer_normalizer(const st_tokenizer *t) { return t->nfc ? "NFC" : "none"; }
 const char *st_tokenizer_digest(const st_tokenizer *t) { return t->digest; }
 const char *st_tokenizer_path(const st_tokenizer *t) { return t->path; }
 int st_tokenizer_file_count(const st_tokenizer *t) { return t->n_files; }

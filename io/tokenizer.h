@@ -4,7 +4,8 @@
  *                   or a tokenizer.json whose pre-tokenizer is ByteLevel alone;
  *   "hf-bpe"        a tokenizer.json whose pre-tokenizer is a Split regex then
  *                   ByteLevel without its regex (Llama 3, Qwen2, SmolLM2 ...),
- *                   added_tokens kept as single ids;
+ *                   added_tokens kept as single ids, the NFC normalizer
+ *                   (Qwen2's) applied where the build has ICU;
  *   "tiktoken-bpe"  a tiktoken rank file (each line: base64 of the token's
  *                   bytes, a space, its rank = id), such as Llama 3's
  *                   tokenizer.model or Qwen's qwen.tiktoken, with a pattern and
@@ -15,6 +16,8 @@
  * serialisation, so the same vocabulary gives the same digest from
  * vocab.json + merges.txt, encoder.json + vocab.bpe or tokenizer.json; for
  * hf-bpe and tiktoken-bpe it covers the pattern and special tokens too).
+ * A tokenizer.json's normalizer may be NFC (alone or in a Sequence of NFC),
+ * which needs ICU (io/text_nfc.h); any other is refused by name.
  * Token files (io/tokens.h) and run configs (rank/train/run_config.h) record both.
  *
  * A handle is not thread-safe: encode keeps a cache of recent pre-tokens in
@@ -30,7 +33,8 @@ typedef struct st_tokenizer st_tokenizer;
 
 /* path: a directory holding shardtrain_tiktoken.json + its rank file (what
  * a token file stores for tiktoken-bpe), tokenizer.json (hf-bpe when its
- * pre-tokenizer is a Split; else GPT-2's), vocab.json + merges.txt or
+ * pre-tokenizer is a Split; else GPT-2's; taken over vocab.json + merges.txt
+ * beside it when it has a Split or a normalizer), vocab.json + merges.txt or
  * encoder.json + vocab.bpe (GPT-2), or a rank file (tokenizer.model,
  * *.tiktoken); or one of those files itself; or the word "bytes" (the byte
  * tokenizer, vocabulary 256, no end-of-text token).
@@ -55,8 +59,10 @@ st_tokenizer *st_tokenizer_bytes(void);
  * the special token only when allow_special is 1; with 0 it is ordinary text.
  * Invalid UTF-8: the regex runs over the valid stretches (PCRE2's
  * MATCH_INVALID_UTF) and each run of invalid bytes is one piece of its own,
- * byte-pair encoded, so decode gives back the exact bytes. 0 or -1 with
- * st_error. */
+ * byte-pair encoded, so decode gives back the exact bytes. With the NFC
+ * normalizer the text between special tokens is put in NFC first (each
+ * valid stretch on its own, invalid bytes kept), so decode gives back the
+ * NFC of the text. 0 or -1 with st_error. */
 int st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t len, int allow_special,
                         uint32_t **ids, size_t *n);
 /* Decode ids to bytes: *out malloc'ed, NUL-terminated, *len bytes (without
@@ -78,14 +84,18 @@ const char *st_tokenizer_token_text(const st_tokenizer *t, uint32_t id, char *bu
 int st_tokenizer_vocab_size(const st_tokenizer *t);   /* 50257 for GPT-2 */
 int64_t st_tokenizer_eot(const st_tokenizer *t);      /* 50256 for GPT-2; -1 when none */
 const char *st_tokenizer_name(const st_tokenizer *t); /* "gpt2-bpe", "bytes" */
+/* "NFC" when the text is put in NFC before encoding, else "none". */
+const char *st_tokenizer_normalizer(const st_tokenizer *t);
 /* Hex SHA-256 (64 characters) of the canonical serialisation: "shardtrain
  * tokenizer v1\n" (gpt2-bpe, bytes) or "shardtrain tokenizer v2\n", the name,
  * the pattern (each a uint32 length and the bytes) and whole_piece (uint32:
  * 1 for tiktoken-bpe and ignore_merges) (hf-bpe, tiktoken-bpe; a rank file
- * has no merges: count 0), then the vocabulary (count, then per id a little-endian
- * uint32 length and the bytes), the merges in rank order (count, then left
- * and right id as uint32), the special tokens (count, then id). "bytes" has
- * a fixed digest (256 one-byte tokens, no merges, no specials). */
+ * has no merges: count 0); with the NFC normalizer (any kind) "shardtrain
+ * tokenizer v3\n", the same three and the string "NFC"; then the vocabulary
+ * (count, then per id a little-endian uint32 length and the bytes), the
+ * merges in rank order (count, then left and right id as uint32), the
+ * special tokens (count, then id). "bytes" has a fixed digest (256 one-byte
+ * tokens, no merges, no specials). */
 const char *st_tokenizer_digest(const st_tokenizer *t);
 /* Write the tokenizer's files into dir (created if needed) under Hugging
  * Face names: vocab.json + merges.txt (from either spelling), or

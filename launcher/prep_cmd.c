@@ -159,8 +159,8 @@ int st_cmd_tokenize(int argc, char **argv) {
              "  reads text on stdin, prints its token ids, one per line; --decode reads ids\n"
              "  (one per line or space separated) and writes the bytes; --allow-special\n"
              "  encodes special tokens in the text (<|endoftext|>, <|im_start|>, ...) as their\n"
-             "  single ids; --info prints the\n"
-             "  tokenizer's name, vocabulary, end-of-text id and digest\n");
+             "  single ids; --info prints the tokenizer's name, vocabulary, end-of-text\n"
+             "  id, normalizer (NFC or none) and digest\n");
       return 0;
     }
     if (!strcmp(argv[i], "--decode")) decode = 1;
@@ -181,8 +181,9 @@ int st_cmd_tokenize(int argc, char **argv) {
   if (!t) return st_cli_fail(st_error_exit_code());
   int rc = 0;
   if (info) {
-    printf("name %s\nvocab_size %d\neot %lld\ndigest %s\n", st_tokenizer_name(t),
-           st_tokenizer_vocab_size(t), (long long)st_tokenizer_eot(t), st_tokenizer_digest(t));
+    printf("name %s\nvocab_size %d\neot %lld\nnormalizer %s\ndigest %s\n", st_tokenizer_name(t),
+           st_tokenizer_vocab_size(t), (long long)st_tokenizer_eot(t), st_tokenizer_normalizer(t),
+           st_tokenizer_digest(t));
     st_tokenizer_free(t);
     return 0;
   }

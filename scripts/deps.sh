@@ -8,6 +8,7 @@ PKGS=(build-essential cmake pkg-config
       libhdf5-dev hdf5-tools              # checkpoints, token files (VDS, hl)
       libcjson-dev libcmocka-dev          # config JSON, unit tests
       libpcre2-dev libssl-dev             # tokenizer: pre-tokenization regex, vocabulary digest
+      libicu-dev                          # tokenizer: NFC normalizer (optional to the build)
       clang-tidy                          # static analysis (scripts/static_analysis.sh)
       python3 python3-h5py python3-numpy  # test oracles read HDF5 like a user would
       python3-matplotlib                  # benchmark plots (bench/plot_busbw.py)

@@ -249,10 +249,10 @@ static void test_bpe_malformed(void **state) {
   expect_load_error(dir, "no merges.txt");
   snprintf(dir, sizeof dir, "%s/normalizer", g_dir);
   assert_int_equal(st_mkdir_p(dir), 0);
-  write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": "
-             "{\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
+  write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"Lowercase\"}, "
+             "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, "
              "\"merges\": []}}");
-  expect_load_error(dir, "tokenizer.json: has a normalizer (NFC)");
+  expect_load_error(dir, "tokenizer.json: has a normalizer (Lowercase)");
   write_text(dir, "tokenizer.json", "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": "
              "{\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}");
   expect_load_error(dir, "pre_tokenizer is Metaspace, not ByteLevel");
@@ -351,6 +351,52 @@ static void test_rank_file(void **state) {
   st_tokenizer_free(v);
 }
 
+#ifdef SHARDTRAIN_HAVE_ICU
+/* A rank file takes the NFC normalizer of the tokenizer.json beside it, and
+ * the shardtrain_tiktoken.json it is stored with keeps it. */
+static void test_rank_file_nfc(void **state) {
+  (void)state;
+  char dir[128], path[256], out[128];
+  snprintf(dir, sizeof dir, "%s/rank_nfc", g_dir);
+  assert_int_equal(st_mkdir_p(dir), 0);
+  snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+  make_rank_file(path, "w6k= 260\n"); /* U+00E9 (C3 A9) is rank 260 */
+  write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, \"added_tokens\": "
+             "[{\"id\": 261, \"content\": \"<|endoftext|>\", \"normalized\": false}], "
+             "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+             "\"Split\", \"pattern\": {\"Regex\": \" ?\\\\p{L}+|\\\\s+\"}, \"behavior\": "
+             "\"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}");
+  st_tokenizer *t = st_tokenizer_load(path);
+  if (!t) fail_msg("%s", st_error_msg());
+  assert_string_equal(st_tokenizer_normalizer(t), "NFC");
+  const uint32_t w[] = {260};
+  uint32_t *ids;
+  size_t n;
+  assert_int_equal(st_tokenizer_encode(t, "e\xcc\x81", 3, 0, &ids, &n), 0); /* e + U+0301 */
+  assert_int_equal(n, 1);
+  assert_int_equal(ids[0], w[0]);
+  free(ids);
+  snprintf(out, sizeof out, "%s/rank_nfc_out", g_dir);
+  assert_int_equal(st_tokenizer_write_dir(t, out), 0);
+  st_tokenizer *u = st_tokenizer_load(out);
+  if (!u) fail_msg("%s", st_error_msg());
+  assert_string_equal(st_tokenizer_digest(u), st_tokenizer_digest(t));
+  assert_string_equal(st_tokenizer_normalizer(u), "NFC");
+  /* without the normalizer the same ranks are another tokenizer */
+  write_text(dir, "tokenizer.json", "{\"added_tokens\": [{\"id\": 261, \"content\": "
+             "\"<|endoftext|>\"}], \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": "
+             "[{\"type\": \"Split\", \"pattern\": {\"Regex\": \" ?\\\\p{L}+|\\\\s+\"}, "
+             "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}");
+  st_tokenizer *v = st_tokenizer_load(path);
+  if (!v) fail_msg("%s", st_error_msg());
+  assert_string_equal(st_tokenizer_normalizer(v), "none");
+  assert_string_not_equal(st_tokenizer_digest(v), st_tokenizer_digest(t));
+  st_tokenizer_free(t);
+  st_tokenizer_free(u);
+  st_tokenizer_free(v);
+}
+#endif
+
 static void test_rank_file_malformed(void **state) {
   (void)state;
   char dir[128], path[256];
@@ -394,6 +440,9 @@ int main(void) {
       cmocka_unit_test(test_bpe_spellings_same_digest),
       cmocka_unit_test(test_bpe_malformed),
       cmocka_unit_test(test_rank_file),
+#ifdef SHARDTRAIN_HAVE_ICU
+      cmocka_unit_test(test_rank_file_nfc),
+#endif
       cmocka_unit_test(test_rank_file_malformed),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);

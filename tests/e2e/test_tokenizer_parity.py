@@ -97,6 +97,9 @@ check(i_openai == i_hf and i_hf["vocab_size"] == "50257" and i_hf["eot"] == "502
       f"vocab.json + merges.txt and encoder.json + vocab.bpe: same identity {i_hf}")
 check(info("bytes")["digest"] == info("bytes")["digest"] != i_hf["digest"],
       "bytes has its own fixed digest")
+# what every build before the NFC normalizer gave: token files and runs record it
+check(i_hf["digest"] == "abdecb191364e14c4e504d75ebc6682da6678bc797c7b340d2c87cd1c7397128"
+      and i_hf["normalizer"] == "none", f"GPT-2's digest is unchanged: {i_hf['digest']}")
 
 
 # ---- malformed inputs: exit 4, one line naming the file ----

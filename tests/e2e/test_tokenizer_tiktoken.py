@@ -222,6 +222,8 @@ i_l = info(LL_RANKS)
 check(i_l["name"] == "tiktoken-bpe" and i_l["digest"] != i_q["digest"],
       "the same ranks with Llama 3's pattern have another digest")
 check(info(QWEN) == i_q and info(RANKS + ":qwen")["digest"] == i_q["digest"], "digest is stable")
+check(i_q["digest"] == "8b01639e92addecea8cbddecb2749fa20e5a7f64fee52e8d792b109af8a2eaf8",
+      f"qwen.tiktoken:qwen's digest is what builds before the NFC normalizer gave: {i_q['digest']}")
 check(i_h["digest"] not in (i_l["digest"], i_q["digest"]), "hf-bpe has a digest of its own")
 
 # ---- prep: uint32 tokens, the stored files rebuild the tokenizer -------------
