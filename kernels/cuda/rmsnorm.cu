@@ -45,11 +45,12 @@ __global__ void rmsnorm_forward_kernel(S *out, float *rstd, const S *inp, const 
   if (lane == 0) rstd[row] = r;
 }
 
+/* One row's input gradient, by one warp: dinp[row] += ..., and, when dw_row
+ * is not NULL, dw_row[c] += dout * xhat for the lane's own columns. */
 template <typename S, int V>
-__global__ void rmsnorm_backward_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *w,
-                                             const float *rstd, int N, int C) {
-  const int row = blockIdx.x * RMS_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (row >= N) return;
+__device__ __forceinline__ void rms_row_backward(S *dinp, float *dw_row, const S *dout,
+                                                 const S *inp, const S *w, const float *rstd,
+                                                 int row, int C, int lane) {
   const S *x = inp + (int64_t)row * C, *d = dout + (int64_t)row * C;
   S *di = dinp + (int64_t)row * C;
   const float s = rstd[row];
@@ -72,7 +73,19 @@ __global__ void rmsnorm_backward_dinp_kernel(S *dinp, const S *dout, const S *in
 #pragma unroll
     for (int k = 0; k < V; k++) iv[k] += s * (dv[k] * wv[k] - xv[k] * s * gxmean);
     st_store<S, V>(di + c, iv);
+    if (dw_row) {
+#pragma unroll
+      for (int k = 0; k < V; k++) dw_row[c + k] += dv[k] * xv[k] * s;
+    }
   }
+}
+
+template <typename S, int V>
+__global__ void rmsnorm_backward_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *w,
+                                             const float *rstd, int N, int C) {
+  const int row = blockIdx.x * RMS_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (row >= N) return;
+  rms_row_backward<S, V>(dinp, nullptr, dout, inp, w, rstd, row, C, lane);
 }
 
 /* One block per chunk of rows (the column-sum chunks of kernels/colsum.h),
@@ -90,34 +103,8 @@ __global__ void rmsnorm_backward_fused_kernel(S *dinp, float *part, const S *dou
   __syncwarp();
   const int r0 = blockIdx.x * rows_per_chunk;
   const int r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  for (int row = r0 + warp; row < r1; row += W) {
-    const S *x = inp + (int64_t)row * C, *d = dout + (int64_t)row * C;
-    S *di = dinp + (int64_t)row * C;
-    const float s = rstd[row];
-    float gx = 0.0f;
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float xv[V], dv[V], wv[V];
-      st_load<S, V>(xv, x + c);
-      st_load<S, V>(dv, d + c);
-      st_load<S, V>(wv, w + c);
-#pragma unroll
-      for (int k = 0; k < V; k++) gx += dv[k] * wv[k] * xv[k] * s;
-    }
-    const float gxmean = st_warp_sum(gx) / C;
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float xv[V], dv[V], wv[V], iv[V];
-      st_load<S, V>(xv, x + c);
-      st_load<S, V>(dv, d + c);
-      st_load<S, V>(wv, w + c);
-      st_load<S, V>(iv, di + c);
-#pragma unroll
-      for (int k = 0; k < V; k++) {
-        iv[k] += s * (dv[k] * wv[k] - xv[k] * s * gxmean);
-        mine[c + k] += dv[k] * xv[k] * s;
-      }
-      st_store<S, V>(di + c, iv);
-    }
-  }
+  for (int row = r0 + warp; row < r1; row += W)
+    rms_row_backward<S, V>(dinp, mine, dout, inp, w, rstd, row, C, lane);
   __syncthreads();
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float t = 0.0f;
