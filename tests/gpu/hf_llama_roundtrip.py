@@ -21,45 +21,16 @@ save_pretrained):
     shardtrain) against HF's fp32 CPU logits (eager attention): max abs <= 1e-4.
 Prints every figure; exits 1 on any failure.
 """
-import argparse
 import inspect
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
-try:
-    import numpy as np
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-except Exception as e:  # noqa: BLE001 - any import failure means: not this machine
-    print(f"SKIP: torch/transformers not importable here ({e})")
-    sys.exit(0)
+from hf_common import check, check_driver_logits, finish, hf_imports, parse_args, run
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--shardtrain", required=True)
-ap.add_argument("--driver", default=None, help="hf_logits (default: next to shardtrain in tests/)")
-ap.add_argument("--keep", action="store_true")
-a = ap.parse_args()
-drv = a.driver or os.path.join(os.path.dirname(os.path.abspath(a.shardtrain)), "tests", "hf_logits")
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-fails = []
-
-
-def check(ok, msg):
-    print(("ok: " if ok else "FAIL: ") + msg, flush=True)
-    if not ok:
-        fails.append(msg)
-
-
-def run(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        sys.exit(f"FAIL: {' '.join(map(str, cmd))} exited {r.returncode}")
-    return r
+np, torch, (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM) = hf_imports(
+    "LlamaConfig", "LlamaForCausalLM", "Qwen2Config", "Qwen2ForCausalLM")
+a, drv = parse_args(torch)
 
 
 def config(cls, theta, scaling, **kw):
@@ -141,20 +112,11 @@ for name, cls, make_cfg in MODELS:
           f"{name}: bf16 export: every tensor is the original rounded to bf16 "
           f"(reloaded as {next(m16.parameters()).dtype})")
     del m16, m32
-    if os.path.exists(drv):
-        ids.numpy().astype(np.int32).tofile(W("ids.i32"))
-        run([drv, W("run"), W("ids.i32"), 2, 64, W("st.f32")])
-        st = torch.from_numpy(np.fromfile(W("st.f32"), dtype="<f4").reshape(2, 64, cfg.vocab_size))
-        d = float((st - ref_cpu).abs().max())
-        check(d <= 1e-4, f"{name}: shardtrain CPU logits of the import vs HF fp32 CPU: max abs "
-                         f"diff {d:.3g} (<= 1e-4; logits span {float(ref_cpu.abs().max()):.3g})")
-    else:
-        check(False, f"driver {drv} not found (build the tests, or pass --driver)")
+    check_driver_logits(np, torch, drv, W("run"), ids, cfg.vocab_size, ref_cpu, W, f"{name}: ")
     if not a.keep:
         for n in ("src", "run", "exp32", "exp16"):
             shutil.rmtree(W(n), ignore_errors=True)
 
 if not a.keep:
     shutil.rmtree(work, ignore_errors=True)
-print("hf_llama_roundtrip:", "FAILED " + "; ".join(fails) if fails else "all checks passed")
-sys.exit(1 if fails else 0)
+finish("hf_llama_roundtrip")

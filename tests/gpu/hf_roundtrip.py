@@ -17,44 +17,14 @@ and exits 0. Steps:
     to shardtrain in tests/) against HF's fp32 CPU logits: max abs <= 1e-4.
 Prints every figure; exits 1 on any failure.
 """
-import argparse
 import os
-import subprocess
-import sys
+import shutil
 import tempfile
 
-try:
-    import numpy as np
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-except Exception as e:  # noqa: BLE001 - any import failure means: not this machine
-    print(f"SKIP: torch/transformers not importable here ({e})")
-    sys.exit(0)
+from hf_common import check, check_driver_logits, finish, hf_imports, parse_args, run
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--shardtrain", required=True)
-ap.add_argument("--driver", default=None, help="hf_logits (default: next to shardtrain in tests/)")
-ap.add_argument("--keep", action="store_true")
-a = ap.parse_args()
-drv = a.driver or os.path.join(os.path.dirname(os.path.abspath(a.shardtrain)), "tests", "hf_logits")
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-fails = []
-
-
-def check(ok, msg):
-    print(("ok: " if ok else "FAIL: ") + msg, flush=True)
-    if not ok:
-        fails.append(msg)
-
-
-def run(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        sys.exit(f"FAIL: {' '.join(map(str, cmd))} exited {r.returncode}")
-    return r
-
+np, torch, (GPT2Config, GPT2LMHeadModel) = hf_imports("GPT2Config", "GPT2LMHeadModel")
+a, drv = parse_args(torch)
 
 work = tempfile.mkdtemp(prefix="hf_roundtrip_")
 W = lambda n: os.path.join(work, n)
@@ -104,18 +74,8 @@ d = float((logits(m16.float(), dev) - logits(rounded, dev)).abs().max())
 check(d <= 1e-4, f"bf16 export (computed in fp32): logits max abs diff vs the bf16-rounded "
       f"original = {d:.3g} (<= 1e-4)")
 
-if os.path.exists(drv):
-    ids.numpy().astype(np.int32).tofile(W("ids.i32"))
-    run([drv, W("run"), W("ids.i32"), 2, 64, W("st.f32")])
-    st = torch.from_numpy(np.fromfile(W("st.f32"), dtype="<f4").reshape(2, 64, 50257))
-    d = float((st - ref_cpu).abs().max())
-    check(d <= 1e-4, f"shardtrain CPU logits of the import vs HF fp32 CPU: max abs diff {d:.3g} "
-          f"(<= 1e-4; logits span {float(ref_cpu.abs().max()):.3g})")
-else:
-    check(False, f"driver {drv} not found (build the tests, or pass --driver)")
+check_driver_logits(np, torch, drv, W("run"), ids, 50257, ref_cpu, W)
 
 if not a.keep:
-    import shutil
     shutil.rmtree(work, ignore_errors=True)
-print("hf_roundtrip:", "FAILED " + "; ".join(fails) if fails else "all checks passed")
-sys.exit(1 if fails else 0)
+finish("hf_roundtrip")
