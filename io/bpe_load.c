@@ -588,6 +588,7 @@ int st_bpe_load(st_tokenizer *t, const char *path, const char *preset) {
     return data_error("tokenizer directory %s holds no tiktoken rank file (tokenizer.model or "
                       "*.tiktoken) for the preset :%s", path, preset);
   return data_error("tokenizer directory %s holds none of vocab.json + merges.txt, encoder.json + "
-                    "vocab.bpe, tokenizer.json, a tiktoken rank file (tokenizer.model, *.tiktoken)",
-                    path);
+                    "vocab.bpe, tokenizer.json, a tiktoken rank file (tokenizer.model, *.tiktoken): "
+                    "copy the model's tokenizer files there, or give --tokenizer bytes for byte "
+                    "tokens", path);
 }

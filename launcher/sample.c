@@ -295,7 +295,8 @@ int st_cmd_sample(int argc, char **argv) {
     if (none)
       rc = st_error_setc(ST_EXIT_USAGE, "--init %s has no tokenizer files and a vocabulary of "
                          "%d (not the byte tokenizer's 256): give --tokenizer DIR (vocab.json + "
-                         "merges.txt or tokenizer.json), or use --prompt-ids with --print-ids",
+                         "merges.txt or tokenizer.json), --tokenizer bytes when it was trained "
+                         "on byte tokens, or --prompt-ids with --print-ids",
                          f.init, lm.src.cfg.vocab_size);
     else if (!tok)
       rc = -1;

@@ -6,9 +6,22 @@
 # scripts/static_analysis.sh) and the AddressSanitizer + UBSan build of the
 # CPU backend running the unit and multi-rank tests (scripts/sanitizers.sh).
 # Each stage prints its wall time. ST_SKIP_ANALYSIS=1 or ST_SKIP_SANITIZERS=1
-# leaves a stage out (for a quick local run; CI runs all).
+# leaves a stage out (for a quick local run; CI runs all). Arguments go to
+# ctest (e.g. -R e2e_resume); --help prints this and runs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  cat <<'EOF_HELP'
+usage: scripts/test.sh [CTEST_ARGS...]
+  Stages, each timed: deps (apt packages, needs root), build (build/),
+  ctest (every test; CTEST_ARGS go to ctest, e.g. -R e2e_resume), static
+  analysis (clang-tidy's analyzer over every C file), sanitizers (an
+  ASan + UBSan build of the CPU backend in build-asan/, its tests).
+  ST_SKIP_ANALYSIS=1, ST_SKIP_SANITIZERS=1: leave that stage out.
+  About 30 minutes on two cores from scratch (README, "Tests").
+EOF_HELP
+  exit 0
+fi
 stage() { # name command...: run, time, and fail the script on failure
   local name=$1 t0=$SECONDS; shift
   echo "== $name"

@@ -646,20 +646,17 @@ static int setup_init_from(trainer *tr) {
                          own ? by : rc->model_set_by[i] == ST_SET_PRESET ? "--model" : "--arch");
   }
   if (tr->resume_found) {
-    const st_model_config *m = &rc->model;
-    int same = 1;
-    for (int i = 0; i < ST_MF_COUNT; i++)
-      same &= st_model_field_get(&src, (st_model_field_id)i) ==
-              st_model_field_get(&now, (st_model_field_id)i);
-    if (!same)
-      return st_error_setc(ST_EXIT_CHECKPOINT, "--init-from %s is a %s %d-layer, %d-head, width "
-                           "%d model with %d positions and vocab %d, but %s, which --resume "
-                           "continues, holds a %s %d-layer, %d-head, width %d one with %d and "
-                           "%d (or another architecture: its config says which): give another "
-                           "--out for a new fine-tune", rc->init_from, st_arch_name(c->arch),
-                           c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
-                           tr->resume_from, st_arch_name(m->arch), m->n_layer, m->n_head,
-                           m->n_embd, m->block_size, m->vocab_size);
+    for (int i = 0; i < ST_MF_COUNT; i++) {
+      const st_model_field_id id = (st_model_field_id)i;
+      if (st_model_field_get(&src, id) == st_model_field_get(&now, id)) continue;
+      char x[64], y[64];
+      return st_error_setc(ST_EXIT_CHECKPOINT, "--init-from %s is a %s model with %s %s, but %s, "
+                           "which --resume continues, has %s %s: give another --out for a new "
+                           "fine-tune", rc->init_from, st_arch_name(src.arch),
+                           st_model_field_info(id)->label, st_model_field_show(&src, id, x, sizeof x),
+                           tr->resume_from, st_model_field_info(id)->label,
+                           st_model_field_show(&now, id, y, sizeof y));
+    }
     size_t n = strlen(tr->resume_note.text);
     snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n,
              "  notice     --init-from %s not read: %s holds a checkpoint (step %lld), which "

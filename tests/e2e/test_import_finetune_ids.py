@@ -60,6 +60,15 @@ train(a, 1, ["--init-from", MODEL, "--out", W("direct"), "--steps", 2] + TRAIN)
 got = exported_ids(W("direct"), "direct_export", 2)
 check(got == want, f"--init-from the Hugging Face directory itself: its export has them: {got}")
 
+# --init-from another shape into a run that resumes: refused, naming the first
+# field that differs and both values (was a garbled list of five numbers).
+QWEN = os.path.join(REPO, "tests", "data", "hf", "qwen2-tiny")
+r = train(a, 1, ["--init-from", QWEN, "--out", W("run"), "--steps", 4] + TRAIN, expect_rc=None)
+check(r.returncode == 3 and "qwen2-tiny is a qwen2 model with --dim 48" in r.stderr
+      and "which --resume continues, has --dim 64: give another --out" in r.stderr,
+      f"--init-from a Qwen2 into the Llama run: exit 3 naming --dim and both values "
+      f"(got {r.returncode}: {r.stderr.strip()[-300:]})")
+
 # More ids than a checkpoint's config keeps: refused, one line naming the file's field.
 shutil.copytree(MODEL, W("long_eos"))
 long_cfg = dict(src, eos_token_id=list(range(1000, 1150)))
