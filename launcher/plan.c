@@ -78,6 +78,31 @@ static void resolve_gpu_mem(const st_plan_options *o, const st_plan_input *in, u
 static const char *per_what(int cuda) { return cuda ? "per GPU" : "per CPU rank"; }
 static const char *memory_what(int cuda) { return cuda ? "GPU memory" : "memory per CPU rank"; }
 
+/* What --attention runs, for the table and --json ("attention"). */
+static char attn_note[256];
+
+/* --attention auto (st_plan_attention_auto, the rule train applies): *in and
+ * *p were planned without cuDNN's workspace; they take it (ws per sequence)
+ * where it fits the budget beside the rest. 0, or -1 with st_error. */
+static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws) {
+  st_memory_plan with;
+  const int r = st_plan_attention_auto(in, ws, &with);
+  if (r < 0) return -1;
+  char h[32];
+  human(ws * (uint64_t)in->micro_batch, h, sizeof h);
+  if (r) {
+    in->attn_workspace_per_seq = ws;
+    *p = with;
+    snprintf(attn_note, sizeof attn_note, "auto: cuDNN's fused attention; its deterministic "
+             "backward's %s O(T^2) workspace fits beside the rest", h);
+  } else {
+    snprintf(attn_note, sizeof attn_note, "auto: ours, O(T); cuDNN's deterministic backward "
+             "would need %s of O(T^2) workspace, which %s", h,
+             in->gpu_mem ? "does not fit beside the rest" : "only a budget (--gpu-mem) can allow");
+  }
+  return 0;
+}
+
 static void row(const char *label, uint64_t bytes, const char *note) {
   char c[40], h[32];
   printf("  %-28s %17s %11s%s%s\n", label, commas(bytes, c, sizeof c), human(bytes, h, sizeof h),
@@ -149,6 +174,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     row("cuBLASLt workspace", p->cublaslt, "kernels/cuda/matmul.cu");
     if (p->attn_workspace)
       row("cuDNN attention workspace", p->attn_workspace, "cuDNN's deterministic backward (--attention)");
+    if (attn_note[0]) printf("  %-28s %s\n", "attention", attn_note);
     row("CUDA scratch", p->scratch, "column-sum partials (cuda_scratch after one step)");
     if (in->world > 1) {
       int ch = in->nccl_channels > 0 ? in->nccl_channels : ST_PLAN_NCCL_CHANNELS;
@@ -215,7 +241,9 @@ static int print_smallest_change(const st_plan_input *in, int global_batch) {
 
 static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
                         const st_memory_plan *p, int accum, const char *source) {
-  return st_memory_plan_cjson(o->rc.model_name, o->rc.global_batch, accum, in, p, source);
+  cJSON *j = st_memory_plan_cjson(o->rc.model_name, o->rc.global_batch, accum, in, p, source);
+  if (j && attn_note[0]) cJSON_AddStringToObject(j, "attention", attn_note);
+  return j;
 }
 
 static void print_json(cJSON *j) {
@@ -265,11 +293,16 @@ int st_cmd_plan(int argc, char **argv) {
   long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */
   if (st_nccl_buffsize_env(&nccl_bs)) return st_cli_fail(ST_EXIT_USAGE);
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
-  /* train measures cuDNN's workspace at setup; plan uses the formula */
+  /* train measures cuDNN's workspace at setup; plan uses the formula.
+   * --attention auto plans without it and adds it after, where it fits
+   * (settle_attention). */
+  uint64_t cudnn_ws = 0;
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
-    in.attn_workspace_per_seq = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
+    cudnn_ws = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
+  if (strcmp(rc->attention, "cudnn") == 0) in.attn_workspace_per_seq = cudnn_ws;
   char source[200];
   resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);
+  const int settle = strcmp(rc->attention, "auto") == 0 && cudnn_ws;
 
   if (!o.fit) {
     const int G = rc->global_batch, BN = in.micro_batch * in.world;
@@ -285,6 +318,7 @@ int st_cmd_plan(int argc, char **argv) {
     }
     st_memory_plan p;
     if (st_memory_plan_make(&in, &p)) return st_cli_fail(st_error_exit_code());
+    if (settle && settle_attention(&in, &p, cudnn_ws)) return st_cli_fail(st_error_exit_code());
     if (o.json) print_json(plan_json(&o, &in, &p, G / BN, source));
     else print_table(&o, &in, &p, G / BN, source);
     if (p.fits == 0 && !o.json && print_smallest_change(&in, G))
@@ -299,7 +333,9 @@ int st_cmd_plan(int argc, char **argv) {
                     !o.seen.zero, &q);
   st_plan_fit f;
   if (st_memory_plan_fit(&q, &f)) return st_cli_fail(st_error_exit_code());
-  const st_plan_choice *ch = f.found ? &f.choice : &f.least;
+  st_plan_choice *ch = f.found ? &f.choice : &f.least;
+  if (settle && settle_attention(&ch->in, &ch->plan, cudnn_ws))
+    return st_cli_fail(st_error_exit_code());
   if (o.json) {
     cJSON *j = plan_json(&o, &ch->in, &ch->plan, ch->accum, source);
     cJSON_AddItemToObject(j, "fit", st_plan_fit_cjson(&q, &f));

@@ -476,6 +476,7 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
   memset(out, 0, sizeof *out);
   out->impl = ST_ATTENTION_FLASH;
   g_use_cudnn = 0;
+  g_cudnn_ws_want = 0; /* a selection of ours after cuDNN's reserves no workspace */
   if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
     return st_error_setc(ST_EXIT_USAGE, "--kv-heads: %d key/value heads do not divide %d heads; "
                          "use a divisor of --heads", NKV, NH);

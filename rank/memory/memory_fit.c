@@ -318,3 +318,12 @@ void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
     ADD("--zero %d -> %d", from->zero_stage, to->zero_stage);
 #undef ADD
 }
+
+int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memory_plan *with) {
+  memset(with, 0, sizeof *with);
+  if (!ws_per_seq || !in->gpu_mem) return 0;
+  st_plan_input c = *in;
+  c.attn_workspace_per_seq = ws_per_seq;
+  if (st_memory_plan_make(&c, with)) return -1;
+  return with->fits == 1;
+}

@@ -116,4 +116,16 @@ struct cJSON *st_plan_fit_cjson(const st_plan_fit_query *q, const st_plan_fit *f
 void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
                              int global_batch, char *out, size_t cap);
 
+/* --attention auto's rule (docs/memory.md, "Attention memory"). cuDNN's
+ * fused attention is faster than ours (0.65x its speed at GPT-2 124M,
+ * docs/benchmarks.md) but its deterministic backward keeps a workspace of
+ * B x heads x T^2 x 2 bytes (st_plan_cudnn_attention_per_seq), while ours is
+ * O(T). So auto takes cuDNN only where it displaces nothing: `in` is the
+ * configuration chosen without any attention workspace (its gpu_mem the
+ * budget); cuDNN is taken when that same configuration plus ws_per_seq x
+ * micro_batch of workspace still fits. Returns 1 (cuDNN; *with is that
+ * plan), 0 (ours: ws_per_seq is 0, there is no budget, or it does not fit),
+ * or -1 with st_error. */
+int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memory_plan *with);
+
 #endif

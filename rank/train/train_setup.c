@@ -238,10 +238,10 @@ static int setup_batch(trainer *tr) {
 /* --attention: which attention the CUDA tables run for the training shape.
  * cuDNN's plans are built here, before the memory check, because their
  * workspace is part of the plan. The CPU has only its reference. */
-static int setup_attention(trainer *tr) {
+static int setup_attention_as(trainer *tr, const char *attention) {
   const st_run_config *rc = tr->rc;
   if (tr->device_index < 0) {
-    if (strcmp(rc->attention, "cudnn") == 0)
+    if (strcmp(attention, "cudnn") == 0)
       return st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or "
                            "fp16); the CPU runs its fp32 reference: use --attention auto|flash");
     snprintf(tr->attn_note, sizeof tr->attn_note, "the CPU reference (softmax kept, T x T per "
@@ -250,8 +250,8 @@ static int setup_attention(trainer *tr) {
   }
 #ifdef SHARDTRAIN_HAVE_CUDA
   const st_model_config *m = &rc->model;
-  const st_attention_impl want = strcmp(rc->attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
-                                 : strcmp(rc->attention, "flash") == 0 ? ST_ATTENTION_FLASH
+  const st_attention_impl want = strcmp(attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
+                                 : strcmp(attention, "flash") == 0 ? ST_ATTENTION_FLASH
                                                                         : ST_ATTENTION_AUTO;
   st_attention_choice ch;
   /* cuDNN's plans are built per head layout: GQA's K/V have n_kv_head heads */
@@ -261,7 +261,42 @@ static int setup_attention(trainer *tr) {
   snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
   tr->attn_ws_per_seq = (ch.workspace_bytes + (size_t)rc->micro_batch - 1) / (size_t)rc->micro_batch;
   st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * (size_t)rc->micro_batch);
+#else
+  (void)attention;
 #endif
+  return 0;
+}
+
+static int setup_attention(trainer *tr) { return setup_attention_as(tr, tr->rc->attention); }
+
+/* --attention auto after the rest of the configuration is settled
+ * (st_plan_attention_auto): cuDNN, chosen by setup_attention when it has a
+ * plan for the shape, stays only if its O(T^2) workspace fits beside the
+ * plan of *in (made without it) in the budget cap; else ours runs, O(T),
+ * and the note says why. in->attn_workspace_per_seq becomes what runs. */
+static int settle_attention_auto(trainer *tr, st_plan_input *in, uint64_t cap) {
+  in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+  if (!tr->attn_ws_per_seq || strcmp(tr->rc->attention, "auto") != 0) return 0;
+  st_plan_input t = *in;
+  t.attn_workspace_per_seq = 0;
+  t.gpu_mem = cap;
+  st_memory_plan with;
+  const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with);
+  if (r) return r < 0 ? -1 : 0;
+  char a[32], b[32];
+  const uint64_t ws = tr->attn_ws_per_seq * (uint64_t)tr->rc->micro_batch;
+  st_format_bytes(ws, a, sizeof a);
+  if (cap) st_format_bytes(with.usable, b, sizeof b);
+  if (setup_attention_as(tr, "flash")) return -1;
+  const size_t n = strlen(tr->attn_note);
+  snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; --attention auto: cuDNN's "
+           "deterministic backward needs %s of O(T^2) workspace, which %s (docs/memory.md)", a,
+           cap ? "does not fit beside the rest of the plan" : "no budget allows");
+  if (cap) {
+    const size_t k = strlen(tr->attn_note);
+    snprintf(tr->attn_note + k, sizeof tr->attn_note - k, " [%s usable]", b);
+  }
+  in->attn_workspace_per_seq = 0;
   return 0;
 }
 
@@ -396,6 +431,9 @@ static int setup_memory_check(trainer *tr) {
   }
 #endif
   const int asked_batch = rc->micro_batch;
+  /* everything else is chosen as if ours ran; cuDNN's workspace is added
+   * afterwards only where it fits (settle_attention_auto) */
+  if (strcmp(rc->attention, "auto") == 0) in.attn_workspace_per_seq = 0;
   if (tr->gpu_mem_held) {
     size_t n = strlen(tr->plan_source);
     snprintf(tr->plan_source + n, sizeof tr->plan_source - n, "; --enforce-gpu-mem holds %s of "
@@ -406,8 +444,9 @@ static int setup_memory_check(trainer *tr) {
     /* cuDNN's plans and workspace are per shape: choose again at the
      * micro-batch auto-fit picked, so the arena holds that workspace */
     if (setup_attention(tr)) return -1;
-    in.attn_workspace_per_seq = tr->attn_ws_per_seq;
   }
+  if (tr->device_index >= 0 && settle_attention_auto(tr, &in, cap)) return -1;
+  if (tr->device_index < 0) in.attn_workspace_per_seq = tr->attn_ws_per_seq;
   in.gpu_mem = cap;
   if (st_memory_plan_make(&in, &tr->plan)) return -1;
   if (tr->plan.fits != 0) {

@@ -44,7 +44,7 @@ typedef struct {
   st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
   st_memory_plan plan;     /* this rank's memory plan, checked before allocation */
   char plan_source[320];   /* what the plan was checked against ("" when not) */
-  char attn_note[320];     /* the attention that runs, for the configuration block */
+  char attn_note[512];     /* the attention that runs, for the configuration block */
   uint64_t attn_ws_per_seq;/* cuDNN attention workspace per sequence (0: ours) */
   char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
   st_arena arena;          /* every buffer of the plan's arena, carved at setup, then sealed */

@@ -92,7 +92,7 @@ def plan_json(args, rc=0):
 # 1. GPT-2 124M, bf16, B=32, T=1024: every ZeRO stage and recompute policy on
 #    1 and 2 ranks, against the derivation above.
 base = ["--model", "gpt2-124m", "--seq-len", 1024, "--micro-batch", 32, "--device", "cuda",
-        "--precision", "bf16"]
+        "--precision", "bf16", "--attention", "cudnn"]
 for N in (1, 2):
     for z in (0, 1, 2):
         for rec in ("none", "selective", "full"):
@@ -116,7 +116,30 @@ check(d["bytes"]["total"] == e["total"] and d["bytes"]["cudnn_attention_workspac
       "--attention flash: no cuDNN workspace in the plan")
 d = plan_json(base + ["--global-batch", 32])
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232,
-      "--attention auto, bf16, B=32, T=1024: cuDNN's 769.5 MiB workspace, as cuDNN 9.14 reported it on an H200")
+      "--attention cudnn, bf16, B=32, T=1024: cuDNN's 769.5 MiB workspace, as cuDNN 9.14 reported it on an H200")
+
+# --attention auto: cuDNN's O(T^2) workspace only where it fits beside the
+# rest of the plan (st_plan_attention_auto); with no budget, ours.
+auto = base[:-2] + ["--attention", "auto", "--global-batch", 32]
+d = plan_json(auto)
+check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e["total"]
+      and "ours, O(T)" in d["attention"],
+      "--attention auto without a budget: ours, no cuDNN workspace")
+d = plan_json(auto + ["--gpu-mem", "80GiB"])
+check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and "cuDNN" in d["attention"]
+      and d["gpu"]["fits"] is True, "--attention auto, 80 GiB: cuDNN's workspace fits, cuDNN runs")
+# a budget between the plan with ours and the plan with cuDNN's workspace
+tight = (e["total"] + 806879232 // 2) / 0.95
+d = plan_json(auto + ["--gpu-mem", f"{int(tight) // 1024}KiB"])
+check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["gpu"]["fits"] is True
+      and "does not fit" in d["attention"],
+      "--attention auto, a budget cuDNN's workspace would overflow: ours runs and the plan fits")
+# --fit at T=65536 under 24 GiB: the workspace (24 GiB per sequence) never
+# crowds out the search, which finds micro-batch 1 with ours
+d = plan_json(["--model", "gpt2-124m", "--seq-len", 65536, "--global-batch", 1, "--device", "cuda",
+               "--precision", "bf16", "--gpu-mem", "24GiB", "--fit"])
+check(d["fit"]["found"] and d["bytes"]["cudnn_attention_workspace"] == 0,
+      "--fit, GPT-2 124M at T=65536 under 24 GiB: fits with ours (O(T) attention)")
 
 # The gradient-overlap communicator's NCCL memory: 2 channel-equivalents per
 # CTA, none at ZeRO 0 or with --nccl-overlap-ctas 0, capped by --nccl-max-ctas.
