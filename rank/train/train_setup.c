@@ -67,7 +67,7 @@ static int setup_backend(trainer *tr) {
   /* OpenMP's default is one thread per core in every rank: with several
    * ranks per node that oversubscribes the cores several times over. Unless
    * the user chose, split the node's cores among its ranks. */
-  if (!cuda && !getenv("OMP_NUM_THREADS")) {
+  if ((!cuda || rc->offload) && !getenv("OMP_NUM_THREADS")) { /* offload: the host AdamW's */
     int per = omp_get_num_procs() / (e->local_world > 0 ? e->local_world : 1);
     omp_set_num_threads(per > 0 ? per : 1);
     tr->omp_auto = 1;

@@ -127,6 +127,9 @@ r = mpi_env(2, dict(CHUNK, ST_FAULT_OOM="1:2"),
             base + ["--steps", 3, "--offload", "optimizer", "--out", W("oom")], rc=7)
 check(r.stderr.count("out of memory at run time") == 1 and "during step 2" in r.stderr,
       "out of memory in step 2 with offload: exit 7, one report")
+check("host        --offload optimizer:" in r.stderr and
+      "--offload optimizer --gpu-mem" in r.stderr,
+      "the report names the host memory and its plan --fit command keeps --offload optimizer")
 r = mpi_env(1, {"ST_FAULT_ARENA_SHORT": "1"},
             base + ["--steps", 1, "--offload", "optimizer", "--out", W("short")], rc=7)
 check("did not fit in the arena" in r.stderr and not os.path.exists(W("short")),
