@@ -50,6 +50,24 @@ typedef struct {
   void (*to_host)(void *host_dst, const void *src, size_t bytes);
   /* Wait until every op issued so far has finished (timing; a no-op on CPU). */
   void (*synchronize)(void);
+  /* Host memory for state that lives off the device (--offload optimizer,
+   * rank/optim/offload.h): zeroed, 256-byte aligned, NULL when it is not
+   * there. CUDA: page-locked (cudaHostAlloc), so the asynchronous copies
+   * below run at full speed and truly overlap the host's work; CPU: plain
+   * aligned malloc. Counted in `allocations`; never from an arena. Freed
+   * with host_free (NULL is ignored). */
+  void *(*host_alloc)(size_t bytes, const char *category);
+  void (*host_free)(void *p);
+  /* Asynchronous copies between backend memory and host memory from
+   * host_alloc, in issue order on one copy stream that waits for every op
+   * issued on the compute stream before it (so a copy sees what those ops
+   * wrote). tag in [0, ST_COPY_TAGS) names the copy; copy_wait(tag) returns
+   * once the latest copy issued with that tag has finished (its host
+   * buffer may be read or reused). A copy that writes device memory is
+   * seen by later ops only after copy_wait. The CPU copies at once. */
+  void (*to_host_async)(void *host_dst, const void *src, size_t bytes, int tag);
+  void (*to_device_async)(void *dst, const void *host_src, size_t bytes, int tag);
+  void (*copy_wait)(int tag);
   /* Make the backend's own buffers now, at setup, at the sizes the memory
    * plan gives (rank/memory/memory_plan.h: cublaslt, scratch), so no op allocates
    * inside the step loop. CUDA: the cuBLASLt handle and workspace,
@@ -211,6 +229,7 @@ typedef struct {
 } st_ops;
 
 #define ST_ADAMW_SEGS 128 /* segments per adamw_update_segments call */
+#define ST_COPY_TAGS 4    /* tags of to_host_async / to_device_async / copy_wait */
 
 /* The CPU fp32 reference implementation. */
 const st_ops *st_ops_cpu(void);

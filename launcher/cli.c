@@ -122,6 +122,12 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     seen->zero = 1;
     return 1;
   }
+  if (strcmp(f, "--offload") == 0) {
+    static const char *const k_off[] = {"none", "optimizer", NULL};
+    if (one_of(f, v, k_off)) return -1;
+    rc->offload = strcmp(v, "optimizer") == 0;
+    return 1;
+  }
   if (strcmp(f, "--precision") == 0) {
     if (one_of(f, v, k_prec)) return -1;
     return copy_str(rc->precision, sizeof rc->precision, f, v) ? -1 : 1;
@@ -240,7 +246,7 @@ static const char *const k_flags[] = {
     "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
-    "--nccl-timeout", "--norm-eps",
+    "--nccl-timeout", "--norm-eps", "--offload",
     "--out", "--precision", "--recompute", "--resume", "--rope-theta", "--seed", "--seq-len", "--step-timing",
     "--steps", "--stop-after", "--tied", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
     "--warmup", "--weight-decay", "--zero", "--help", NULL};
@@ -493,6 +499,10 @@ void st_cli_print_train_usage(void) {
       "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
       "          --attention auto|cudnn|flash (CUDA bf16/fp16: cuDNN's fused flash attention or\n"
       "            ours; auto: cuDNN when it has a plan for the shape, else ours; default auto)\n"
+      "          --offload none|optimizer (default none; optimizer: fp32 master weights, Adam m\n"
+      "            and v in pinned host memory, AdamW on the host cores, the device keeps the\n"
+      "            working weights, gradients and activations; host memory per rank is checked\n"
+      "            against MemAvailable / ranks on the node, exit 6; docs/memory.md, \"Offload\")\n"
       "  memory  --gpu-mem SIZE (cap per rank, e.g. 24GiB; on GPUs the free memory also counts;\n"
       "            on the CPU the check runs only when given)  --headroom PCT (5)\n"
       "          the memory plan is checked before anything is allocated: exit 6 when it does\n"
@@ -578,6 +588,8 @@ void st_cli_print_plan_usage(void) {
       "          --precision fp32|bf16|fp16|auto (auto: bf16 on cuda, fp32 on cpu)\n"
       "          --recompute none|selective|full (default none)\n"
       "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"
+      "          --offload none|optimizer (optimizer: master weights, Adam m and v on the host;\n"
+      "          their device rows are 0 and a host section lists them)\n"
       "          --nccl-buffsize BYTES  --nccl-max-ctas N  --nccl-overlap-ctas N\n"
       "          (inputs of the NCCL estimate)\n"
       "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's\n"

@@ -124,8 +124,9 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
          commas((uint64_t)p->params, a, sizeof a), commas((uint64_t)p->padded_params, b, sizeof b),
          in->world, commas((uint64_t)p->shard, c, sizeof c));
   printf("config  micro-batch %d x grad-accum %d x %d rank(s) = global batch %d; ZeRO %d, %s, "
-         "recompute %s, %s\n\n", in->micro_batch, accum, in->world, o->rc.global_batch,
-         in->zero_stage, dt, st_recompute_name(in->recompute), cuda ? "cuda" : "cpu");
+         "recompute %s, %s%s\n\n", in->micro_batch, accum, in->world, o->rc.global_batch,
+         in->zero_stage, dt, st_recompute_name(in->recompute), cuda ? "cuda" : "cpu",
+         in->offload ? ", offload optimizer" : "");
   printf("  %-28s %17s\n", per_what(cuda), "bytes");
   snprintf(note, sizeof note, "%s, every parameter (padded)", dt);
   row("working weights", p->weights, note);
@@ -142,7 +143,8 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     row("gradient shard", p->grad_shard, note);
   }
   const char *part = in->zero_stage == 0 ? "whole (ZeRO 0)" : "this rank's shard";
-  if (in->dtype != ST_FP32) row("fp32 master weights", p->master, part);
+  if (in->offload) part = "offloaded to host";
+  if (in->dtype != ST_FP32 || in->offload) row("fp32 master weights", p->master, part);
   row("Adam m", p->adam_m, part);
   row("Adam v", p->adam_v, part);
   snprintf(note, sizeof note, "recompute %s, micro-batch %d x %d", st_recompute_name(in->recompute),
@@ -193,6 +195,23 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   printf("  %-28s %17s %11s\n", "", "-----------------", "-----------");
   row("total", p->total, "");
   printf("\n");
+  if (in->offload) { /* --offload optimizer: rank/optim/offload.h */
+    printf("  %-28s %17s\n", "host memory per rank (pinned)", "bytes");
+    const char *hp = in->zero_stage == 0 ? "fp32, whole (ZeRO 0)" : "fp32, this rank's shard";
+    row("fp32 master weights", p->host_master, hp);
+    row("Adam m", p->host_adam_m, hp);
+    row("Adam v", p->host_adam_v, hp);
+    const int64_t nopt = in->zero_stage == 0 ? p->padded_params : p->shard;
+    const int64_t chunk = st_plan_offload_chunk(in) < nopt ? st_plan_offload_chunk(in) : nopt;
+    snprintf(note, sizeof note, "2 chunks of %lld fp32 gradients copied in", (long long)chunk);
+    row("gradient staging", p->host_grad_staging, note);
+    snprintf(note, sizeof note, "2 chunks of %lld %s working weights copied out",
+             (long long)chunk, dt);
+    row("working-weight staging", p->host_work_staging, note);
+    printf("  %-28s %17s %11s\n", "", "-----------------", "-----------");
+    row("host total", p->host_total, "train checks it against MemAvailable / ranks per node");
+    printf("\n");
+  }
   if (p->fits < 0) {
     if (cuda)
       printf("GPU memory: not checked (give --gpu-mem SIZE; no GPU is visible here to read it "

@@ -41,6 +41,24 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) {
 
 static void cpu_synchronize(void) {}
 
+/* The CPU's host memory is its backend memory: an aligned allocation of
+ * its own (never the arena's), and copies made at once. */
+static void *cpu_host_alloc(size_t bytes, const char *category) {
+  g_allocs++;
+  snprintf(g_last, sizeof g_last, "host alloc of %zu bytes (%s)", bytes, category);
+  void *p = NULL;
+  const size_t n = bytes ? bytes : 1;
+  if (posix_memalign(&p, ST_ARENA_ALIGN, n) != 0) return NULL;
+  memset(p, 0, n);
+  return p;
+}
+static void cpu_host_free(void *p) { free(p); }
+static void cpu_copy_async(void *dst, const void *src, size_t bytes, int tag) {
+  (void)tag;
+  cpu_copy(dst, src, bytes);
+}
+static void cpu_copy_wait(int tag) { (void)tag; }
+
 static const st_ops k_cpu_ops = {
     .name = "cpu-fp32",
     .dtype = ST_FP32,
@@ -51,6 +69,11 @@ static const st_ops k_cpu_ops = {
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .synchronize = cpu_synchronize,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .to_host_async = cpu_copy_async,
+    .to_device_async = cpu_copy_async,
+    .copy_wait = cpu_copy_wait,
     .reserve = cpu_reserve,
     .allocations = cpu_allocations,
     .encoder_forward = cpu_encoder_forward,

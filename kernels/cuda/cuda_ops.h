@@ -167,6 +167,11 @@ void cuda_zero(void *p, size_t bytes);
 void cuda_to_device(void *dst, const void *host_src, size_t bytes);
 void cuda_to_host(void *host_dst, const void *src, size_t bytes);
 void cuda_synchronize(void);
+void *cuda_host_alloc(size_t bytes, const char *category);
+void cuda_host_free(void *p);
+void cuda_to_host_async(void *host_dst, const void *src, size_t bytes, int tag);
+void cuda_to_device_async(void *dst, const void *host_src, size_t bytes, int tag);
+void cuda_copy_wait(int tag);
 /* Device scratch of at least `bytes`, owned by the backend and reused by every
  * op that needs partial sums; grows (never shrinks) on first use of a size, so
  * after the first step nothing is allocated. Valid until the next call. */

@@ -94,6 +94,66 @@ void cuda_to_host(void *host_dst, const void *src, size_t bytes) {
   if (bytes) ST_CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+/* Pinned host memory (--offload optimizer): page-locked, so copies from
+ * and to it are DMA transfers that run asynchronously to the host. Not
+ * from the arena (that is device memory); counted like any raw allocation. */
+void *cuda_host_alloc(size_t bytes, const char *category) {
+  void *p = NULL;
+  cuda_note_alloc(category, bytes);
+  if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError(); /* the caller reports it against the host plan */
+    return NULL;
+  }
+  memset(p, 0, bytes ? bytes : 1);
+  return p;
+}
+
+void cuda_host_free(void *p) {
+  if (p) ST_CUDA_CHECK(cudaFreeHost(p));
+}
+
+/* The copy stream: non-blocking, so it does not wait for the legacy default
+ * stream by itself; each copy instead waits for an event recorded on the
+ * default stream when it is issued (what the compute stream wrote before
+ * is then complete). One event per tag marks each tag's latest copy. Made
+ * on the first copy: a stream and events are no device-memory allocation
+ * the plan counts. */
+static cudaStream_t g_copy_stream;
+static cudaEvent_t g_copy_done[ST_COPY_TAGS], g_compute_mark;
+static int g_copy_ready;
+
+static void copy_stream_init(void) {
+  if (g_copy_ready) return;
+  ST_CUDA_CHECK(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
+  ST_CUDA_CHECK(cudaEventCreateWithFlags(&g_compute_mark, cudaEventDisableTiming));
+  for (int i = 0; i < ST_COPY_TAGS; i++)
+    ST_CUDA_CHECK(cudaEventCreateWithFlags(&g_copy_done[i], cudaEventDisableTiming));
+  g_copy_ready = 1;
+}
+
+static void copy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, int tag) {
+  copy_stream_init();
+  if (tag < 0 || tag >= ST_COPY_TAGS) st_cuda_fail("copy tag out of range", __FILE__, __LINE__);
+  ST_CUDA_CHECK(cudaEventRecord(g_compute_mark, 0));
+  ST_CUDA_CHECK(cudaStreamWaitEvent(g_copy_stream, g_compute_mark, 0));
+  if (bytes) ST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g_copy_stream));
+  ST_CUDA_CHECK(cudaEventRecord(g_copy_done[tag], g_copy_stream));
+}
+
+void cuda_to_host_async(void *host_dst, const void *src, size_t bytes, int tag) {
+  copy_async(host_dst, src, bytes, cudaMemcpyDeviceToHost, tag);
+}
+
+void cuda_to_device_async(void *dst, const void *host_src, size_t bytes, int tag) {
+  copy_async(dst, host_src, bytes, cudaMemcpyHostToDevice, tag);
+}
+
+void cuda_copy_wait(int tag) {
+  if (!g_copy_ready) return; /* nothing was ever issued */
+  if (tag < 0 || tag >= ST_COPY_TAGS) st_cuda_fail("copy tag out of range", __FILE__, __LINE__);
+  ST_CUDA_CHECK(cudaEventSynchronize(g_copy_done[tag]));
+}
+
 /* cudaFree of the scratch unless the arena owns it; synchronises, so no op
  * still uses it. */
 static void scratch_release(void) {

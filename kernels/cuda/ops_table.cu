@@ -42,6 +42,11 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.to_device = cuda_to_device;
   t.to_host = cuda_to_host;
   t.synchronize = cuda_synchronize;
+  t.host_alloc = cuda_host_alloc;
+  t.host_free = cuda_host_free;
+  t.to_host_async = cuda_to_host_async;
+  t.to_device_async = cuda_to_device_async;
+  t.copy_wait = cuda_copy_wait;
   t.reserve = cuda_reserve;
   t.allocations = cuda_allocations;
   t.timeline_mark = cuda_timeline_mark;

@@ -153,8 +153,21 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   const uint64_t nopt = in->zero_stage == 0 ? padded : shard;
   /* ZeRO 1 on one rank reduces in place into the full gradients (train_setup.c) */
   p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1) ? R(shard * f4) : 0;
-  p->master = in->dtype != ST_FP32 ? R(nopt * f4) : 0;
-  p->adam_m = p->adam_v = R(nopt * f4);
+  if (in->offload) {
+    /* rank/optim/offload.c: the state moves to the host whole (fp32
+     * storage too: the host keeps its own master copy), plus two staging
+     * chunks each way */
+    const uint64_t chunk = (uint64_t)st_plan_offload_chunk(in);
+    const uint64_t stage = chunk < nopt ? chunk : nopt;
+    p->host_master = p->host_adam_m = p->host_adam_v = R(nopt * f4);
+    p->host_grad_staging = 2 * R(stage * f4);
+    p->host_work_staging = 2 * R(stage * es);
+    p->host_total = p->host_master + p->host_adam_m + p->host_adam_v + p->host_grad_staging +
+                    p->host_work_staging;
+  } else {
+    p->master = in->dtype != ST_FP32 ? R(nopt * f4) : 0;
+    p->adam_m = p->adam_v = R(nopt * f4);
+  }
 
   /* Attention state per layer: the CPU keeps the softmax [B,NH,T,T]
    * (kernels/cpu/attention.c), CUDA's flash attention one statistic per
@@ -215,6 +228,15 @@ static void categories(const st_memory_plan *p, named_bytes k[N_CATEGORIES]) {
       {"cuda_context_estimate", p->context}, {"arena", p->arena},
       {"total", p->total}};
   memcpy(k, all, sizeof all);
+}
+
+int st_memory_plan_offload_split(const st_plan_input *in, uint64_t *host_bytes,
+                                 uint64_t *device_bytes) {
+  st_memory_plan p;
+  if (st_memory_plan_make(in, &p)) return -1;
+  *host_bytes = p.host_total;
+  *device_bytes = p.total;
+  return 0;
 }
 
 uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int *known) {
@@ -298,6 +320,18 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   named_bytes k[N_CATEGORIES];
   categories(p, k);
   for (int i = 0; i < N_CATEGORIES; i++) cJSON_AddNumberToObject(b, k[i].name, (double)k[i].bytes);
+  /* --offload optimizer: the host section (the node's check is the trainer's) */
+  cJSON_AddStringToObject(c, "offload", in->offload ? "optimizer" : "none");
+  if (in->offload) {
+    cJSON *h = cJSON_AddObjectToObject(j, "host");
+    cJSON_AddNumberToObject(h, "master", (double)p->host_master);
+    cJSON_AddNumberToObject(h, "adam_m", (double)p->host_adam_m);
+    cJSON_AddNumberToObject(h, "adam_v", (double)p->host_adam_v);
+    cJSON_AddNumberToObject(h, "grad_staging", (double)p->host_grad_staging);
+    cJSON_AddNumberToObject(h, "work_staging", (double)p->host_work_staging);
+    cJSON_AddNumberToObject(h, "chunk_elements", (double)st_plan_offload_chunk(in));
+    cJSON_AddNumberToObject(h, "total", (double)p->host_total);
+  }
   cJSON *a = cJSON_AddObjectToObject(j, "activations");
   cJSON_AddNumberToObject(a, "blocks", (double)p->acts.blocks);
   cJSON_AddNumberToObject(a, "recompute_block", (double)p->acts.recompute);

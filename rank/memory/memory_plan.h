@@ -76,7 +76,19 @@ typedef struct {
   int nccl_overlap_channels; /* the overlap communicator's (--nccl-overlap-ctas); 0 = none */
   uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
   double headroom_pct;    /* percent of gpu_mem kept free */
+  /* --offload optimizer (rank/optim/offload.h): master weights, Adam m and
+   * v in host memory, and the staging buffers of the chunked copies, each
+   * offload_chunk elements (0 = ST_OFFLOAD_CHUNK_ELEMS). */
+  int offload;
+  int64_t offload_chunk;
 } st_plan_input;
+
+/* Elements per chunk of the offloaded optimizer step: 64 MiB of fp32
+ * gradients. Large enough that a copy runs near PCIe/C2C bandwidth and the
+ * per-chunk costs (a copy launch, an event wait, an OpenMP fork) vanish;
+ * small enough that the staging buffers (2 chunks of gradients, 2 of
+ * working weights: 192 MiB in bf16) are small next to the state. */
+#define ST_OFFLOAD_CHUNK_ELEMS ((int64_t)16 << 20)
 
 /* T of a plan input: seq_len, or the model's positions when it is 0. */
 static inline int st_plan_seq_len(const st_plan_input *in) {
@@ -111,6 +123,13 @@ typedef struct {
   uint64_t context;       /* ESTIMATE: CUDA context */
   uint64_t arena;         /* the arena: every category above but nccl and context */
   uint64_t total;         /* arena + nccl + context */
+  /* host memory (--offload optimizer; all 0 without): this rank's pinned
+   * buffers (ops->host_alloc), each rounded up to 256 like the arena's */
+  uint64_t host_master;   /* fp32 master weights (ZeRO 0 whole, else the shard) */
+  uint64_t host_adam_m, host_adam_v;
+  uint64_t host_grad_staging; /* 2 chunks of fp32 gradients copied in */
+  uint64_t host_work_staging; /* 2 chunks of updated working weights copied out */
+  uint64_t host_total;    /* their sum */
   /* against gpu_mem */
   uint64_t usable;        /* gpu_mem less the headroom */
   int64_t spare;          /* usable - total; negative when it does not fit */
@@ -120,6 +139,17 @@ typedef struct {
 /* Plan one configuration. Pure arithmetic; 0, or -1 with st_error naming
  * the flag when the input is out of range. */
 int st_memory_plan_make(const st_plan_input *in, st_memory_plan *out);
+
+/* The split --offload makes, for a configuration search: the host bytes
+ * (p->host_total) and the device bytes (p->total) of in with in->offload
+ * as given. Pure arithmetic; 0, or -1 with st_error as st_memory_plan_make. */
+int st_memory_plan_offload_split(const st_plan_input *in, uint64_t *host_bytes,
+                                 uint64_t *device_bytes);
+
+/* Elements per offload chunk of in (offload_chunk, else the default). */
+static inline int64_t st_plan_offload_chunk(const st_plan_input *in) {
+  return in->offload_chunk > 0 ? in->offload_chunk : ST_OFFLOAD_CHUNK_ELEMS;
+}
 
 /* Bytes of one category by its JSON name ("weights", "grads_recv",
  * "activations", "tokens", "cublaslt_workspace", "cuda_scratch", "arena",

@@ -85,6 +85,11 @@ void st_oom_report(const trainer *tr, const char *when, const char *category, ui
       PUT("%s%s %s", i ? ", " : ": ", tr->arena.cat[i].name,
           st_format_bytes(tr->arena.cat[i].bytes, a, sizeof a));
   }
+  if (tr->offload.on)
+    PUT("\n  host        --offload optimizer: %s of host memory for master weights, Adam m "
+        "and v and staging, outside the plan above (%s available per rank at setup)",
+        st_format_bytes(tr->offload.host_bytes, a, sizeof a),
+        st_format_bytes(tr->host_avail, b, sizeof b));
   uint64_t fr = 0, tot = 0;
   const char *src = "";
   if (memory_now(tr, &fr, &tot, &src) == 0)
@@ -111,11 +116,11 @@ void st_oom_report(const trainer *tr, const char *when, const char *category, ui
       "or the runtime's own buffers beyond the estimates). Leave more room with a larger "
       "--headroom (now %g%%), or find a configuration with a smaller plan: shardtrain plan "
       "%s --seq-len %d --global-batch %d "
-      "--micro-batch %d --ranks %d --zero %d --precision %s --device %s --gpu-mem %lluMiB --fit "
-      "(docs/memory.md, \"Out of memory anyway\")", rc->headroom_pct,
+      "--micro-batch %d --ranks %d --zero %d --precision %s --device %s%s --gpu-mem %lluMiB "
+      "--fit (docs/memory.md, \"Out of memory anyway\")", rc->headroom_pct,
       st_model_flags(&rc->model, shape, sizeof shape), rc->seq_len,
       rc->global_batch, rc->micro_batch, tr->comm->world, rc->zero_stage, rc->precision, dev,
-      (unsigned long long)(room >> 20));
+      rc->offload ? " --offload optimizer" : "", (unsigned long long)(room >> 20));
 #undef PUT
 }
 

@@ -197,4 +197,12 @@ void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dty
   in->nccl_channels = rc->nccl_max_ctas;
   in->nccl_overlap_channels = st_run_overlap_ctas(rc);
   in->headroom_pct = rc->headroom_pct;
+  in->offload = rc->offload;
+  in->offload_chunk = st_run_offload_chunk();
+}
+
+int64_t st_run_offload_chunk(void) {
+  const char *v = getenv("ST_OFFLOAD_CHUNK");
+  const long long n = v ? strtoll(v, NULL, 10) : 0;
+  return n > 0 ? (int64_t)n : 0;
 }

@@ -40,6 +40,7 @@ typedef struct {
   int micro_batch;          /* sequences per rank per micro-step */
   int global_batch;         /* sequences per optimizer step */
   int zero_stage;           /* 0, 1 or 2 */
+  int offload;              /* --offload: 0 none, 1 optimizer (rank/optim/offload.h) */
   char precision[8];        /* fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on CPU) */
   float loss_scale_max;     /* fp16 dynamic loss scale ceiling (2^24) */
   char recompute[16];       /* none on CPU */
@@ -167,6 +168,11 @@ int st_run_overlap_ctas(const st_run_config *rc);
  * workspace and gpu_mem are left 0 for the caller (train measures the one
  * and reads the device, plan uses formulas and flags). One function for
  * train and plan, so the two cannot plan differently. */
+/* Elements per chunk of the offloaded optimizer step: ST_OFFLOAD_CHUNK
+ * (tests set it below a tiny model's size, so the pipeline runs several
+ * chunks), else 0 (the plan's default, ST_OFFLOAD_CHUNK_ELEMS). */
+int64_t st_run_offload_chunk(void);
+
 void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dtype dt,
                        st_plan_input *in);
 

@@ -73,6 +73,13 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     if (p->fits < 0) printf("not checked (no --gpu-mem on the CPU)\n");
     else printf("fits %s less %g%% with %s to spare\n", tr->plan_source, rc->headroom_pct,
                 st_format_bytes((uint64_t)p->spare, a, sizeof a));
+    if (tr->offload.on) /* rank/optim/offload.h */
+      printf("  offload    optimizer: fp32 master weights, Adam m and v on the host (%s pinned per "
+             "rank with staging, chunks of %lld elements), AdamW on %d host thread(s); host "
+             "memory fits %s of %s\n", st_format_bytes(p->host_total, a, sizeof a),
+             (long long)tr->offload.chunk, omp_get_max_threads(),
+             st_format_bytes(tr->host_avail, b, sizeof b),
+             tr->host_source);
     if (tr->have_dev_mem) /* rank 0's GPU */
       printf("  device     %s: %s free of %s before allocation, %s free after setup (%s taken)\n",
              tr->device_name, st_format_bytes(tr->dev_free_before, a, sizeof a),

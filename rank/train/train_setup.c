@@ -23,6 +23,7 @@
 #include "kernels/profile.h"
 #include "rank/train/config_agree.h"
 #include "rank/train/device_select.h"
+#include "rank/memory/host_mem.h"
 #include "rank/memory/memory_fit.h"
 #include "rank/memory/nccl_buffsize.h"
 #include "rank/train/run_dir_setup.h"
@@ -66,7 +67,7 @@ static int setup_backend(trainer *tr) {
   /* OpenMP's default is one thread per core in every rank: with several
    * ranks per node that oversubscribes the cores several times over. Unless
    * the user chose, split the node's cores among its ranks. */
-  if (!cuda && !getenv("OMP_NUM_THREADS")) {
+  if ((!cuda || rc->offload) && !getenv("OMP_NUM_THREADS")) { /* offload: the host AdamW's */
     int per = omp_get_num_procs() / (e->local_world > 0 ? e->local_world : 1);
     omp_set_num_threads(per > 0 ? per : 1);
     tr->omp_auto = 1;
@@ -449,6 +450,12 @@ static int setup_memory_check(trainer *tr) {
   if (tr->device_index < 0) in.attn_workspace_per_seq = tr->attn_ws_per_seq;
   in.gpu_mem = cap;
   if (st_memory_plan_make(&in, &tr->plan)) return -1;
+  /* --offload optimizer: the host's share too (on the CPU the device is host memory) */
+  if (in.offload &&
+      st_host_mem_check(tr->plan.host_total + (tr->device_index < 0 ? tr->plan.total : 0),
+                        tr->env ? tr->env->local_world : 0, &tr->host_avail, tr->host_source,
+                        sizeof tr->host_source))
+    return -1;
   if (tr->plan.fits != 0) {
     tr->plan_json = st_memory_plan_json(rc->model_name, rc->global_batch, tr->accum, &in,
                                         &tr->plan, tr->plan_source);
@@ -506,8 +513,15 @@ int st_trainer_alloc_state(trainer *tr) {
   else tr->opt_part = tr->part;
   size_t n = (size_t)(rc->zero_stage == 0 ? tr->model.padded_total : tr->part.shard);
   size_t bt = (size_t)B * T;
-  tr->adam_m = ops->alloc(n * sizeof(float), "adam_m");
-  tr->adam_v = ops->alloc(n * sizeof(float), "adam_v");
+  if (rc->offload) { /* the state on the host: rank/optim/offload.h */
+    if (st_offload_alloc(&tr->offload, ops, (int64_t)n, st_run_offload_chunk())) return -1;
+    tr->master = tr->offload.master;
+    tr->adam_m = tr->offload.m;
+    tr->adam_v = tr->offload.v;
+  } else {
+    tr->adam_m = ops->alloc(n * sizeof(float), "adam_m");
+    tr->adam_v = ops->alloc(n * sizeof(float), "adam_v");
+  }
   /* ZeRO 1 on one rank: the shard is the whole gradient vector, which the
    * model already holds; a copy would cost 4 bytes per parameter for nothing. */
   tr->grad_shard_aliased = rc->zero_stage == 1 && c->world == 1;
@@ -516,7 +530,7 @@ int st_trainer_alloc_state(trainer *tr) {
                                             : NULL;
   /* Mixed precision: fp32 master weights for the range this rank updates;
    * the model holds the bf16/fp16 working copy. fp32 runs update in place. */
-  if (ops->dtype != ST_FP32) {
+  if (ops->dtype != ST_FP32 && !rc->offload) {
     tr->master = ops->alloc(n * sizeof(float), "master");
     if (!tr->master)
       return st_error_set("cannot allocate %.1f MiB of %s memory for fp32 master weights",
@@ -613,6 +627,12 @@ static int setup_state(trainer *tr) {
     return st_error_setc(ST_EXIT_OOM, "%s", msg);
   }
   if (rc) return -1;
+  if (tr->offload.on && tr->offload.host_bytes != tr->plan.host_total)
+    return st_error_set("internal error: setup allocated %llu bytes of host memory for the "
+                        "offloaded optimizer, but the memory plan's host section says %llu; "
+                        "rank/memory/memory_plan.c and rank/optim/offload.c must agree; please "
+                        "report this", (unsigned long long)tr->offload.host_bytes,
+                        (unsigned long long)tr->plan.host_total);
   if (a->used != a->size) {
     char parts[1024] = "";
     size_t n = 0;
@@ -650,8 +670,8 @@ static void setup_done(trainer *tr) {
 static int set_weights(trainer *tr, const float *host) {
   if (st_model_set_weights(&tr->model, host)) return -1;
   if (tr->master)
-    tr->ops->to_device(tr->master, host + tr->opt_part.begin,
-                       (size_t)(tr->opt_part.end - tr->opt_part.begin) * sizeof(float));
+    st_offload_state_put(&tr->offload, tr->ops, tr->master, host + tr->opt_part.begin,
+                         (size_t)(tr->opt_part.end - tr->opt_part.begin) * sizeof(float));
   return 0;
 }
 
@@ -831,8 +851,8 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
                                      tr->comm->world, hp, hm, hv, &meta);
   if (!rc_load) rc_load = set_weights(tr, hp);
   if (!rc_load) {
-    tr->ops->to_device(tr->adam_m, hm, nm * sizeof(float));
-    tr->ops->to_device(tr->adam_v, hv, nm * sizeof(float));
+    st_offload_state_put(&tr->offload, tr->ops, tr->adam_m, hm, nm * sizeof(float));
+    st_offload_state_put(&tr->offload, tr->ops, tr->adam_v, hv, nm * sizeof(float));
   }
   free(hp);
   free(hm);

@@ -86,9 +86,12 @@ static int validate(trainer *tr, double *loss_out) {
  * own fp32 params. */
 static void fp32_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t end) {
   if (end <= begin) return;
-  const float *src = tr->master ? tr->master + (begin - tr->opt_part.begin)
-                                : (const float *)tr->model.params + begin;
-  tr->ops->to_host(host + begin, src, (size_t)(end - begin) * sizeof(float));
+  const size_t bytes = (size_t)(end - begin) * sizeof(float);
+  if (tr->master)
+    st_offload_state_get(&tr->offload, tr->ops, host + begin,
+                         tr->master + (begin - tr->opt_part.begin), bytes);
+  else
+    tr->ops->to_host(host + begin, (const float *)tr->model.params + begin, bytes);
 }
 
 /* --keep-last (rank 0, after `latest` names the new checkpoint): older
@@ -186,8 +189,8 @@ static int save_checkpoint(trainer *tr) {
     return code ? code : ST_EXIT_ERROR;
   }
   fp32_weights_to_host(tr, hp, tr->part.begin, tr->part.end);
-  tr->ops->to_host(hm, tr->adam_m + off, nm * sizeof(float));
-  tr->ops->to_host(hv, tr->adam_v + off, nm * sizeof(float));
+  st_offload_state_get(&tr->offload, tr->ops, hm, tr->adam_m + off, nm * sizeof(float));
+  st_offload_state_get(&tr->offload, tr->ops, hv, tr->adam_v + off, nm * sizeof(float));
   if ((code = refuse_nonfinite(tr, hp, hm, hv))) {
     free(hp);
     free(hm);
@@ -224,9 +227,11 @@ static void fault_nan(trainer *tr) {
       !st_faults_nan_at(&tr->faults, tr->comm->rank, tr->step + 1))
     return;
   const float nan = NAN;
-  float *w = tr->master ? tr->master + (tr->part.begin - tr->opt_part.begin)
-                        : (float *)tr->model.params + tr->part.begin;
-  tr->ops->to_device(w, &nan, sizeof nan);
+  if (tr->master)
+    st_offload_state_put(&tr->offload, tr->ops, tr->master + (tr->part.begin - tr->opt_part.begin),
+                         &nan, sizeof nan);
+  else
+    tr->ops->to_device((float *)tr->model.params + tr->part.begin, &nan, sizeof nan);
 }
 
 /* A gradient or parameter collective failed or its watchdog fired. The
@@ -426,13 +431,16 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     const int64_t b = tr->opt_part.begin, e = tr->opt_part.end;
     float *master = tr->master ? tr->master : (float *)m->params + b;
     void *work = tr->master ? (char *)m->params + (size_t)b * m->es : NULL;
+    /* ZeRO 0: the whole vector (b = 0), all-reduced; else the reduced shard */
+    const float *grads = rc->zero_stage == 0 ? m->grads + b : tr->grad_shard;
     gmark(tr, "adamw", 0);
-    if (rc->zero_stage == 0) {
-      st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es, m->grads,
+    if (tr->offload.on) /* on the host, chunk by chunk (rank/optim/offload.h) */
+      st_offload_step(&tr->offload, m->ops, &m->tab, &rc->optim, *lr, scale, t, grads,
+                      (char *)m->params + (size_t)b * m->es, b, e);
+    else
+      st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es, grads,
                      tr->adam_m, tr->adam_v, b, e);
-    } else {
-      st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es,
-                     tr->grad_shard, tr->adam_m, tr->adam_v, b, e);
+    if (rc->zero_stage >= 1) {
       gmark(tr, "adamw_end", 0);
       t0 = tmark(tr);
       tr->timing.optimizer += t0 - t_opt;
@@ -787,8 +795,11 @@ done:
   if (tr.dcomm == &tr.nccl) st_comm_nccl_free(&tr.nccl);
 #endif
   if (tr.ops) {
-    tr.ops->free(tr.adam_m);
-    tr.ops->free(tr.adam_v);
+    if (tr.offload.on) st_offload_free(&tr.offload, tr.ops); /* adam_m, adam_v: its buffers */
+    else {
+      tr.ops->free(tr.adam_m);
+      tr.ops->free(tr.adam_v);
+    }
     if (!tr.grad_shard_aliased) tr.ops->free(tr.grad_shard);
     for (int s = 0; s < ST_COMM_TAGS; s++) tr.ops->free(tr.recv[s]);
     tr.ops->free(tr.d_inp);

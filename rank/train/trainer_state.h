@@ -12,6 +12,7 @@
 #include "launcher/env.h"
 #include "rank/train/faults.h"
 #include "rank/optim/loss_scaler.h"
+#include "rank/optim/offload.h"
 #include "rank/memory/gpu_monitor.h"
 #include "rank/memory/memory_plan.h"
 #include "rank/model/model.h"
@@ -41,6 +42,12 @@ typedef struct {
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
   float *master;           /* fp32 master weights of opt_part; NULL when the storage is
                             * fp32 (the model's params are then the master copy) */
+  /* --offload optimizer: master, adam_m and adam_v above point into its host
+   * buffers (master also in fp32); copies of them go through
+   * st_offload_state_get/put */
+  st_offload offload;
+  uint64_t host_avail;     /* --offload: host memory per rank checked against */
+  char host_source[200];   /* and where that figure came from */
   st_loss_scaler scaler;   /* fp16 only; disabled (scale 1) otherwise */
   st_memory_plan plan;     /* this rank's memory plan, checked before allocation */
   char plan_source[320];   /* what the plan was checked against ("" when not) */
