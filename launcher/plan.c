@@ -253,8 +253,8 @@ static int print_smallest_change(const st_plan_input *in, int global_batch) {
     printf("Add --fit to these flags to see what each choice needs (docs/memory.md).\n");
     return 0;
   }
-  printf("Add --fit to these flags to choose micro-batch, recompute and ZeRO stage by estimated "
-         "step time (train --auto-fit applies the same choice; docs/memory.md).\n");
+  printf("Add --fit to these flags to choose micro-batch, recompute, ZeRO stage and offload by "
+         "estimated step time (train --auto-fit applies the same choice; docs/memory.md).\n");
   return 0;
 }
 
@@ -363,10 +363,11 @@ int st_cmd_plan(int argc, char **argv) {
     print_fit(&q, &f, source);
     print_table(&o, &ch->in, &ch->plan, ch->accum, source);
     if (f.found) {
-      printf("\ntrain with: --micro-batch %d --global-batch %d --recompute %s --zero %d\n"
+      printf("\ntrain with: --micro-batch %d --global-batch %d --recompute %s --zero %d%s\n"
              "(or let train choose the same: --auto-fit%s with these flags)\n",
              ch->in.micro_batch, rc->global_batch, st_recompute_name(ch->in.recompute),
-             ch->in.zero_stage, q.search_zero ? "-zero" : "");
+             ch->in.zero_stage, ch->in.offload ? " --offload optimizer" : "",
+             q.search_zero ? "-zero" : "");
     }
   }
   return f.found ? 0 : ST_EXIT_MEMORY;

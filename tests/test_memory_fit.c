@@ -192,9 +192,9 @@ static void test_fit_1558m(void **state) {
   (void)state;
   st_plan_fit f;
   /* 1 rank: 18 bytes x 1.56 G parameters = 26.1 GiB > 22.8 GiB usable: no
-   * micro-batch, recompute or stage fits (ZeRO 1/2 on one rank add the
-   * shard). */
-  st_plan_fit_query q = fit_query("gpt2-1558m", 1, 1);
+   * micro-batch or recompute fits at the given ZeRO 0 (ZeRO 1/2 on one rank
+   * add the shard), and offload is searched only with the stage. */
+  st_plan_fit_query q = fit_query("gpt2-1558m", 1, 0);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   assert_int_equal(f.found, 0);
   check_fit_is_first(&q, &f);
@@ -204,6 +204,24 @@ static void test_fit_1558m(void **state) {
   assert_true(f.least.plan.weights + f.least.plan.grads + f.least.plan.master +
                   f.least.plan.adam_m + f.least.plan.adam_v >
               f.least.plan.usable);
+
+  /* With the stage searched, the optimizer goes to the host: master, m and
+   * v (12 bytes per parameter, 17.4 GiB) leave the GPU, which keeps the
+   * working weights and fp32 gradients (6 bytes, 8.7 GiB) and activations. */
+  q = fit_query("gpt2-1558m", 1, 1);
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  check_fit_is_first(&q, &f);
+  assert_int_equal(f.choice.in.offload, 1);
+  assert_int_equal(f.choice.plan.master + f.choice.plan.adam_m + f.choice.plan.adam_v, 0);
+  assert_true(f.choice.plan.host_total >= 12 * (uint64_t)f.choice.plan.shard);
+  assert_true(f.choice.cost > st_fit_cost(ST_BACKEND_CUDA, (int64_t)f.choice.in.micro_batch * 2048,
+                                          f.choice.in.recompute));
+  /* on the CPU backend the "device" is host memory: offload is no way out */
+  q.base.backend = ST_BACKEND_CPU;
+  q.base.dtype = ST_FP32;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  assert_true(!f.found || !f.choice.in.offload);
 
   /* 8 ranks, 4 sequences per rank at most. Model and optimizer state per
    * rank: ZeRO 0 18 bytes per parameter (26.1 GiB, never fits), ZeRO 1

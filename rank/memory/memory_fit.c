@@ -21,6 +21,25 @@ static const double k_recompute_factor[3] = {1.00, 1.03, 1.33};
 /* A micro-step's fixed work in rows on CUDA: about 5% at 8 x 1024 rows. */
 #define FIT_CUDA_STEP_ROWS 410.0
 
+/* --offload optimizer's cost (st_fit_offload_cost). FIT_GPU_FLOPS: the
+ * model FLOP/s an H200 sustains in training (GPT-2 774M-1.5B at 55-60% MFU
+ * of 740 TFLOP/s, docs/benchmarks.md). Per element of the rank's shard the
+ * offloaded step moves 4 bytes of gradient to the host and 2 (or 4) bytes
+ * of weights back over one copy stream, and the host AdamW reads and writes
+ * 30 bytes (g, m, v, master in; m, v, master, weight out); the copies and
+ * the host update overlap chunk by chunk, so the slower of the two counts. */
+#define FIT_GPU_FLOPS 4.0e14
+#define FIT_PCIE_BPS 2.0e10
+#define FIT_HOST_ADAM_BPS 4.0e10
+
+double st_fit_offload_cost(const st_plan_input *in, const st_memory_plan *p, int64_t tokens) {
+  if (!in->offload || tokens < 1) return 0.0;
+  const double shard = (double)p->shard, es = (double)st_dtype_size(in->dtype);
+  const double copy = shard * (4.0 + es) / FIT_PCIE_BPS, host = shard * 30.0 / FIT_HOST_ADAM_BPS;
+  const double ideal = 6.0 * (double)p->params * (double)tokens / FIT_GPU_FLOPS;
+  return (copy > host ? copy : host) / ideal;
+}
+
 double st_fit_cost(st_backend backend, int64_t rows, st_recompute recompute) {
   const double r0 = backend == ST_BACKEND_CUDA ? FIT_CUDA_STEP_ROWS : 0.0;
   const int r = recompute >= 0 && recompute <= 2 ? (int)recompute : 0;
@@ -42,20 +61,32 @@ void st_fit_query_make(const st_plan_input *in, int global_batch, int micro_batc
 
 /* The candidates: micro-batches largest first (each dividing the per-rank
  * batch and within the bound), ZeRO stages in order of preference. */
+/* A placement: where the optimizer state lives, as one search dimension,
+ * coded ZeRO stage + PLACE_OFFLOAD x (--offload optimizer). */
+enum { PLACE_OFFLOAD = 8, PLACE_MAX = 16 };
+
 typedef struct {
   const st_plan_fit_query *q;
   int batches[2048], nb;
-  int stages[3], ns;
+  int stages[PLACE_MAX], ns; /* placements in order of preference */
 } search;
 
 static int plan_at(const search *s, int B, int r, int z, st_plan_choice *c) {
   c->in = s->q->base;
   c->in.micro_batch = B;
   c->in.recompute = (st_recompute)r;
-  c->in.zero_stage = z;
+  c->in.zero_stage = z % PLACE_OFFLOAD;
+  c->in.offload = z >= PLACE_OFFLOAD;
   c->accum = s->q->global_batch / (B * s->q->base.world);
-  c->cost = st_fit_cost(c->in.backend, (int64_t)B * st_plan_seq_len(&c->in), c->in.recompute);
-  return st_memory_plan_make(&c->in, &c->plan);
+  const int64_t rows = (int64_t)B * st_plan_seq_len(&c->in);
+  c->cost = st_fit_cost(c->in.backend, rows, c->in.recompute);
+  if (st_memory_plan_make(&c->in, &c->plan)) return -1;
+  c->cost += st_fit_offload_cost(&c->in, &c->plan, rows * c->accum);
+  return 0;
+}
+
+static int place_of(const st_plan_input *in) {
+  return in->zero_stage + (in->offload ? PLACE_OFFLOAD : 0);
 }
 
 static int stage_index(const search *s, int z) {
@@ -67,17 +98,27 @@ static int stage_index(const search *s, int z) {
 /* < 0 when a ranks above b in the query's order. */
 static int rank_cmp(const search *s, const st_plan_choice *a, const st_plan_choice *b) {
   if (s->q->order == ST_FIT_BY_COST && a->cost != b->cost) return a->cost < b->cost ? -1 : 1;
+  /* the nearest change keeps the optimizer on the GPU if anything does:
+   * offload slows every step, a smaller micro-batch only the ones it splits */
+  if (s->q->order == ST_FIT_NEAREST && a->in.offload != b->in.offload)
+    return a->in.offload ? 1 : -1;
   if (a->in.micro_batch != b->in.micro_batch) return a->in.micro_batch > b->in.micro_batch ? -1 : 1;
   if (a->in.recompute != b->in.recompute) return a->in.recompute < b->in.recompute ? -1 : 1;
-  return stage_index(s, a->in.zero_stage) - stage_index(s, b->in.zero_stage);
+  return stage_index(s, place_of(&a->in)) - stage_index(s, place_of(&b->in));
 }
 
-/* The least memory over the allowed stages at (B, r); -1 on error. */
-static int least_over_zero(const search *s, int B, int r, st_plan_choice *best) {
+/* The least memory over the allowed stages at (B, r), with the optimizer
+ * where `like` has it (offload costs more, so a cheaper candidate that
+ * "does not fit" is one on the same side); -1 on error. */
+static int least_over_zero(const search *s, int B, int r, const st_plan_choice *like,
+                           st_plan_choice *best) {
+  int have = 0;
   for (int k = 0; k < s->ns; k++) {
+    if ((s->stages[k] >= PLACE_OFFLOAD) != (like->in.offload != 0)) continue;
     st_plan_choice c;
     if (plan_at(s, B, r, s->stages[k], &c)) return -1;
-    if (k == 0 || c.plan.total < best->plan.total) *best = c;
+    if (!have || c.plan.total < best->plan.total) *best = c;
+    have = 1;
   }
   return 0;
 }
@@ -112,14 +153,16 @@ static int fit_search(const search *s, st_plan_fit *out) {
   out->has_alt[rc] = 0; /* the choice itself is no alternative */
   if (ichoice > 0) {
     out->has_larger_batch = 1;
-    if (least_over_zero(s, s->batches[ichoice - 1], rc, &out->larger_batch)) return -1;
+    if (least_over_zero(s, s->batches[ichoice - 1], rc, ch, &out->larger_batch)) return -1;
   }
   if (rc > r0) {
     out->has_cheaper_recompute = 1;
-    if (least_over_zero(s, ch->in.micro_batch, rc - 1, &out->cheaper_recompute)) return -1;
+    if (least_over_zero(s, ch->in.micro_batch, rc - 1, ch, &out->cheaper_recompute)) return -1;
   }
-  const int k = stage_index(s, ch->in.zero_stage);
-  if (q->search_zero == 1 && k > 0) { /* stages are 0, 1, 2 there: the one below failed */
+  const int k = stage_index(s, place_of(&ch->in));
+  if (q->search_zero == 1 && k > 0 &&
+      (s->stages[k - 1] >= PLACE_OFFLOAD) == (ch->in.offload != 0)) {
+    /* stages ascend there, on each side of the offload: the one below failed */
     out->has_lower_zero = 1;
     if (plan_at(s, ch->in.micro_batch, rc, s->stages[k - 1], &out->lower_zero)) return -1;
   }
@@ -141,14 +184,22 @@ int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
   search *s = calloc(1, sizeof *s);
   if (!s) return st_error_set("out of host memory");
   s->q = q;
-  const int z = q->base.zero_stage;
-  if (q->search_zero == 1) {
-    for (int k = 0; k < 3; k++) s->stages[s->ns++] = k;
-  } else if (q->search_zero == 2) { /* the given stage, then higher, then lower */
-    for (int k = z; k < 3; k++) s->stages[s->ns++] = k;
-    for (int k = z - 1; k >= 0; k--) s->stages[s->ns++] = k;
-  } else {
-    s->stages[s->ns++] = z;
+  const int z = q->base.zero_stage, nz = ST_PLAN_ZERO_STAGES;
+  /* Offload is searched where it can help: on CUDA, when the stage is
+   * searched too, after the on-device placements (a tie goes to the device);
+   * given (--offload optimizer), it is kept. The CPU's "device" is host
+   * memory already. */
+  const int off_given = q->base.offload ? PLACE_OFFLOAD : 0;
+  const int off_search = !off_given && q->search_zero && q->base.backend == ST_BACKEND_CUDA;
+  for (int o = off_given; o <= (off_search ? PLACE_OFFLOAD : off_given); o += PLACE_OFFLOAD) {
+    if (q->search_zero == 1) {
+      for (int k = 0; k < nz; k++) s->stages[s->ns++] = o + k;
+    } else if (q->search_zero == 2) { /* the given stage, then higher, then lower */
+      for (int k = z; k < nz; k++) s->stages[s->ns++] = o + k;
+      for (int k = z - 1; k >= 0; k--) s->stages[s->ns++] = o + k;
+    } else {
+      s->stages[s->ns++] = o + z;
+    }
   }
   /* Divisors of the per-rank batch, largest first: d <= sqrt ascending gives
    * the partners per_rank / d descending, then the d themselves descending.
@@ -173,9 +224,10 @@ int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
 
 void st_plan_choice_describe(const st_plan_choice *c, char *out, size_t cap) {
   char h[32];
-  snprintf(out, cap, "micro-batch %d x grad-accum %d, recompute %s, ZeRO %d (cost %.2f): %s",
+  snprintf(out, cap, "micro-batch %d x grad-accum %d, recompute %s, ZeRO %d%s (cost %.2f): %s",
            c->in.micro_batch, c->accum, st_recompute_name(c->in.recompute), c->in.zero_stage,
-           c->cost, st_format_bytes(c->plan.total, h, sizeof h));
+           c->in.offload ? ", offload optimizer" : "", c->cost,
+           st_format_bytes(c->plan.total, h, sizeof h));
 }
 
 /* Append one line to out. */
@@ -201,8 +253,11 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
   if (q->order == ST_FIT_BY_COST && cuda)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
          "factor (none 1.00, selective 1.03, full 1.33) x (1 + 410 / (micro-batch x seq-len)) "
-         "for each micro-step's fixed overhead; ties to the larger micro-batch%s "
+         "for each micro-step's fixed overhead%s; ties to the larger micro-batch%s "
          "(docs/memory.md)",
+         q->search_zero && !q->base.offload
+             ? ", + the host step's time over the GPU's with --offload optimizer (searched)"
+             : "",
          q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
   else if (q->order == ST_FIT_BY_COST)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
@@ -251,11 +306,22 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
   }
   if (f->has_lower_zero) {
     c = &f->lower_zero;
-    line(out, cap, indent, "ZeRO %d does not fit: %s, over by %s", c->in.zero_stage,
+    line(out, cap, indent, "ZeRO %d%s does not fit: %s, over by %s", c->in.zero_stage,
+         c->in.offload ? " with the optimizer offloaded" : "",
          st_format_bytes(c->plan.total, h1, sizeof h1),
          st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
   } else if (q->search_zero == 1) {
     line(out, cap, indent, "ZeRO %d is the lowest stage", ch->in.zero_stage);
+  }
+  if (ch->in.offload) {
+    const int64_t tokens = (int64_t)ch->in.micro_batch * st_plan_seq_len(&ch->in) * ch->accum;
+    line(out, cap, indent, "--offload optimizer adds %.2f to the cost: the host's AdamW and the "
+         "copies of %s of state per step against the GPU's work on %lld tokens (%s of host "
+         "memory)%s", st_fit_offload_cost(&ch->in, &ch->plan, tokens),
+         st_format_bytes((uint64_t)ch->plan.shard * 12, h1, sizeof h1), (long long)tokens,
+         st_format_bytes(ch->plan.host_total, h2, sizeof h2),
+         q->base.offload ? " (as given)" : "; every placement on the GPU alone does not fit or "
+         "costs more");
   }
 }
 
@@ -266,6 +332,7 @@ static cJSON *choice_json(const st_plan_choice *c) {
   cJSON_AddNumberToObject(j, "grad_accum", c->accum);
   cJSON_AddStringToObject(j, "recompute", st_recompute_name(c->in.recompute));
   cJSON_AddNumberToObject(j, "zero", c->in.zero_stage);
+  cJSON_AddStringToObject(j, "offload", c->in.offload ? "optimizer" : "none");
   cJSON_AddNumberToObject(j, "cost", c->cost);
   cJSON_AddNumberToObject(j, "total", (double)c->plan.total);
   cJSON_AddNumberToObject(j, "spare", (double)c->plan.spare);
@@ -316,6 +383,9 @@ void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
         st_recompute_name(to->recompute));
   if (from->zero_stage != to->zero_stage)
     ADD("--zero %d -> %d", from->zero_stage, to->zero_stage);
+  if (from->offload != to->offload)
+    ADD("--offload %s -> %s", from->offload ? "optimizer" : "none",
+        to->offload ? "optimizer" : "none");
 #undef ADD
 }
 

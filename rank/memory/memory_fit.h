@@ -78,6 +78,13 @@ typedef struct {
  * (no launch latency; its time is proportional to the rows). */
 double st_fit_cost(st_backend backend, int64_t rows, st_recompute recompute);
 
+/* The cost --offload optimizer adds to a candidate's st_fit_cost: the
+ * host part of its optimizer step (the copies over PCIe or the host AdamW,
+ * whichever is slower; they overlap) over the ideal GPU time of its
+ * `tokens` per optimizer step per rank (6 x params FLOPs a token at
+ * FIT_GPU_FLOPS). 0 without offload. p: in's plan (params, shard). */
+double st_fit_offload_cost(const st_plan_input *in, const st_memory_plan *p, int64_t tokens);
+
 /* The query plan --fit and train --auto-fit both make from flags:
  * in (model, world, dtype, backend, NCCL, gpu_mem, headroom; its micro_batch,
  * recompute and zero_stage are ignored), micro_batch_max (--micro-batch when

@@ -83,6 +83,9 @@ typedef struct {
   int64_t offload_chunk;
 } st_plan_input;
 
+/* ZeRO stages the planner knows, 0 .. ST_PLAN_ZERO_STAGES - 1. */
+#define ST_PLAN_ZERO_STAGES 3
+
 /* Elements per chunk of the offloaded optimizer step: 64 MiB of fp32
  * gradients. Large enough that a copy runs near PCIe/C2C bandwidth and the
  * per-chunk costs (a copy launch, an event wait, an OpenMP fork) vanish;

@@ -37,6 +37,18 @@ static int is_bin(const char *path) {
   return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
 }
 
+/* OpenMP's default is one thread per core in every rank: with several
+ * ranks per node that oversubscribes the cores several times over. Unless
+ * the user chose (OMP_NUM_THREADS), split the node's cores among its ranks.
+ * For the CPU backend's ops, and for the host AdamW of --offload optimizer
+ * (set by the flag, or chosen by --auto-fit-zero). */
+static void split_host_threads(trainer *tr, const st_env *e) {
+  if (getenv("OMP_NUM_THREADS") || tr->omp_auto) return;
+  int per = omp_get_num_procs() / (e && e->local_world > 0 ? e->local_world : 1);
+  omp_set_num_threads(per > 0 ? per : 1);
+  tr->omp_auto = 1;
+}
+
 /* Pick CPU or CUDA, bind this rank's GPU by node-local rank, and check the
  * precision and recompute choices the backend supports. */
 static int setup_backend(trainer *tr) {
@@ -64,14 +76,7 @@ static int setup_backend(trainer *tr) {
     tr->ops = st_ops_profiled(tr->ops);
     tr->profile = 1;
   }
-  /* OpenMP's default is one thread per core in every rank: with several
-   * ranks per node that oversubscribes the cores several times over. Unless
-   * the user chose, split the node's cores among its ranks. */
-  if ((!cuda || rc->offload) && !getenv("OMP_NUM_THREADS")) { /* offload: the host AdamW's */
-    int per = omp_get_num_procs() / (e->local_world > 0 ? e->local_world : 1);
-    omp_set_num_threads(per > 0 ? per : 1);
-    tr->omp_auto = 1;
-  }
+  if (!cuda || rc->offload) split_host_threads(tr, e);
   if (strcmp(rc->precision, "auto") == 0) snprintf(rc->precision, sizeof rc->precision, "fp32");
   if (!cuda && strcmp(rc->precision, "fp32") != 0 && tr->resume_found &&
       !st_run_config_given(rc, "--precision")) {
@@ -381,6 +386,8 @@ static int setup_auto_fit(trainer *tr, st_plan_input *in, uint64_t cap) {
   rc->micro_batch = ch->in.micro_batch;
   snprintf(rc->recompute, sizeof rc->recompute, "%s", st_recompute_name(ch->in.recompute));
   rc->zero_stage = ch->in.zero_stage;
+  rc->offload = ch->in.offload;
+  if (rc->offload) split_host_threads(tr, tr->env);
   tr->accum = ch->accum;
   *in = ch->in;
   in->gpu_mem = 0; /* the caller sets its own rank's cap again */

@@ -195,11 +195,20 @@ c = d["fit"]["choice"]
 check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "none", 1) and d["config"]["zero"] == 1,
       "774M, 8 ranks: micro-batch 4, no recompute, ZeRO 1 (JSON)")
 check(d["fit"]["lower_zero"]["fits"] is False, "774M, 8 ranks: ZeRO 0 reported as not fitting")
-r = plan(["--model", "gpt2-1558m"] + fit, rc=6)
-check("NOTHING FITS" in r.stdout, "1558M, 1 rank, 24 GiB: nothing fits, exit 6")
-d = plan_json(["--model", "gpt2-1558m"] + fit, rc=6)
+r = plan(["--model", "gpt2-1558m", "--zero", 0] + fit, rc=6)
+check("NOTHING FITS" in r.stdout, "1558M, 1 rank, 24 GiB, --zero 0: nothing fits, exit 6")
+d = plan_json(["--model", "gpt2-1558m", "--zero", 0] + fit, rc=6)
 check(d["fit"]["found"] is False and d["fit"]["least"]["micro_batch"] == 1,
       "1558M, 1 rank: JSON names the least-memory candidate")
+# the stage searched: the optimizer state goes to the host (--offload optimizer)
+r = plan(["--model", "gpt2-1558m"] + fit, rc=0)
+check("offload optimizer (cost" in r.stdout and "--offload optimizer adds" in r.stdout
+      and "offloaded to host" in r.stdout,
+      "1558M, 1 rank, 24 GiB, stage searched: fits with the optimizer offloaded, and says what it costs")
+d = plan_json(["--model", "gpt2-1558m"] + fit)
+c = d["fit"]["choice"]
+check(c["offload"] == "optimizer" and c["fits"] is True and d["host"]["total"] > 12 * d["model"]["params"],
+      "1558M, 1 rank (JSON): offload optimizer, its host section holds master, m and v")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
 check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "selective", 2),
@@ -277,7 +286,8 @@ check("The smallest change that fits: --recompute none -> full (plan 6.27 GiB)" 
       "Add --fit to these flags" in r.stdout,
       "124M in 8 GiB: names the smallest change (full recompute) and suggests --fit")
 r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
-check("Nothing fits on 1 rank(s)" in r.stdout and "--fit" in r.stdout,
-      "1558M in 24 GiB: says nothing fits and points at --fit")
+check("The smallest change that fits:" in r.stdout and "--offload none -> optimizer" in r.stdout
+      and "--fit" in r.stdout,
+      "1558M in 24 GiB: nothing fits on the GPU alone; the smallest change offloads the optimizer")
 d = plan_json(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
 check(d["gpu"]["fits"] is False, "--json stays one JSON object when it does not fit")
