@@ -475,10 +475,38 @@ static int read_added(st_tokenizer *t, const char *file, const cJSON *added) {
   return 0;
 }
 
-static int load_tokenizer_json(st_tokenizer *t, const char *path) {
+/* A tokenizer.json whose pre-tokenizer has a Split (hf-bpe) or that has a
+ * normalizer: chosen over vocab.json + merges.txt beside it, which hold no
+ * pattern and no normalizer (Qwen2's directories have all three). */
+static int json_needs_itself(const cJSON *j) {
+  const cJSON *pt = cJSON_GetObjectItem(j, "pre_tokenizer");
+  const cJSON *type = cJSON_GetObjectItem(pt, "type");
+  const cJSON *norm = cJSON_GetObjectItem(j, "normalizer");
+  return (cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence") &&
+          cJSON_GetArraySize(cJSON_GetObjectItem(pt, "pretokenizers")) > 1) ||
+         (norm && !cJSON_IsNull(norm));
+}
+
+/* Load the tokenizer.json at path, read and parsed once. With
+ * only_if_needed (a directory that may also hold vocab.json + merges.txt),
+ * load it only when it parses and json_needs_itself; *used says whether it
+ * was. 0, or -1 with st_error (ST_EXIT_DATA). */
+static int load_tokenizer_json_if(st_tokenizer *t, const char *path, int only_if_needed,
+                                  int *used) {
+  *used = 1;
   if (st_bpe_add_file(t, path, "tokenizer.json") != 0) return -1;
-  cJSON *j = cJSON_ParseWithLength((const char *)t->files[0].data, t->files[0].len);
-  if (!j) return data_error("%s is not valid JSON; give a Hugging Face tokenizer.json", path);
+  st_tok_file *f = &t->files[t->n_files - 1];
+  cJSON *j = cJSON_ParseWithLength((const char *)f->data, f->len);
+  if (!j && !only_if_needed)
+    return data_error("%s is not valid JSON; give a Hugging Face tokenizer.json", path);
+  if (only_if_needed && (!j || !json_needs_itself(j))) { /* vocab.json + merges.txt serve */
+    cJSON_Delete(j);
+    free(f->data);
+    memset(f, 0, sizeof *f);
+    t->n_files--;
+    *used = 0;
+    return 0;
+  }
   const cJSON *model = cJSON_GetObjectItem(j, "model");
   const cJSON *type = cJSON_GetObjectItem(model, "type");
   const cJSON *added = cJSON_GetObjectItem(j, "added_tokens");
@@ -503,26 +531,12 @@ static int load_tokenizer_json(st_tokenizer *t, const char *path) {
   return 0;
 }
 
-/* ---- dispatch on what path holds ------------------------------------------- */
-
-/* A tokenizer.json whose pre-tokenizer has a Split (hf-bpe) or that has a
- * normalizer: chosen over vocab.json + merges.txt beside it, which hold no
- * pattern and no normalizer (Qwen2's directories have all three). */
-static int json_needs_itself(const char *path) {
-  unsigned char *data = NULL;
-  size_t len = 0;
-  if (st_bpe_read_whole(path, &data, &len) != 0) return 0;
-  cJSON *j = cJSON_ParseWithLength((const char *)data, len);
-  free(data);
-  const cJSON *pt = cJSON_GetObjectItem(j, "pre_tokenizer");
-  const cJSON *type = cJSON_GetObjectItem(pt, "type");
-  const cJSON *norm = cJSON_GetObjectItem(j, "normalizer");
-  int itself = (cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence") &&
-                cJSON_GetArraySize(cJSON_GetObjectItem(pt, "pretokenizers")) > 1) ||
-               (norm && !cJSON_IsNull(norm));
-  cJSON_Delete(j);
-  return itself;
+static int load_tokenizer_json(st_tokenizer *t, const char *path) {
+  int used;
+  return load_tokenizer_json_if(t, path, 0, &used);
 }
+
+/* ---- dispatch on what path holds ------------------------------------------- */
 
 static const char *base_name(const char *path) {
   const char *s = strrchr(path, '/');
@@ -569,7 +583,9 @@ int st_bpe_load(st_tokenizer *t, const char *path, const char *preset) {
     snprintf(a, sizeof a, "%s/shardtrain_tiktoken.json", path);
     if (is_file(a)) return st_tiktoken_load_config(t, a);
     snprintf(a, sizeof a, "%s/tokenizer.json", path);
-    if (is_file(a) && json_needs_itself(a)) return load_tokenizer_json(t, a);
+    int used = 0;
+    if (is_file(a) && load_tokenizer_json_if(t, a, 1, &used) != 0) return -1;
+    if (used) return 0;
     static const char *const pairs[2][2] = {{"vocab.json", "merges.txt"},
                                             {"encoder.json", "vocab.bpe"}};
     for (int i = 0; i < 2; i++) {
