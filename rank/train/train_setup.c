@@ -245,7 +245,6 @@ static int setup_batch(trainer *tr) {
  * cuDNN's plans are built here, before the memory check, because their
  * workspace is part of the plan. The CPU has only its reference. */
 static int setup_attention_as(trainer *tr, const char *attention) {
-  const st_run_config *rc = tr->rc;
   if (tr->device_index < 0) {
     if (strcmp(attention, "cudnn") == 0)
       return st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or "
@@ -255,6 +254,7 @@ static int setup_attention_as(trainer *tr, const char *attention) {
     return 0;
   }
 #ifdef SHARDTRAIN_HAVE_CUDA
+  const st_run_config *rc = tr->rc;
   const st_model_config *m = &rc->model;
   const st_attention_impl want = strcmp(attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
                                  : strcmp(attention, "flash") == 0 ? ST_ATTENTION_FLASH
