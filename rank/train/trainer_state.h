@@ -112,6 +112,20 @@ int st_trainer_agree(trainer *tr, int failed);
  * *resumed and from (the checkpoint directory) say what was loaded. */
 int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap);
 
+/* Parts of st_trainer_setup in rank/train/memory_preflight.c, before any
+ * allocation: which attention runs for the training shape (cuDNN's plans
+ * are built here, their workspace is part of the plan), and the memory
+ * pre-flight (budget agreed over ranks, --auto-fit, --attention auto's
+ * cuDNN rule, the plan checked against the GPU and, with offload, the
+ * host; exit 6 names the smallest change that fits). 0, or -1 with
+ * st_error. */
+int st_trainer_setup_attention(trainer *tr);
+int st_trainer_memory_check(trainer *tr);
+
+/* Unless OMP_NUM_THREADS is set, split the node's cores among its ranks
+ * (e->local_world) for the CPU ops and the host AdamW of --offload; once. */
+void st_trainer_split_host_threads(trainer *tr, const st_env *e);
+
 /* The model and optimizer state in backend memory (tr->ops), sized by
  * tr->rc and tr->comm's rank count: what the memory plan
  * (rank/memory/memory_plan.h) counts, allocated here and nowhere else. 0, or -1

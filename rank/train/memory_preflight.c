@@ -1,0 +1,280 @@
+/* memory_preflight.c - a rank's attention choice and memory pre-flight,
+ * before anything is allocated (part of st_trainer_setup, trainer_state.h):
+ * which attention runs and what its workspace costs, the budget every rank
+ * agrees on, --auto-fit's choice, and the plan checked against the GPU (and,
+ * with --offload optimizer, the host). docs/memory.md has the rules. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "kernels/ops_cuda.h"
+#endif
+#include "rank/memory/host_mem.h"
+#include "rank/memory/memory_fit.h"
+#include "rank/train/trainer_state.h"
+#include "util/bytes.h"
+#include "util/error.h"
+
+/* --attention: which attention the CUDA tables run for the training shape.
+ * cuDNN's plans are built here, before the memory check, because their
+ * workspace is part of the plan. The CPU has only its reference. */
+static int setup_attention_as(trainer *tr, const char *attention) {
+  if (tr->device_index < 0) {
+    if (strcmp(attention, "cudnn") == 0)
+      return st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or "
+                           "fp16); the CPU runs its fp32 reference: use --attention auto|flash");
+    snprintf(tr->attn_note, sizeof tr->attn_note, "the CPU reference (softmax kept, T x T per "
+             "head)");
+    return 0;
+  }
+#ifdef SHARDTRAIN_HAVE_CUDA
+  const st_run_config *rc = tr->rc;
+  const st_model_config *m = &rc->model;
+  const st_attention_impl want = strcmp(attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
+                                 : strcmp(attention, "flash") == 0 ? ST_ATTENTION_FLASH
+                                                                        : ST_ATTENTION_AUTO;
+  st_attention_choice ch;
+  /* cuDNN's plans are built per head layout: GQA's K/V have n_kv_head heads */
+  if (st_cuda_attention_select_gqa(want, tr->ops->dtype, rc->micro_batch, rc->seq_len, m->n_embd,
+                                   m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head, &ch))
+    return -1;
+  snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
+  tr->attn_ws_per_seq = (ch.workspace_bytes + (size_t)rc->micro_batch - 1) / (size_t)rc->micro_batch;
+  st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * (size_t)rc->micro_batch);
+#else
+  (void)attention;
+#endif
+  return 0;
+}
+
+int st_trainer_setup_attention(trainer *tr) { return setup_attention_as(tr, tr->rc->attention); }
+
+/* --attention auto after the rest of the configuration is settled
+ * (st_plan_attention_auto): cuDNN, chosen by setup_attention when it has a
+ * plan for the shape, stays only if its O(T^2) workspace fits beside the
+ * plan of *in (made without it) in the budget cap; else ours runs, O(T),
+ * and the note says why. in->attn_workspace_per_seq becomes what runs. */
+static int settle_attention_auto(trainer *tr, st_plan_input *in, uint64_t cap) {
+  in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+  if (!tr->attn_ws_per_seq || strcmp(tr->rc->attention, "auto") != 0) return 0;
+  st_plan_input t = *in;
+  t.attn_workspace_per_seq = 0;
+  t.gpu_mem = cap;
+  st_memory_plan with;
+  const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with);
+  if (r) return r < 0 ? -1 : 0;
+  char a[32], b[32];
+  const uint64_t ws = tr->attn_ws_per_seq * (uint64_t)tr->rc->micro_batch;
+  st_format_bytes(ws, a, sizeof a);
+  if (cap) st_format_bytes(with.usable, b, sizeof b);
+  if (setup_attention_as(tr, "flash")) return -1;
+  const size_t n = strlen(tr->attn_note);
+  snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; --attention auto: cuDNN's "
+           "deterministic backward needs %s of O(T^2) workspace, which %s (docs/memory.md)", a,
+           cap ? "does not fit beside the rest of the plan" : "no budget allows");
+  if (cap) {
+    const size_t k = strlen(tr->attn_note);
+    snprintf(tr->attn_note + k, sizeof tr->attn_note - k, " [%s usable]", b);
+  }
+  in->attn_workspace_per_seq = 0;
+  return 0;
+}
+
+/* This rank's configuration as the memory planner takes it. */
+static void plan_input_of(const trainer *tr, st_plan_input *in) {
+  st_run_plan_input(tr->rc, tr->comm->world,
+                    tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU, tr->ops->dtype, in);
+  in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+}
+
+/* The budget every rank plans against: the smallest over ranks, so that all
+ * ranks make the same choice (on GPUs each reads its own free memory). */
+static int agree_budget(trainer *tr, uint64_t *cap) {
+  st_comm *c = tr->comm;
+  double *all = calloc((size_t)c->world, sizeof *all);
+  if (!all) return st_error_set("out of host memory");
+  all[c->rank] = (double)*cap; /* exact: budgets are far below 2^53 bytes */
+  int rc = c->all_reduce_double_sum(c, all, (size_t)c->world);
+  for (int r = 0; !rc && r < c->world; r++)
+    if ((uint64_t)all[r] < *cap) *cap = (uint64_t)all[r];
+  free(all);
+  return rc;
+}
+
+/* --auto-fit / --auto-fit-zero (docs/memory.md, "train --auto-fit"): before
+ * anything is allocated, choose micro-batch, accumulation, recompute and,
+ * with --auto-fit-zero, the ZeRO stage, with the query plan --fit makes from
+ * the same flags; apply the choice to the run's settings and keep its
+ * explanation for the configuration block and metrics.jsonl. *in is updated
+ * to the choice. Collective (the budget is agreed on). */
+static int setup_auto_fit(trainer *tr, st_plan_input *in, uint64_t cap) {
+  st_run_config *rc = tr->rc;
+  char a[32], b[32], c[32];
+  if (!cap)
+    return st_error_setc(ST_EXIT_USAGE, "--auto-fit needs a memory budget: give --gpu-mem SIZE "
+                         "(the CPU backend has no device memory to read)");
+  /* plan --fit reads the device's total; free memory plus the context
+   * estimate can exceed it on an idle GPU, so the budget is the smaller. */
+  if (tr->have_dev_mem && tr->dev_total && cap > tr->dev_total) cap = tr->dev_total;
+  if (agree_budget(tr, &cap)) return -1;
+  in->gpu_mem = cap;
+  const st_plan_input given = *in;
+  st_plan_fit_query q;
+  st_fit_query_make(in, rc->global_batch, rc->micro_batch_given ? rc->micro_batch : 0,
+                    rc->recompute_given ? in->recompute : ST_RECOMPUTE_NONE, rc->zero_stage,
+                    rc->auto_fit == 2, &q);
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return -1;
+  const st_plan_choice *ch = f.found ? &f.choice : &f.least;
+  if (!f.found)
+    return st_error_setc(ST_EXIT_MEMORY, "--auto-fit: nothing fits %s usable per rank (%s, less "
+                         "%g%% headroom) for global batch %d on %d rank(s): even micro-batch %d, "
+                         "recompute %s, ZeRO %d needs %s. Use more ranks%s, a shorter --seq-len "
+                         "or a smaller model (shardtrain plan --fit shows the search; "
+                         "docs/memory.md)", st_format_bytes(ch->plan.usable, a, sizeof a),
+                         tr->plan_source, in->headroom_pct, rc->global_batch, tr->comm->world,
+                         ch->in.micro_batch, st_recompute_name(ch->in.recompute),
+                         ch->in.zero_stage, st_format_bytes(ch->plan.total, b, sizeof b),
+                         rc->auto_fit == 2 ? "" : ", --auto-fit-zero");
+  char why[4096], change[300];
+  st_plan_fit_explain(&q, &f, "               ", why, sizeof why);
+  st_plan_describe_change(&given, &ch->in, rc->global_batch, change, sizeof change);
+  snprintf(tr->auto_fit_text, sizeof tr->auto_fit_text,
+           "  auto-fit   micro-batch %d x grad-accum %d, recompute %s, ZeRO %d%s: plan %s of %s "
+           "usable (%s, less %g%% headroom), %s to spare\n"
+           "             %s%s\n%s\n", ch->in.micro_batch, ch->accum,
+           st_recompute_name(ch->in.recompute), ch->in.zero_stage,
+           rc->auto_fit == 2 ? " (stage chosen: --auto-fit-zero)" : " (stage as given)",
+           st_format_bytes(ch->plan.total, a, sizeof a),
+           st_format_bytes(ch->plan.usable, b, sizeof b), tr->plan_source, in->headroom_pct,
+           st_format_bytes((uint64_t)ch->plan.spare, c, sizeof c),
+           change[0] ? "changed from the flags: " : "the flags' own settings fit and cost least",
+           change, why);
+  cJSON *j = st_plan_fit_cjson(&q, &f);
+  if (j) {
+    cJSON_AddStringToObject(j, "changed", change);
+    tr->auto_fit_json = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+  }
+  if (!tr->auto_fit_json) return st_error_set("out of host memory");
+  rc->micro_batch = ch->in.micro_batch;
+  snprintf(rc->recompute, sizeof rc->recompute, "%s", st_recompute_name(ch->in.recompute));
+  rc->zero_stage = ch->in.zero_stage;
+  rc->offload = ch->in.offload;
+  if (rc->offload) st_trainer_split_host_threads(tr, tr->env);
+  tr->accum = ch->accum;
+  *in = ch->in;
+  in->gpu_mem = 0; /* the caller sets its own rank's cap again */
+  return 0;
+}
+
+/* Pre-flight (docs/memory.md): before anything is allocated, this rank's
+ * memory plan must fit --gpu-mem when given and, on CUDA, the device's free
+ * memory, each less --headroom percent. Free memory is read after the CUDA
+ * context and the NCCL communicator exist, so the plan's context estimate
+ * is added to it rather than counted twice. When it does not fit, the
+ * message names the smallest change that would: --fit's search from the
+ * current settings (micro-batch at most the current one, recompute from the
+ * current policy up, the current ZeRO stage first, then higher, then
+ * lower). The CPU checks only against --gpu-mem. */
+int st_trainer_memory_check(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  st_plan_input in;
+  plan_input_of(tr, &in);
+  uint64_t cap = rc->gpu_mem;
+  char a[32], b[32], c[32];
+  if (rc->enforce_gpu_mem && (!cap || tr->device_index < 0))
+    return st_error_setc(ST_EXIT_USAGE, "--enforce-gpu-mem holds a GPU's memory above --gpu-mem: "
+                         "%s", !cap ? "give --gpu-mem SIZE too" : "it needs the CUDA backend");
+  if (cap) snprintf(tr->plan_source, sizeof tr->plan_source, "--gpu-mem %s",
+                    st_format_bytes(cap, a, sizeof a));
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (tr->device_index >= 0) {
+    uint64_t fr, tot;
+    char name[160];
+    if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    if (rc->enforce_gpu_mem) {
+      uint64_t held;
+      if (st_cuda_hold_above(rc->gpu_mem, &held)) return -1;
+      tr->gpu_mem_held = held;
+      if (st_plan_device_memory(&fr, &tot, name, sizeof name)) return -1;
+    }
+    tr->have_dev_mem = 1;
+    tr->dev_free_before = fr;
+    tr->dev_total = tot;
+    const uint64_t avail = fr + ST_PLAN_CUDA_CONTEXT;
+    if (!cap || avail < cap) {
+      cap = avail;
+      snprintf(tr->plan_source, sizeof tr->plan_source,
+               "%s free on %s + the %s CUDA context estimate, already made",
+               st_format_bytes(fr, a, sizeof a), name,
+               st_format_bytes(ST_PLAN_CUDA_CONTEXT, b, sizeof b));
+    }
+  }
+#endif
+  const int asked_batch = rc->micro_batch;
+  /* everything else is chosen as if ours ran; cuDNN's workspace is added
+   * afterwards only where it fits (settle_attention_auto) */
+  if (strcmp(rc->attention, "auto") == 0) in.attn_workspace_per_seq = 0;
+  if (tr->gpu_mem_held) {
+    size_t n = strlen(tr->plan_source);
+    snprintf(tr->plan_source + n, sizeof tr->plan_source - n, "; --enforce-gpu-mem holds %s of "
+             "the GPU", st_format_bytes(tr->gpu_mem_held, c, sizeof c));
+  }
+  if (rc->auto_fit && setup_auto_fit(tr, &in, cap)) return -1;
+  if (rc->micro_batch != asked_batch && tr->device_index >= 0) {
+    /* cuDNN's plans and workspace are per shape: choose again at the
+     * micro-batch auto-fit picked, so the arena holds that workspace */
+    if (st_trainer_setup_attention(tr)) return -1;
+  }
+  if (tr->device_index >= 0 && settle_attention_auto(tr, &in, cap)) return -1;
+  if (tr->device_index < 0) in.attn_workspace_per_seq = tr->attn_ws_per_seq;
+  in.gpu_mem = cap;
+  if (st_memory_plan_make(&in, &tr->plan)) return -1;
+  /* --offload optimizer: the host's share too (on the CPU the device is host memory) */
+  if (in.offload &&
+      st_host_mem_check(tr->plan.host_total + (tr->device_index < 0 ? tr->plan.total : 0),
+                        tr->env ? tr->env->local_world : 0, &tr->host_avail, tr->host_source,
+                        sizeof tr->host_source))
+    return -1;
+  if (tr->plan.fits != 0) {
+    tr->plan_json = st_memory_plan_json(rc->model_name, rc->global_batch, tr->accum, &in,
+                                        &tr->plan, tr->plan_source);
+    return tr->plan_json ? 0 : st_error_set("out of host memory");
+  }
+  const st_memory_plan *p = &tr->plan;
+  st_plan_fit_query q;
+  memset(&q, 0, sizeof q);
+  q.base = in;
+  q.global_batch = rc->global_batch;
+  q.search_zero = 2; /* keep the stage if possible, else the next higher */
+  q.order = ST_FIT_NEAREST; /* the smallest change to what was asked for */
+  st_plan_fit f;
+  if (st_memory_plan_fit(&q, &f)) return -1;
+  st_error_code(ST_EXIT_MEMORY);
+  char what[512], change[300];
+  snprintf(what, sizeof what, "the memory plan needs %s per rank, %s is usable (%s, less %g%% "
+           "headroom)", st_format_bytes(p->total, a, sizeof a),
+           st_format_bytes(p->usable, b, sizeof b), tr->plan_source, in.headroom_pct);
+  if (!f.found)
+    return st_error_set("%s, and nothing fits: even micro-batch %d, recompute %s, ZeRO %d needs "
+                        "%s. Use more ranks, a shorter --seq-len or a smaller model "
+                        "(shardtrain plan shows the table; docs/memory.md)", what,
+                        f.least.in.micro_batch, st_recompute_name(f.least.in.recompute),
+                        f.least.in.zero_stage, st_format_bytes(f.least.plan.total, c, sizeof c));
+  st_plan_describe_change(&in, &f.choice.in, rc->global_batch, change, sizeof change);
+  char alt[400] = "";
+  if (f.has_alt[in.recompute]) { /* the same policy at a smaller micro-batch */
+    char d[300];
+    const st_plan_choice *ac = &f.alt[in.recompute];
+    st_plan_describe_change(&in, &ac->in, rc->global_batch, d, sizeof d);
+    snprintf(alt, sizeof alt, "; or, keeping --recompute %s: %s (plan %s)",
+             st_recompute_name(in.recompute), d, st_format_bytes(ac->plan.total, b, sizeof b));
+  }
+  return st_error_set("%s. The smallest change that fits: %s (plan %s)%s. shardtrain plan shows "
+                      "the table and --fit the choices; train --auto-fit instead applies the "
+                      "cheapest by estimated step time (docs/memory.md)", what, change,
+                      st_format_bytes(f.choice.plan.total, c, sizeof c), alt);
+}
