@@ -19,8 +19,6 @@
 #include "io/checkpoint.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,6 +26,7 @@
 
 #include "io/checkpoint_dirs.h"
 #include "io/h5util.h"
+#include "io/shard_io.h"
 #include "io/run_lock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -35,8 +34,6 @@
 #ifndef SHARDTRAIN_VERSION
 #define SHARDTRAIN_VERSION "dev"
 #endif
-
-#define CKPT_CHUNK 65536 /* elements per chunk: 256 KiB, one checksum each */
 
 static const char *const k_groups[3] = {"params", "adam_m", "adam_v"};
 
@@ -48,62 +45,8 @@ typedef struct {
 } save_paths;
 
 /* ------------------------------------------------------------------------
- * Agreement: all ranks learn whether any failed, and the failing rank's
- * message, so that every rank can print something useful.
- * --------------------------------------------------------------------- */
-
-static int agree(st_comm *c, int failed) {
-  int who = failed ? c->rank + 1 : 0;
-  if (c->all_reduce_int_max(c, &who, 1) != 0) return -1;
-  if (who == 0) return 0;
-  char msg[1536] = "";
-  if (c->rank == who - 1) snprintf(msg, sizeof msg, "%s", st_error_msg());
-  if (c->broadcast(c, msg, sizeof msg, who - 1) != 0) return -1;
-  if (!failed) st_error_set("rank %d failed: %s", who - 1, msg);
-  return -1;
-}
-
-/* ------------------------------------------------------------------------
  * Helpers
  * --------------------------------------------------------------------- */
-
-/* "cannot DOING [DSET in] PATH: WHY"; a full disk or quota instead names
- * the file, the dataset (when dset is not NULL) and the fix. */
-static int io_failed(int err, const char *doing, const char *path, const char *dset,
-                     const char *why) {
-  if (err == ENOSPC || err == EDQUOT)
-    return st_error_set("%s writing %s%s%s: free space or choose another --out",
-                        err == ENOSPC ? "no space left on device" : "disk quota exceeded",
-                        dset ? dset : "", dset ? " in " : "", path);
-  if (err == EFBIG)
-    return st_error_set("file too large writing %s%s%s (past the file size limit, ulimit -f, "
-                        "or the filesystem's): raise the limit or choose another --out",
-                        dset ? dset : "", dset ? " in " : "", path);
-  if (dset) return st_error_set("cannot %s %s in %s: %s", doing, dset, path, why);
-  return st_error_set("cannot %s %s: %s", doing, path, why);
-}
-
-/* The same for a failed HDF5 call, right after it (reads HDF5's error stack). */
-static int h5_failed(const char *doing, const char *path, const char *dset) {
-  const char *why = st_h5_why();
-  return io_failed(st_h5_errno(), doing, path, dset, why);
-}
-
-static int fsync_file(const char *path) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return st_error_set("cannot open %s to sync it: %s", path, strerror(errno));
-  int rc = fsync(fd), err = errno;
-  close(fd);
-  if (rc != 0) return io_failed(err, "sync to disk", path, NULL, strerror(err));
-  return 0;
-}
-
-/* Intersection of tensor t with the flat range [b, e); 0 when empty. */
-static int overlap(const st_tensor *t, int64_t b, int64_t e, int64_t *lo, int64_t *hi) {
-  *lo = t->offset > b ? t->offset : b;
-  *hi = t->offset + t->numel < e ? t->offset + t->numel : e;
-  return *hi > *lo;
-}
 
 static int make_paths(const char *run_dir, int64_t step, save_paths *p) {
   int n1 = snprintf(p->ckpt, sizeof p->ckpt, "%s/ckpt", run_dir);
@@ -159,33 +102,6 @@ static int make_tmp_dir(const char *run_dir, const save_paths *p) {
  * Stage 2: this rank's file
  * --------------------------------------------------------------------- */
 
-/* One 1-D, chunked, checksummed piece of a tensor: elements [lo, hi) of the
- * flat vector, i.e. [lo - offset, hi - offset) of the tensor. */
-static int write_piece(hid_t grp, const st_tensor *t, int64_t lo, int64_t hi, const float *src) {
-  hsize_t n = (hsize_t)(hi - lo), chunk = n < CKPT_CHUNK ? n : CKPT_CHUNK;
-  hid_t space = H5Screate_simple(1, &n, NULL);
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  hid_t d = -1;
-  int rc = -1;
-  if (space < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &chunk) < 0 || H5Pset_fletcher32(dcpl) < 0)
-    goto out;
-  d = H5Dcreate2(grp, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-  if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src) < 0) goto out;
-  if (st_h5_attr_put_i64(d, "tensor_begin", lo - t->offset) ||
-      st_h5_attr_put_i64(d, "flat_begin", lo))
-    goto out;
-  /* Chunks still cached are written here, where a full disk is an error
-   * of this call, and not inside H5Dclose (see st_h5_discard). */
-  if (H5Dflush(d) < 0) goto out;
-  rc = 0;
-out:
-  if (rc != 0) st_h5_discard(grp); /* so the closes below and the file's succeed */
-  st_h5_close_dset(d);
-  st_h5_close_plist(dcpl);
-  st_h5_close_space(space);
-  return rc;
-}
-
 static int write_rank_attrs(hid_t f, const st_partition *part, const st_ckpt_meta *meta) {
   return st_h5_attr_put_int(f, "format_version", 1) || st_h5_attr_put_int(f, "rank", part->rank) ||
          st_h5_attr_put_int(f, "world_size", part->world) ||
@@ -204,13 +120,13 @@ static int write_rank_tensors(hid_t f, const char *path, const st_param_table *t
     for (int i = 0; i < tab->n; i++) {
       const st_tensor *t = &tab->t[i];
       int64_t lo, hi;
-      if (!overlap(t, part->begin, part->end, &lo, &hi)) continue;
+      if (!st_shard_overlap(t, part->begin, part->end, &lo, &hi)) continue;
       /* params is the full vector; the moments start at part->begin. */
       const float *base = g == 0 ? src[0] + lo : src[g] + (lo - part->begin);
-      if (write_piece(grp, t, lo, hi, base) != 0) {
+      if (st_shard_write_piece(grp, t, lo, hi, base) != 0) {
         char dset[ST_MAX_NAME + 16];
         snprintf(dset, sizeof dset, "/%s/%s", k_groups[g], t->name);
-        h5_failed("write dataset", path, dset);
+        st_shard_h5_failed("write dataset", path, dset);
         H5Gclose(grp);
         return -1;
       }
@@ -218,16 +134,6 @@ static int write_rank_tensors(hid_t f, const char *path, const st_param_table *t
     H5Gclose(grp);
   }
   return 0;
-}
-
-/* Before the metadata flush: every byte the file will occupy (its address
- * space, which the flush fills in) reserved on disk, so a full disk is
- * reported here and never by H5Fflush (see st_h5_reserve). */
-static int reserve_rest(hid_t f, const char *path) {
-  hsize_t size = 0;
-  if (H5Fget_filesize(f, &size) < 0) return h5_failed("read the size of", path, NULL);
-  int err = st_h5_reserve(f, (uint64_t)size + 4096); /* a page of margin */
-  return err ? io_failed(err, "reserve space for", path, NULL, strerror(err)) : 0;
 }
 
 static int write_rank_file(const save_paths *p, const st_param_table *tab,
@@ -238,18 +144,12 @@ static int write_rank_file(const save_paths *p, const st_param_table *tab,
   hid_t fapl = st_h5_fapl();
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   st_h5_close_plist(fapl);
-  if (f < 0) return h5_failed("create", path, NULL);
+  if (f < 0) return st_shard_h5_failed("create", path, NULL);
   int rc = 0;
-  if (write_rank_attrs(f, part, meta) != 0) rc = h5_failed("write attributes of", path, NULL);
+  if (write_rank_attrs(f, part, meta) != 0)
+    rc = st_shard_h5_failed("write attributes of", path, NULL);
   if (rc == 0) rc = write_rank_tensors(f, path, tab, part, src);
-  if (rc == 0) rc = reserve_rest(f, path);
-  if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = h5_failed("flush", path, NULL);
-  /* After a failure the close would flush again into the same full disk. */
-  if (rc != 0) st_h5_discard(f);
-  if (H5Fclose(f) < 0 && rc == 0) rc = h5_failed("close", path, NULL);
-  st_h5_unreserve(path);
-  if (rc == 0) rc = fsync_file(path);
-  return rc;
+  return st_shard_finish_file(f, path, rc);
 }
 
 /* ------------------------------------------------------------------------
@@ -273,44 +173,6 @@ static int check_rank_run_ids(const save_paths *p, int world, const char *run_id
                           "%s; start one job per run directory", path, got, run_id, p->ckpt);
   }
   return 0;
-}
-
-/* A virtual dataset of t's full shape; each rank's piece (the whole 1-D
- * source dataset) maps onto the tensor elements it holds. File names are
- * relative, so the step directory can be renamed and copied. */
-static int write_vds(hid_t grp, const char *gname, const st_tensor *t,
-                     const st_partition *part) {
-  hsize_t dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
-  hid_t space = H5Screate_simple(t->ndim, dims, NULL);
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  hid_t d = -1;
-  int rc = -1;
-  float fill = NAN; /* unmapped or unreadable source: NaN, never plausible zeros */
-  if (space < 0 || dcpl < 0 || H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &fill) < 0) goto out;
-  for (int r = 0; r < part->world; r++) {
-    int64_t rb, re, lo, hi;
-    st_partition_range(part, r, &rb, &re);
-    if (!overlap(t, rb, re, &lo, &hi)) continue;
-    char file[32], dset[ST_MAX_NAME + 16];
-    snprintf(file, sizeof file, "rank_%05d.h5", r);
-    snprintf(dset, sizeof dset, "/%s/%s", gname, t->name);
-    hsize_t n = (hsize_t)(hi - lo);
-    hid_t src = H5Screate_simple(1, &n, NULL);
-    herr_t e = -1;
-    if (src >= 0 && st_h5_select_flat(space, t->ndim, t->shape, lo - t->offset,
-                                      hi - t->offset) == 0)
-      e = H5Pset_virtual(dcpl, space, file, dset, src);
-    st_h5_close_space(src);
-    if (e < 0) goto out;
-  }
-  H5Sselect_all(space);
-  d = H5Dcreate2(grp, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-  if (d >= 0) rc = 0;
-out:
-  st_h5_close_dset(d);
-  st_h5_close_plist(dcpl);
-  st_h5_close_space(space);
-  return rc;
 }
 
 static int write_index_attrs(hid_t f, const st_param_table *tab, const st_partition *part,
@@ -344,10 +206,10 @@ static int write_index_tensors(hid_t f, const char *path, const st_param_table *
     if (grp < 0) return st_error_set("cannot create group /%s in %s: %s", k_groups[g], path,
                                      st_h5_why());
     for (int i = 0; i < tab->n; i++) {
-      if (write_vds(grp, k_groups[g], &tab->t[i], part) != 0) {
+      if (st_shard_write_vds(grp, k_groups[g], &tab->t[i], part) != 0) {
         char dset[ST_MAX_NAME + 16];
         snprintf(dset, sizeof dset, "/%s/%s", k_groups[g], tab->t[i].name);
-        h5_failed("write virtual dataset", path, dset);
+        st_shard_h5_failed("write virtual dataset", path, dset);
         H5Gclose(grp);
         return -1;
       }
@@ -364,16 +226,12 @@ static int write_index(const save_paths *p, const st_param_table *tab, const st_
   hid_t fapl = st_h5_fapl();
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   st_h5_close_plist(fapl);
-  if (f < 0) return h5_failed("create", path, NULL);
+  if (f < 0) return st_shard_h5_failed("create", path, NULL);
   int rc = 0;
-  if (write_index_attrs(f, tab, part, meta) != 0) rc = h5_failed("write attributes of", path, NULL);
+  if (write_index_attrs(f, tab, part, meta) != 0)
+    rc = st_shard_h5_failed("write attributes of", path, NULL);
   if (rc == 0) rc = write_index_tensors(f, path, tab, part);
-  if (rc == 0) rc = reserve_rest(f, path);
-  if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = h5_failed("flush", path, NULL);
-  if (rc != 0) st_h5_discard(f); /* as in write_rank_file */
-  if (H5Fclose(f) < 0 && rc == 0) rc = h5_failed("close", path, NULL);
-  st_h5_unreserve(path);
-  if (rc == 0) rc = fsync_file(path);
+  rc = st_shard_finish_file(f, path, rc);
   if (rc == 0) rc = st_fsync_dir(p->tmp);
   return rc;
 }
@@ -457,20 +315,20 @@ int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
     refused = refuse_complete(&p) != 0;
     bad = refused || make_tmp_dir(run_dir, &p) != 0;
   }
-  if (agree(comm, bad) != 0) {
+  if (st_shard_agree(comm, bad) != 0) {
     /* every rank is here: tell them whether it was the refusal (exit 3) */
     if (comm->all_reduce_int_max(comm, &refused, 1) != 0) refused = 0;
     return save_failed_code(&p, comm, 0, meta->step, refused ? ST_EXIT_CHECKPOINT : ST_EXIT_ERROR);
   }
 
   bad = write_rank_file(&p, tab, part, src, meta) != 0;
-  if (agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
+  if (st_shard_agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
 
   bad = comm->rank == 0 && (check_rank_run_ids(&p, part->world, meta->run_id) != 0 ||
                             write_index(&p, tab, part, meta) != 0);
-  if (agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
+  if (st_shard_agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
 
   bad = comm->rank == 0 && publish(&p) != 0;
-  if (agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
+  if (st_shard_agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
   return comm->barrier(comm);
 }

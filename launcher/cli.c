@@ -242,7 +242,7 @@ static void apply_model_flags(st_run_config *rc, const st_cli_seen *s) {
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
     "--arch", "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
-    "--dim", "--dump-params", "--enforce-gpu-mem", "--eps", "--ffn-dim", "--global-batch", "--gpu-mem", "--gpu-stats-every",
+    "--dim", "--dump-grads", "--dump-params", "--enforce-gpu-mem", "--eps", "--ffn-dim", "--global-batch", "--gpu-mem", "--gpu-stats-every",
     "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
@@ -338,6 +338,33 @@ const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *b
 int st_cli_is_train_flag(const char *f) {
   for (int i = 0; k_flags[i]; i++)
     if (strcmp(f, k_flags[i]) == 0 && strcmp(f, "--help") != 0) return 1;
+  return 0;
+}
+
+/* --dump-grads EVERY[:PATTERN]: EVERY >= 1 steps; PATTERN comma-separated
+ * fnmatch globs of tensor names (io/grad_dump.h). */
+static int parse_dump_grads(const char *v, st_run_config *rc) {
+  char *end = NULL;
+  errno = 0;
+  long long every = strtoll(v, &end, 10);
+  if (end == v || errno || every < 1 || every > 1000000000LL || (*end && *end != ':')) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--dump-grads '%s': expected EVERY[:PATTERN], EVERY a whole number of "
+                        "steps >= 1 (e.g. --dump-grads 100 or --dump-grads 10:'h.0.*,ln_f.*')", v);
+  }
+  const char *pat = *end == ':' ? end + 1 : "";
+  if (*end == ':' && !pat[0]) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--dump-grads '%s': empty PATTERN after ':'; drop the ':' to dump every "
+                        "tensor", v);
+  }
+  if (strlen(pat) >= sizeof rc->dump_grads_pattern) {
+    st_error_code(ST_EXIT_USAGE);
+    return st_error_set("--dump-grads: PATTERN is longer than %zu characters",
+                        sizeof rc->dump_grads_pattern - 1);
+  }
+  rc->dump_grads_every = (int)every;
+  snprintf(rc->dump_grads_pattern, sizeof rc->dump_grads_pattern, "%s", pat);
   return 0;
 }
 
@@ -443,6 +470,10 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     }
     STR_FLAG("--resume", rc->resume)
     STR_FLAG("--dump-params", rc->dump_params)
+    if (strcmp(f, "--dump-grads") == 0) {
+      if (parse_dump_grads(v, rc)) return -1;
+      continue;
+    }
     STR_FLAG("--init-from", rc->init_from)
 #undef INT_FLAG
 #undef FLOAT_FLAG
@@ -522,6 +553,10 @@ void st_cli_print_train_usage(void) {
       "            file named keep; 0: keep all, the default)\n"
       "          --val-seqs N (256)  --log-every N (1)  --seed S (1337)\n"
       "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n"
+      "          --dump-grads EVERY[:PATTERN] (every EVERY-th step's reduced gradients, before and\n"
+      "            after clipping, with per-tensor norms, into RUN/grads/step_N/ in the checkpoint\n"
+      "            layout; PATTERN: comma-separated globs of tensor names, e.g. 'h.0.*,ln_f.*';\n"
+      "            shardtrain grads norms|diff reads them; docs/checkpoints.md)\n"
       "          --step-timing (split each step: data, compute, exposed communication, optimizer;\n"
       "            synchronises the device at phase boundaries)\n"
       "  nccl    --nccl-timeout S (600; 0 = no watchdog)  --nccl-buffsize BYTES  --nccl-cga N\n"

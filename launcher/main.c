@@ -23,6 +23,7 @@
 #include "launcher/cli.h"
 #include "launcher/env.h"
 #include "launcher/eval.h"
+#include "launcher/grads_cmd.h"
 #include "launcher/plan.h"
 #include "launcher/prep_cmd.h"
 #include "launcher/sample.h"
@@ -53,7 +54,9 @@ static void usage(void) {
          "  shardtrain sample --init SRC --prompt TEXT [flags]   (continue a prompt, KV cache;\n"
          "                   one process: see shardtrain sample --help)\n"
          "  shardtrain eval  --init SRC --data FILE [flags]   (loss, perplexity, tokens; one\n"
-         "                   process: see shardtrain eval --help)\n",
+         "                   process: see shardtrain eval --help)\n"
+         "  shardtrain grads norms RUN_DIR | diff A B   (gradient dumps of train --dump-grads;\n"
+         "                   see shardtrain grads --help)\n",
          SHARDTRAIN_VERSION);
 }
 
@@ -199,6 +202,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "plan") == 0) return st_cmd_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "sample") == 0) return st_cmd_sample(argc - 1, argv + 1); /* one process */
   if (strcmp(cmd, "eval") == 0) return st_cmd_eval(argc - 1, argv + 1);     /* one process */
+  if (strcmp(cmd, "grads") == 0) return st_cmd_grads(argc - 1, argv + 1);   /* one process */
   if (strcmp(cmd, "train") == 0) {
     MPI_Init(&argc, &argv);
     int code = cmd_train(argc - 1, argv + 1);
@@ -220,6 +224,6 @@ int main(int argc, char **argv) {
     return code;
   }
   st_error_set("unknown command '%s'; commands: prep, tokenize, train, ckpt, bench, plan, "
-               "sample, eval (see shardtrain --help)", cmd);
+               "sample, eval, grads (see shardtrain --help)", cmd);
   return st_cli_fail(ST_EXIT_USAGE);
 }

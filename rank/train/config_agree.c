@@ -90,6 +90,7 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add(l, "--out", U, fix, "%s", rc->out);
   st_agree_add(l, "--resume", U, fix, "%s", rc->resume);
   st_agree_add(l, "--dump-params", U, fix, "%s", rc->dump_params);
+  st_agree_add(l, "--dump-grads", U, fix, "%d:%s", rc->dump_grads_every, rc->dump_grads_pattern);
   st_agree_add(l, "the tokenizer", ST_EXIT_DATA, "every rank must read the same --data file and "
                "checkpoint", "%s %s %d", rc->tokenizer_name, rc->tokenizer_digest,
                rc->tokenizer_vocab);

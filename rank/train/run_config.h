@@ -51,6 +51,8 @@ typedef struct {
   char out[1024];           /* run directory */
   char resume[1024];        /* auto | none | PATH */
   char dump_params[1024];   /* write final params as raw float32 (tests) */
+  int dump_grads_every;     /* --dump-grads EVERY: 0 = off (io/grad_dump.h) */
+  char dump_grads_pattern[512]; /* its PATTERN: comma-separated globs, "" = every tensor */
   /* The tokenizer the model's ids mean (io/tokenizer.h): its name ("bytes",
    * "gpt2-bpe"), hex SHA-256 digest (st_tokenizer_digest) and vocabulary;
    * "" and 0 while unknown (llm.c .bin data). Set by st_run_config_set_tokenizer:

@@ -423,10 +423,14 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   *norm = sqrt(red[0]) / loss_scale;
   *loss = red[1] / ((double)rc->global_batch * T);
   *lr = st_lr_at(&rc->optim, tr->step);
-  if (st_loss_scaler_update(&tr->scaler, !isfinite(red[0]))) {
+  const int skip = st_loss_scaler_update(&tr->scaler, !isfinite(red[0]));
+  const float clip = st_clip_scale(&rc->optim, *norm);
+  const int dumped = st_trainer_dump_grads(tr, g, *norm, clip, loss_scale, skip);
+  if (dumped) return dumped;
+  if (skip) {
     *skipped = 1;
   } else {
-    float scale = st_clip_scale(&rc->optim, *norm) / loss_scale;
+    float scale = clip / loss_scale;
     int64_t t = tr->step + 1 - tr->scaler.skipped_steps; /* Adam's count of real updates */
     const int64_t b = tr->opt_part.begin, e = tr->opt_part.end;
     float *master = tr->master ? tr->master : (float *)m->params + b;

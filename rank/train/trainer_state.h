@@ -134,6 +134,14 @@ void st_trainer_split_host_threads(trainer *tr, const st_env *e);
  * st_trainer_setup after it, at the plan's sizes (ops->reserve). */
 int st_trainer_alloc_state(trainer *tr);
 
+/* --dump-grads (rank/train/grad_dumps.c): on a step it names (tr->step + 1,
+ * not yet counted), write this rank's reduced gradients g (backend memory,
+ * fp32, tr->part's range, still times loss_scale) to RUN/grads/step_N with
+ * the global norm (unscaled, before clipping), the clip factor and whether
+ * the step was skipped. Collective; 0, or an exit code (every rank). */
+int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
+                          float loss_scale, int skipped);
+
 /* The out-of-memory report against tr's plan (rank/train/oom.c) into out[cap]:
  * when ("step 5", "setup, before step 1"), the category the memory was for
  * (a plan category name, or anything else for memory outside the plan),
