@@ -71,6 +71,33 @@ int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
                  const st_partition *part, const float *params,
                  const float *adam_m, const float *adam_v, const st_ckpt_meta *meta);
 
+/* st_ckpt_save in three parts, for a save whose rank files are written
+ * while training goes on (rank/train/ckpt_save.c, --ckpt-async):
+ *   begin   collective: checks, and rank 0 makes the temporary directory
+ *           (refusing a step that already holds a complete checkpoint);
+ *   write   local, any thread, no collective: this rank's file from host
+ *           copies of its partition (params, adam_m, adam_v each
+ *           part->end - part->begin elements, element 0 at part->begin);
+ *   finish  collective: agrees on every rank's write (failed_msg: this
+ *           rank's failure, NULL when it wrote its file), then rank 0
+ *           writes the index and publishes; latest moves only when every
+ *           rank flushed.
+ * begin and finish return 0 or -1 with st_error (on every rank, the
+ * temporary directory removed); write returns 0 or -1 with st_error in the
+ * calling thread. A begun save must be finished. */
+typedef struct {
+  char ckpt[4096], tmp[4096], final[4096], name[32];
+  st_ckpt_meta meta;
+  const st_param_table *tab;
+  st_partition part;
+} st_ckpt_pending;
+
+int st_ckpt_save_begin(const char *run_dir, st_comm *comm, const st_param_table *tab,
+                       const st_partition *part, const st_ckpt_meta *meta, st_ckpt_pending *s);
+int st_ckpt_save_write(const st_ckpt_pending *s, const float *params, const float *adam_m,
+                       const float *adam_v);
+int st_ckpt_save_finish(st_ckpt_pending *s, st_comm *comm, const char *failed_msg);
+
 /* Resolve what --resume means: "auto" -> run_dir/ckpt/latest's step
  * directory, or "" with *found=0 when there is none; a path -> that step
  * directory (must contain index.h5). 0, or -1 with st_error.

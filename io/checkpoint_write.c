@@ -37,12 +37,9 @@
 
 static const char *const k_groups[3] = {"params", "adam_m", "adam_v"};
 
-typedef struct {
-  char ckpt[4096];  /* RUN/ckpt */
-  char tmp[4096];   /* RUN/ckpt/.tmp_step_XXXXXXXX */
-  char final[4096]; /* RUN/ckpt/step_XXXXXXXX */
-  char name[32];    /* step_XXXXXXXX */
-} save_paths;
+/* RUN/ckpt (ckpt), RUN/ckpt/.tmp_step_XXXXXXXX (tmp), RUN/ckpt/step_XXXXXXXX
+ * (final) and step_XXXXXXXX (name): st_ckpt_pending's paths. */
+typedef st_ckpt_pending save_paths;
 
 /* ------------------------------------------------------------------------
  * Helpers
@@ -121,8 +118,7 @@ static int write_rank_tensors(hid_t f, const char *path, const st_param_table *t
       const st_tensor *t = &tab->t[i];
       int64_t lo, hi;
       if (!st_shard_overlap(t, part->begin, part->end, &lo, &hi)) continue;
-      /* params is the full vector; the moments start at part->begin. */
-      const float *base = g == 0 ? src[0] + lo : src[g] + (lo - part->begin);
+      const float *base = src[g] + (lo - part->begin); /* each starts at part->begin */
       if (st_shard_write_piece(grp, t, lo, hi, base) != 0) {
         char dset[ST_MAX_NAME + 16];
         snprintf(dset, sizeof dset, "/%s/%s", k_groups[g], t->name);
@@ -295,40 +291,57 @@ static int save_failed(const save_paths *p, st_comm *comm, int remove_tmp, int64
   return save_failed_code(p, comm, remove_tmp, step, ST_EXIT_ERROR);
 }
 
-int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
-                 const st_partition *part, const float *params, const float *adam_m,
-                 const float *adam_v, const st_ckpt_meta *meta) {
-  save_paths p;
-  const float *const src[3] = {params, adam_m, adam_v};
+int st_ckpt_save_begin(const char *run_dir, st_comm *comm, const st_param_table *tab,
+                       const st_partition *part, const st_ckpt_meta *meta, st_ckpt_pending *s) {
   st_h5_quiet();
+  memset(s->ckpt, 0, sizeof s->ckpt);
+  s->tmp[0] = s->final[0] = s->name[0] = 0;
   /* The writer's identity goes into every file (checkpoint.h, run_id);
    * without one from the caller, this save makes its own. */
-  static st_ckpt_meta m; /* 8 KiB of config: not on the stack */
-  m = *meta;
-  if (!m.run_id[0] && comm->rank == 0) st_run_id_make(m.run_id);
-  if (!meta->run_id[0] && comm->broadcast(comm, m.run_id, sizeof m.run_id, 0) != 0)
-    return save_failed(&p, comm, 0, meta->step);
-  meta = &m;
-  int bad = make_paths(run_dir, meta->step, &p) != 0 || check_args(comm, tab, part, meta) != 0;
+  s->meta = *meta;
+  s->tab = tab;
+  s->part = *part;
+  if (!s->meta.run_id[0] && comm->rank == 0) st_run_id_make(s->meta.run_id);
+  if (!meta->run_id[0] && comm->broadcast(comm, s->meta.run_id, sizeof s->meta.run_id, 0) != 0)
+    return save_failed(s, comm, 0, meta->step);
+  int bad = make_paths(run_dir, meta->step, s) != 0 || check_args(comm, tab, part, meta) != 0;
   int refused = 0;
   if (!bad && comm->rank == 0) {
-    refused = refuse_complete(&p) != 0;
-    bad = refused || make_tmp_dir(run_dir, &p) != 0;
+    refused = refuse_complete(s) != 0;
+    bad = refused || make_tmp_dir(run_dir, s) != 0;
   }
   if (st_shard_agree(comm, bad) != 0) {
     /* every rank is here: tell them whether it was the refusal (exit 3) */
     if (comm->all_reduce_int_max(comm, &refused, 1) != 0) refused = 0;
-    return save_failed_code(&p, comm, 0, meta->step, refused ? ST_EXIT_CHECKPOINT : ST_EXIT_ERROR);
+    return save_failed_code(s, comm, 0, meta->step, refused ? ST_EXIT_CHECKPOINT : ST_EXIT_ERROR);
   }
+  return 0;
+}
 
-  bad = write_rank_file(&p, tab, part, src, meta) != 0;
-  if (st_shard_agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
+int st_ckpt_save_write(const st_ckpt_pending *s, const float *params, const float *adam_m,
+                       const float *adam_v) {
+  const float *const src[3] = {params, adam_m, adam_v};
+  return write_rank_file(s, s->tab, &s->part, src, &s->meta);
+}
 
-  bad = comm->rank == 0 && (check_rank_run_ids(&p, part->world, meta->run_id) != 0 ||
-                            write_index(&p, tab, part, meta) != 0);
-  if (st_shard_agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
-
-  bad = comm->rank == 0 && publish(&p) != 0;
-  if (st_shard_agree(comm, bad) != 0) return save_failed(&p, comm, 1, meta->step);
+int st_ckpt_save_finish(st_ckpt_pending *s, st_comm *comm, const char *failed_msg) {
+  if (failed_msg) st_error_set("%s", failed_msg);
+  if (st_shard_agree(comm, failed_msg != NULL) != 0) return save_failed(s, comm, 1, s->meta.step);
+  int bad = comm->rank == 0 && (check_rank_run_ids(s, s->part.world, s->meta.run_id) != 0 ||
+                                write_index(s, s->tab, &s->part, &s->meta) != 0);
+  if (st_shard_agree(comm, bad) != 0) return save_failed(s, comm, 1, s->meta.step);
+  bad = comm->rank == 0 && publish(s) != 0;
+  if (st_shard_agree(comm, bad) != 0) return save_failed(s, comm, 1, s->meta.step);
   return comm->barrier(comm);
+}
+
+int st_ckpt_save(const char *run_dir, st_comm *comm, const st_param_table *tab,
+                 const st_partition *part, const float *params, const float *adam_m,
+                 const float *adam_v, const st_ckpt_meta *meta) {
+  static st_ckpt_pending s; /* 8 KiB of config and 12 KiB of paths: not on the stack */
+  if (st_ckpt_save_begin(run_dir, comm, tab, part, meta, &s) != 0) return -1;
+  char msg[2048];
+  const int bad = st_ckpt_save_write(&s, params + part->begin, adam_m, adam_v) != 0;
+  if (bad) snprintf(msg, sizeof msg, "%s", st_error_msg());
+  return st_ckpt_save_finish(&s, comm, bad ? msg : NULL);
 }

@@ -122,6 +122,12 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     seen->zero = 1;
     return 1;
   }
+  if (strcmp(f, "--ckpt-async") == 0) {
+    static const char *const k_onoff[] = {"on", "off", NULL};
+    if (one_of(f, v, k_onoff)) return -1;
+    rc->ckpt_async = strcmp(v, "on") == 0;
+    return 1;
+  }
   if (strcmp(f, "--offload") == 0) {
     static const char *const k_off[] = {"none", "optimizer", NULL};
     if (one_of(f, v, k_off)) return -1;
@@ -246,7 +252,7 @@ static const char *const k_flags[] = {
     "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
-    "--nccl-timeout", "--norm-eps", "--offload",
+    "--nccl-timeout", "--norm-eps", "--offload", "--ckpt-async",
     "--out", "--precision", "--recompute", "--resume", "--rope-theta", "--seed", "--seq-len", "--step-timing",
     "--steps", "--stop-after", "--tied", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
     "--warmup", "--weight-decay", "--zero", "--help", NULL};
@@ -549,6 +555,9 @@ void st_cli_print_train_usage(void) {
       "          --weight-decay (0.1) --grad-clip (1.0) --beta1 (0.9) --beta2 (0.95) --eps (1e-8)\n"
       "  run     --steps N (100)  --out RUN_DIR (runs/default)  --resume auto|none|PATH\n"
       "          --ckpt-every N (0: only at the end)  --val-every N (0: only at the end)\n"
+      "          --ckpt-async on|off (on: a save copies this rank's state to pinned host memory\n"
+      "            and a background thread writes it while training goes on; latest moves\n"
+      "            once every rank has flushed, as with off; default on; docs/checkpoints.md)\n"
       "          --keep-last N (keep the newest N complete checkpoints and every one holding a\n"
       "            file named keep; 0: keep all, the default)\n"
       "          --val-seqs N (256)  --log-every N (1)  --seed S (1337)\n"

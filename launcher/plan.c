@@ -194,6 +194,9 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   }
   printf("  %-28s %17s %11s\n", "", "-----------------", "-----------");
   row("total", p->total, "");
+  if (p->host_ckpt_staging)
+    row("host: checkpoint staging", p->host_ckpt_staging,
+        "pinned, --ckpt-async on: fp32 weights, Adam m, v of this rank's shard");
   printf("\n");
   if (in->offload) { /* --offload optimizer: rank/optim/offload.h */
     printf("  %-28s %17s\n", "host memory per rank (pinned)", "bytes");

@@ -151,6 +151,9 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->grads = p->grads_full;
   }
   const uint64_t nopt = in->zero_stage == 0 ? padded : shard;
+  /* ckpt_save.c: three buffers of shard + 1 floats (the checkpoint's
+   * partition is the ZeRO shard at every stage) */
+  p->host_ckpt_staging = in->ckpt_async ? 3 * (uint64_t)(shard + 1) * f4 : 0;
   /* ZeRO 1 on one rank reduces in place into the full gradients (train_setup.c) */
   p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1) ? R(shard * f4) : 0;
   if (in->offload) {
@@ -322,6 +325,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   for (int i = 0; i < N_CATEGORIES; i++) cJSON_AddNumberToObject(b, k[i].name, (double)k[i].bytes);
   /* --offload optimizer: the host section (the node's check is the trainer's) */
   cJSON_AddStringToObject(c, "offload", in->offload ? "optimizer" : "none");
+  cJSON_AddNumberToObject(j, "host_ckpt_staging", (double)p->host_ckpt_staging);
   if (in->offload) {
     cJSON *h = cJSON_AddObjectToObject(j, "host");
     cJSON_AddNumberToObject(h, "master", (double)p->host_master);

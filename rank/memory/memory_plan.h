@@ -81,6 +81,9 @@ typedef struct {
    * offload_chunk elements (0 = ST_OFFLOAD_CHUNK_ELEMS). */
   int offload;
   int64_t offload_chunk;
+  /* --ckpt-async on: pinned host staging of this rank's checkpoint share
+   * (rank/train/ckpt_save.c) */
+  int ckpt_async;
 } st_plan_input;
 
 /* ZeRO stages the planner knows, 0 .. ST_PLAN_ZERO_STAGES - 1. */
@@ -133,6 +136,10 @@ typedef struct {
   uint64_t host_grad_staging; /* 2 chunks of fp32 gradients copied in */
   uint64_t host_work_staging; /* 2 chunks of updated working weights copied out */
   uint64_t host_total;    /* their sum */
+  /* --ckpt-async on: fp32 weights, Adam m and v of this rank's partition,
+   * staged for the background writer (not in host_total, which is the
+   * offloaded optimizer's) */
+  uint64_t host_ckpt_staging;
   /* against gpu_mem */
   uint64_t usable;        /* gpu_mem less the headroom */
   int64_t spare;          /* usable - total; negative when it does not fit */

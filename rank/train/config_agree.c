@@ -97,6 +97,7 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add(l, "--steps", U, fix, "%lld", (long long)rc->steps);
   st_agree_add(l, "--stop-after", U, fix, "%d", rc->stop_after);
   st_agree_add(l, "--ckpt-every", U, fix, "%d", rc->ckpt_every);
+  st_agree_add(l, "--ckpt-async", U, fix, "%s", rc->ckpt_async ? "on" : "off");
   st_agree_add(l, "--keep-last", U, fix, "%d", rc->keep_last);
   st_agree_add(l, "--val-every", U, fix, "%d", rc->val_every);
   st_agree_add(l, "--val-seqs", U, fix, "%d", rc->val_seqs);

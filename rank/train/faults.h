@@ -21,6 +21,11 @@
  *                                     a diverged run's would be: the save
  *                                     refuses it (tests/e2e/test_nonfinite.py).
  *                                     Test-only, like every ST_FAULT_*.
+ *   ST_FAULT_CKPT_SLOW=SECONDS[:STEP] the asynchronous checkpoint writer
+ *                                     sleeps that long before writing the
+ *                                     rank file of a save of STEP or later
+ *                                     (read in rank/train/ckpt_save.c;
+ *                                     tests/e2e/test_ckpt_async.py)
  */
 #ifndef ST_FAULTS_H
 #define ST_FAULTS_H

@@ -234,11 +234,21 @@ int st_trainer_memory_check(trainer *tr) {
   in.gpu_mem = cap;
   if (st_memory_plan_make(&in, &tr->plan)) return -1;
   /* --offload optimizer: the host's share too (on the CPU the device is host memory) */
-  if (in.offload &&
-      st_host_mem_check(tr->plan.host_total + (tr->device_index < 0 ? tr->plan.total : 0),
-                        tr->env ? tr->env->local_world : 0, &tr->host_avail, tr->host_source,
-                        sizeof tr->host_source))
-    return -1;
+  const uint64_t host_need = tr->plan.host_total + tr->plan.host_ckpt_staging +
+                             (in.offload && tr->device_index < 0 ? tr->plan.total : 0);
+  if ((in.offload || host_need) &&
+      st_host_mem_check(host_need, tr->env ? tr->env->local_world : 0, &tr->host_avail,
+                        tr->host_source, sizeof tr->host_source)) {
+    if (in.offload || !tr->host_avail) return -1;
+    char need_s[32], avail_s[32];
+    return st_error_set("--ckpt-async on needs %s of pinned host memory per rank to stage "
+                        "checkpoints (fp32 weights, Adam m and v of the rank's shard), but %s "
+                        "is available (%s): train with --ckpt-async off (each save then holds "
+                        "training until it is written), or more ranks per model",
+                        st_format_bytes(host_need, need_s, sizeof need_s),
+                        st_format_bytes(tr->host_avail, avail_s, sizeof avail_s),
+                        tr->host_source);
+  }
   if (tr->plan.fits != 0) {
     tr->plan_json = st_memory_plan_json(rc->model_name, rc->global_batch, tr->accum, &in,
                                         &tr->plan, tr->plan_source);

@@ -39,6 +39,7 @@ void st_run_config_defaults(st_run_config *rc) {
                                 .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
   rc->seed = 1337;
   rc->ckpt_every = 0;
+  rc->ckpt_async = 1;
   rc->val_every = 0;
   rc->val_seqs = 256;
   rc->log_every = 1;
@@ -198,6 +199,7 @@ void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dty
   in->nccl_overlap_channels = st_run_overlap_ctas(rc);
   in->headroom_pct = rc->headroom_pct;
   in->offload = rc->offload;
+  in->ckpt_async = rc->ckpt_async;
   in->offload_chunk = st_run_offload_chunk();
 }
 

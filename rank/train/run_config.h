@@ -74,6 +74,7 @@ typedef struct {
   st_optim_config optim;
   uint64_t seed;
   int ckpt_every;           /* steps between checkpoints; 0 = only at the end */
+  int ckpt_async;           /* --ckpt-async: 1 (default) background rank-file writes */
   int keep_last;            /* --keep-last: complete checkpoints kept; 0 = all */
   int val_every;            /* steps between validations; 0 = only at the end */
   int val_seqs;             /* validation sequences (all ranks together) */

@@ -80,6 +80,7 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
              (long long)tr->offload.chunk, omp_get_max_threads(),
              st_format_bytes(tr->host_avail, b, sizeof b),
              tr->host_source);
+    printf("  checkpoint saves %s\n", st_trainer_ckpt_mode(tr));
     if (tr->have_dev_mem) /* rank 0's GPU */
       printf("  device     %s: %s free of %s before allocation, %s free after setup (%s taken)\n",
              tr->device_name, st_format_bytes(tr->dev_free_before, a, sizeof a),

@@ -362,6 +362,7 @@ static int setup_arena(trainer *tr) {
 static int setup_state(trainer *tr) {
   int rc = st_trainer_alloc_state(tr);
   if (!rc) rc = setup_reserve(tr);
+  if (!rc) rc = st_trainer_ckpt_setup(tr);
   const st_arena *a = &tr->arena;
   char msg[4096], detail[160];
   if (a->failed) {

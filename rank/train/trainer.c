@@ -81,136 +81,6 @@ static int validate(trainer *tr, double *loss_out) {
   return 0;
 }
 
-/* host[begin, end) = the fp32 weights of that range of this rank: the
- * master copy in mixed precision (which holds opt_part), else the model's
- * own fp32 params. */
-static void fp32_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t end) {
-  if (end <= begin) return;
-  const size_t bytes = (size_t)(end - begin) * sizeof(float);
-  if (tr->master)
-    st_offload_state_get(&tr->offload, tr->ops, host + begin,
-                         tr->master + (begin - tr->opt_part.begin), bytes);
-  else
-    tr->ops->to_host(host + begin, (const float *)tr->model.params + begin, bytes);
-}
-
-/* --keep-last (rank 0, after `latest` names the new checkpoint): older
- * complete checkpoints beyond the newest N go, except those marked `keep`
- * (io/checkpoint_dirs.h). A removal that fails is a warning: training on
- * loses nothing. */
-static void prune_checkpoints(trainer *tr) {
-  if (tr->rc->keep_last < 1) return;
-  char removed[2048];
-  if (st_ckpt_prune(tr->rc->out, tr->rc->keep_last, removed, sizeof removed) != 0)
-    fprintf(stderr, "shardtrain: warning: %s\n", st_error_msg());
-  if (removed[0])
-    printf("checkpoint: removed %s (--keep-last %d)\n", removed, tr->rc->keep_last);
-}
-
-/* How many values of this rank's share of the checkpoint (fp32 weights
- * [part.begin, part.end) of hp, Adam m and v in hm, hv) are NaN or inf, and
- * where the first is. One pass over host memory, cheap next to writing it. */
-static int64_t count_nonfinite(const trainer *tr, const float *hp, const float *hm,
-                               const float *hv, const char **group, const char **tensor) {
-  static const char *const k_group[3] = {"params", "adam_m", "adam_v"};
-  const int64_t b = tr->part.begin, n = tr->part.end - tr->part.begin;
-  const float *const src[3] = {hp + b, hm, hv};
-  int64_t count = 0, first = -1;
-  for (int g = 0; g < 3; g++)
-    for (int64_t i = 0; i < n; i++)
-      if (!isfinite(src[g][i]) && count++ == 0) {
-        *group = k_group[g];
-        first = b + i;
-      }
-  const st_param_table *tab = &tr->model.tab;
-  for (int t = 0; first >= 0 && t < tab->n; t++)
-    if (first >= tab->t[t].offset && first < tab->t[t].offset + tab->t[t].numel)
-      *tensor = tab->t[t].name;
-  return count;
-}
-
-/* A diverged run must not replace its last good checkpoint: every rank
- * checks its share, and if any holds a NaN or inf nobody writes (exit 1). */
-static int refuse_nonfinite(trainer *tr, const float *hp, const float *hm, const float *hv) {
-  const char *group = "?", *tensor = "?";
-  int64_t bad = count_nonfinite(tr, hp, hm, hv, &group, &tensor);
-  if (bad > 0) {
-    char latest[1200], name[256] = "";
-    snprintf(latest, sizeof latest, "%s/ckpt/latest", tr->rc->out);
-    if (!st_path_exists(latest) || st_read_small_file(latest, name, sizeof name) != 0)
-      snprintf(name, sizeof name, "nothing (no earlier checkpoint)");
-    st_error_setc(ST_EXIT_ERROR, "the run diverged: %lld NaN or inf value(s) in the weights or "
-                  "Adam moments at step %lld, the first in %s/%s; checkpoint step %lld was not "
-                  "written and ckpt/latest still names %s (resume from it with a lower --lr or "
-                  "a --grad-clip)", (long long)bad, (long long)tr->step, group, tensor,
-                  (long long)tr->step, name);
-  }
-  return st_trainer_agree(tr, bad > 0);
-}
-
-static int save_checkpoint(trainer *tr) {
-  st_ckpt_meta meta;
-  memset(&meta, 0, sizeof meta);
-  /* An out-of-memory while saving stops before the step directory is
-   * renamed, so latest stays the previous checkpoint. */
-  snprintf(tr->phase, sizeof tr->phase, "the checkpoint of step %lld (not made latest)",
-           (long long)tr->step);
-  meta.step = tr->step;
-  meta.tokens_seen = tr->tokens_seen;
-  meta.data_position = tr->data_pos;
-  meta.rng_state[0] = tr->rng.s[0];
-  meta.rng_state[1] = tr->rng.s[1];
-  meta.world_size = tr->comm->world;
-  meta.zero_stage = tr->rc->zero_stage;
-  meta.has_scaler = 1;
-  meta.loss_scale = tr->scaler.scale;
-  meta.scaler_clean_steps = tr->scaler.clean_steps;
-  meta.scaler_hysteresis_left = tr->scaler.hysteresis_left;
-  meta.skipped_steps = tr->scaler.skipped_steps;
-  snprintf(meta.config_json, sizeof meta.config_json, "%s", tr->config_json);
-  snprintf(meta.run_id, sizeof meta.run_id, "%s", tr->lock.run_id);
-  meta.memory_plan_json = tr->plan_json;
-  meta.memory_planned_bytes = tr->plan.total;
-  /* The file holds this rank's ZeRO partition whatever the stage, so the
-   * layout on disk depends only on the rank count. Staged through host
-   * memory, which also takes the backend's copy off the device. */
-  int64_t off = tr->part.begin - tr->opt_part.begin;
-  size_t np = (size_t)tr->model.tab.total, nm = (size_t)(tr->part.end - tr->part.begin);
-  float *hp = malloc(np * sizeof(float)), *hm = malloc((nm + 1) * sizeof(float)),
-        *hv = malloc((nm + 1) * sizeof(float));
-  int staged = hp && hm && hv;
-  if (!staged)
-    st_error_set("cannot allocate host memory to stage checkpoint step %lld", (long long)tr->step);
-  int code = st_trainer_agree(tr, !staged); /* collective: no rank enters the save alone */
-  if (code || !staged) { /* !staged implies code; said for the analyzer */
-    free(hp);
-    free(hm);
-    free(hv);
-    return code ? code : ST_EXIT_ERROR;
-  }
-  fp32_weights_to_host(tr, hp, tr->part.begin, tr->part.end);
-  st_offload_state_get(&tr->offload, tr->ops, hm, tr->adam_m + off, nm * sizeof(float));
-  st_offload_state_get(&tr->offload, tr->ops, hv, tr->adam_v + off, nm * sizeof(float));
-  if ((code = refuse_nonfinite(tr, hp, hm, hv))) {
-    free(hp);
-    free(hm);
-    free(hv);
-    return code;
-  }
-  int rc = st_ckpt_save(tr->rc->out, tr->comm, &tr->model.tab, &tr->part, hp, hm, hv, &meta);
-  free(hp);
-  free(hm);
-  free(hv);
-  if (rc) st_error_code(ST_EXIT_ERROR); /* writing --out failed: README "Exit codes" */
-  code = st_trainer_agree(tr, rc != 0);
-  if (!code && tr->comm->rank == 0) {
-    printf("checkpoint: %s/ckpt/step_%08lld (latest)\n", tr->rc->out, (long long)tr->step);
-    prune_checkpoints(tr);
-    fflush(stdout);
-  }
-  return code;
-}
-
 /* ST_FAULT_OVERFLOW (rank/train/faults.h): an inf in this rank's reduced
  * gradients, as an fp16 overflow would leave. */
 static void fault_overflow(trainer *tr, const float *g) {
@@ -576,7 +446,7 @@ static int dump_params(trainer *tr) {
     free(host);
     return st_error_set("--dump-params %s: cannot allocate host memory", tr->rc->dump_params);
   }
-  fp32_weights_to_host(tr, host, tr->part.begin, tr->part.end);
+  st_trainer_weights_to_host(tr, host + tr->part.begin, tr->part.begin, tr->part.end);
   int rc = c->all_gather(c, host + (size_t)c->rank * shard, host, shard, sizeof(float));
   if (!rc && c->rank == 0) {
     FILE *f = fopen(tr->rc->dump_params, "wb");
@@ -596,12 +466,16 @@ static int alloc_agree(trainer *tr);
  * checkpoint, unless this step was just saved, and stop with
  * ST_EXIT_PREEMPTED). */
 static int step_boundary(trainer *tr, int64_t last_ckpt) {
-  int v[2] = {tr->alloc_msg[0] != 0, st_signals_pending()};
-  tr->comm->all_reduce_int_max(tr->comm, v, 2);
+  int v[3] = {tr->alloc_msg[0] != 0, st_signals_pending(), st_trainer_ckpt_writing(tr)};
+  tr->comm->all_reduce_int_max(tr->comm, v, 3);
   if (v[0]) return alloc_agree(tr); /* rare: a second collective picks the message */
+  /* an asynchronous save whose every rank file is written: finish it now,
+   * so latest moves as soon as it can (rank/train/ckpt_save.c) */
+  int code = st_trainer_ckpt_poll(tr, v[2]);
+  if (code) return code;
   const int sig = v[1];
   if (!sig) return 0;
-  int code = tr->step != last_ckpt ? save_checkpoint(tr) : 0;
+  code = tr->step != last_ckpt ? st_trainer_save_checkpoint(tr, 1) : st_trainer_ckpt_wait(tr);
   if (code) return code;
   if (tr->comm->rank == 0) {
     printf("preempted: %s received; checkpoint of step %lld is latest; exiting with code %d "
@@ -696,7 +570,7 @@ static int train_loop(trainer *tr) {
       alloc_note(tr, during);
     }
     if (rc->ckpt_every > 0 && tr->step % rc->ckpt_every == 0) {
-      if ((code = save_checkpoint(tr))) return code;
+      if ((code = st_trainer_save_checkpoint(tr, 0))) return code;
       last_ckpt = tr->step;
       snprintf(during, sizeof during, "the checkpoint of step %lld", (long long)tr->step);
       alloc_note(tr, during);
@@ -719,7 +593,8 @@ static int train_loop(trainer *tr) {
   }
   if (tr->step == rc->steps && (code = run_validation(tr))) return code;
   alloc_note(tr, "the final validation");
-  if (tr->step != last_ckpt && (code = save_checkpoint(tr))) return code;
+  if (tr->step != last_ckpt && (code = st_trainer_save_checkpoint(tr, 1))) return code;
+  if ((code = st_trainer_ckpt_wait(tr))) return code;
   alloc_note(tr, "the final checkpoint");
   if ((code = alloc_agree(tr))) return code;
   return st_trainer_agree(tr, dump_params(tr) != 0);
@@ -790,6 +665,7 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
     fflush(stdout);
   }
 done:
+  st_trainer_ckpt_free(&tr); /* a writer still running finishes its file first */
   if (tr.metrics) fclose(tr.metrics);
   st_run_lock_release(&tr.lock); /* every exit st_train returns from: 0, errors, 75 */
   if (tr.train) st_tokens_close(tr.train);

@@ -98,6 +98,7 @@ typedef struct {
   double last_loss;
   /* --step-timing: this step's seconds by phase (compute is the rest) */
   struct { double data, compute, comm, optimizer, total; } timing;
+  struct st_ckpt_writer *ckpt; /* the checkpoint saver (rank/train/ckpt_save.c) */
 } trainer;
 
 /* All ranks learn whether any failed; the lowest failing rank prints its
@@ -133,6 +134,39 @@ void st_trainer_split_host_threads(trainer *tr, const st_env *e);
  * backend's own buffers (cuBLASLt workspace, CUDA scratch) are reserved by
  * st_trainer_setup after it, at the plan's sizes (ops->reserve). */
 int st_trainer_alloc_state(trainer *tr);
+
+/* Checkpoint saves (rank/train/ckpt_save.c). */
+/* At setup, after the state: the saver, and with --ckpt-async on (and a
+ * thread-safe HDF5) its pinned staging buffers, 3 x this rank's partition
+ * in fp32 (the plan's host_ckpt_staging). 0, or -1 with st_error. */
+int st_trainer_ckpt_setup(trainer *tr);
+/* Bytes of that staging. */
+uint64_t st_trainer_ckpt_staging_bytes(const trainer *tr);
+/* How saves run, for the configuration block. */
+const char *st_trainer_ckpt_mode(const trainer *tr);
+/* Save step tr->step, collectively: after the previous save is finished,
+ * this rank's partition is staged on the host and checked finite (a NaN or
+ * inf: exit 1, nothing written); asynchronously the rank file is then
+ * written by a background thread and the save finished later (wait = 0),
+ * else before returning. 0, or an exit code (every rank). */
+int st_trainer_save_checkpoint(trainer *tr, int wait);
+/* Collective: finish the save in flight, if any (the writer joined, the
+ * index written, latest moved). 0, or an exit code. */
+int st_trainer_ckpt_wait(trainer *tr);
+/* Local: is this rank's writer still writing? (1 only while in flight) */
+int st_trainer_ckpt_writing(const trainer *tr);
+/* Collective: when no rank's writer is writing (any_writing, the maximum
+ * of st_trainer_ckpt_writing over ranks, is 0), finish the save in flight. */
+int st_trainer_ckpt_poll(trainer *tr, int any_writing);
+/* Local, on the way out after a failure: join the writer, finish nothing
+ * (the step stays a .tmp_ directory; latest is unchanged). */
+void st_trainer_ckpt_abandon(trainer *tr);
+/* Join and free everything (the end of st_train). */
+void st_trainer_ckpt_free(trainer *tr);
+/* fp32 weights [begin, end) of the flat vector into host[0 .. end - begin):
+ * the master copy in mixed precision (it holds opt_part), else the model's
+ * own fp32 params. */
+void st_trainer_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t end);
 
 /* --dump-grads (rank/train/grad_dumps.c): on a step it names (tr->step + 1,
  * not yet counted), write this rank's reduced gradients g (backend memory,
