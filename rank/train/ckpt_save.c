@@ -78,7 +78,7 @@ int st_trainer_ckpt_setup(trainer *tr) {
    * and plain malloc keeps the backend's allocation count to its arena. */
   const size_t part = w->n + 1, bytes = 3 * part * sizeof(float);
   w->pinned = tr->device_index >= 0 && tr->ops->host_alloc != NULL;
-  w->hp = w->pinned ? tr->ops->host_alloc(bytes, "checkpoint staging") : malloc(bytes);
+  w->hp = w->pinned ? tr->ops->host_alloc(bytes, "checkpoint staging") : calloc(1, bytes);
   if (!w->hp)
     return st_error_setc(ST_EXIT_OOM, "cannot allocate %zu bytes of host memory to stage "
                          "asynchronous checkpoints (3 x this rank's partition); free host "
@@ -258,9 +258,10 @@ int st_trainer_save_checkpoint(trainer *tr, int wait) {
   const int64_t off = tr->part.begin - tr->opt_part.begin;
   const size_t n = (size_t)(tr->part.end - tr->part.begin);
   const int async = w && w->on;
-  float *hp = async ? w->hp : malloc((n + 1) * sizeof(float));
-  float *hm = async ? w->hm : malloc((n + 1) * sizeof(float));
-  float *hv = async ? w->hv : malloc((n + 1) * sizeof(float));
+  /* calloc: fresh pages, zeroed by the kernel, so no slower than malloc */
+  float *hp = async ? w->hp : calloc(n + 1, sizeof(float));
+  float *hm = async ? w->hm : calloc(n + 1, sizeof(float));
+  float *hv = async ? w->hv : calloc(n + 1, sizeof(float));
   int staged = hp && hm && hv;
   if (!staged)
     st_error_set("cannot allocate host memory to stage checkpoint step %lld", (long long)tr->step);
