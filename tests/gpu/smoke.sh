@@ -12,6 +12,9 @@
 #    policy more than once, and a subset at gpt2-124m; each run must exit 0
 #    with finite losses that fall; fp32 with --attention cudnn must be refused
 #    with exit 2 (cuDNN's fused attention is bf16/fp16 only);
+#    ZeRO 3 (bit-identical to ZeRO 2) and ZeRO 3 with the optimizer offloaded;
+#    asynchronous checkpoints equal --ckpt-async off's, dataset by dataset;
+#    --dump-grads of CUDA fp32 against the CPU's (grads diff --tol 1e-4);
 # 4. stops a run with --stop-after, resumes it and checks that the resumed
 #    losses equal an uninterrupted run's exactly, then `ckpt verify`;
 # 5. ST_TIMELINE and --gpu-stats-every once each (the GPU-only code paths);
@@ -234,6 +237,55 @@ for spec in "bf16 cudnn 1 none" "bf16 flash 2 selective" "fp16 cudnn 0 full" "fp
   check "$name" 6 "$B" train "${G124[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
 done
+
+# ZeRO 3 on one GPU: the block gathers and the head's, bit-identical losses
+# to ZeRO 2 (the same reduction order), and with the optimizer offloaded.
+for p in bf16 fp16; do
+  check "tiny-$p-flash-z3" 12 "$B" train "${TINY[@]}" --precision $p --attention flash --zero 3 \
+    --resume none --out "$W/tiny-$p-flash-z3"
+  if [ -s "$W/tiny-$p-flash-z3/metrics.jsonl" ] && [ -s "$W/tiny-$p-flash-z2/metrics.jsonl" ] &&
+     [ "$(losses "$W/tiny-$p-flash-z3")" = "$(losses "$W/tiny-$p-flash-z2")" ]; then
+    ok "tiny-$p-z3-equals-z2" "12 losses identical"
+  else
+    bad "tiny-$p-z3-equals-z2" "ZeRO 3's losses differ from ZeRO 2's"
+  fi
+done
+check gpt2-124m-bf16-cudnn-z3-offload 6 "$B" train "${G124[@]}" --precision bf16 --attention cudnn \
+  --zero 3 --offload optimizer --resume none --out "$W/gpt2-124m-bf16-cudnn-z3-offload"
+
+# Asynchronous checkpoints (the default) against --ckpt-async off on the GPU:
+# every dataset of every checkpoint equal; gradient dumps of CUDA fp32 within
+# 1e-4 (relative, per tensor) of the CPU's.
+for m in on off; do
+  "$B" train "${TINY[@]}" --steps 6 --precision bf16 --ckpt-every 2 --ckpt-async $m \
+    --dump-grads 3 --resume none --out "$W/ckpt-async-$m" > "$W/ckpt-async-$m.log" 2>&1
+done
+verdict=$(python3 - "$W/ckpt-async-on" "$W/ckpt-async-off" <<'PY'
+import os, sys
+import h5py, numpy as np
+a, b = sys.argv[1:]
+n = 0
+for s in (2, 4, 6):
+    fa = h5py.File(f"{a}/ckpt/step_{s:08d}/index.h5", "r")
+    fb = h5py.File(f"{b}/ckpt/step_{s:08d}/index.h5", "r")
+    for g in ("params", "adam_m", "adam_v"):
+        for k in fa[g]:
+            if not np.array_equal(fa[g][k][...], fb[g][k][...]):
+                print(f"step {s} {g}/{k} differs"); sys.exit()
+            n += 1
+print(f"ok {n} datasets equal")
+PY
+)
+case "$verdict" in ok*) ok ckpt-async-equals-sync "${verdict#ok }" ;; *) bad ckpt-async-equals-sync "$verdict" ;; esac
+for d in cuda cpu; do
+  "$B" train --data "$DATA" --model tiny --seq-len 64 --micro-batch 4 --global-batch 8 --steps 2 \
+    --precision fp32 --device $d --dump-grads 1 --resume none --out "$W/grads-$d" > "$W/grads-$d.log" 2>&1
+done
+if "$B" grads diff "$W/grads-cuda" "$W/grads-cpu" --tol 1e-4 > "$W/grads-diff.log" 2>&1; then
+  ok grads-cuda-vs-cpu "$(grep 'largest difference' "$W/grads-diff.log" | cut -c1-110)"
+else
+  bad grads-cuda-vs-cpu "$(tail -1 "$W/grads-diff.log" | cut -c1-160)"
+fi
 
 # sample and eval on CUDA against the CPU, from a tiny run trained above:
 # greedy ids in fp32 equal the CPU's (KV cache on both), eval's loss within
