@@ -137,10 +137,8 @@ static int write_rank_file(const save_paths *p, const st_param_table *tab,
                            const st_ckpt_meta *meta) {
   char path[4200];
   snprintf(path, sizeof path, "%s/rank_%05d.h5", p->tmp, part->rank);
-  hid_t fapl = st_h5_fapl();
-  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  st_h5_close_plist(fapl);
-  if (f < 0) return st_shard_h5_failed("create", path, NULL);
+  hid_t f = st_shard_create_file(path);
+  if (f < 0) return -1;
   int rc = 0;
   if (write_rank_attrs(f, part, meta) != 0)
     rc = st_shard_h5_failed("write attributes of", path, NULL);
@@ -219,10 +217,8 @@ static int write_index(const save_paths *p, const st_param_table *tab, const st_
                        const st_ckpt_meta *meta) {
   char path[4200];
   snprintf(path, sizeof path, "%s/index.h5", p->tmp);
-  hid_t fapl = st_h5_fapl();
-  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  st_h5_close_plist(fapl);
-  if (f < 0) return st_shard_h5_failed("create", path, NULL);
+  hid_t f = st_shard_create_file(path);
+  if (f < 0) return -1;
   int rc = 0;
   if (write_index_attrs(f, tab, part, meta) != 0)
     rc = st_shard_h5_failed("write attributes of", path, NULL);

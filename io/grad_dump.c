@@ -96,12 +96,10 @@ static int write_rank_file(const dump_paths *p, const st_param_table *tab,
   float *clipped = malloc((size_t)most * sizeof(float) + sizeof(float));
   if (!clipped) return st_error_set("--dump-grads: cannot allocate %lld bytes of host memory",
                                     (long long)most * 4);
-  hid_t fapl = st_h5_fapl();
-  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  st_h5_close_plist(fapl);
+  hid_t f = st_shard_create_file(path);
   if (f < 0) {
     free(clipped);
-    return st_shard_h5_failed("create", path, NULL);
+    return -1;
   }
   int rc = 0;
   if (st_h5_attr_put_int(f, "format_version", 1) || st_h5_attr_put_int(f, "rank", part->rank) ||
@@ -140,17 +138,10 @@ static int write_rank_file(const dump_paths *p, const st_param_table *tab,
   return st_shard_finish_file(f, path, rc);
 }
 
-/* The /norms table: one record per tensor (grad_dump.h). */
-typedef struct {
-  char name[ST_MAX_NAME];
-  int64_t numel;
-  double norm, norm_clipped;
-  int dumped;
-} norm_rec;
 
 static int write_norms(hid_t f, const st_param_table *tab, const double *sq, const double *sqc,
                        const char *pattern) {
-  norm_rec *rec = calloc((size_t)tab->n + 1, sizeof *rec);
+  st_grad_norm_row *rec = calloc((size_t)tab->n + 1, sizeof *rec);
   if (!rec) return -1;
   for (int i = 0; i < tab->n; i++) {
     snprintf(rec[i].name, sizeof rec[i].name, "%s", tab->t[i].name);
@@ -160,16 +151,16 @@ static int write_norms(hid_t f, const st_param_table *tab, const double *sq, con
     rec[i].dumped = st_grad_pattern_match(pattern, tab->t[i].name);
   }
   const char *names[5] = {"name", "numel", "norm", "norm_clipped", "dumped"};
-  const size_t offs[5] = {offsetof(norm_rec, name), offsetof(norm_rec, numel),
-                          offsetof(norm_rec, norm), offsetof(norm_rec, norm_clipped),
-                          offsetof(norm_rec, dumped)};
+  const size_t offs[5] = {offsetof(st_grad_norm_row, name), offsetof(st_grad_norm_row, numel),
+                          offsetof(st_grad_norm_row, norm), offsetof(st_grad_norm_row, norm_clipped),
+                          offsetof(st_grad_norm_row, dumped)};
   hid_t str = H5Tcopy(H5T_C_S1);
   int rc = -1;
   if (str >= 0 && H5Tset_size(str, ST_MAX_NAME) >= 0) {
     hid_t types[5] = {str, H5T_NATIVE_INT64, H5T_NATIVE_DOUBLE, H5T_NATIVE_DOUBLE,
                       H5T_NATIVE_INT};
     rc = H5TBmake_table("per-tensor gradient norms", f, "norms", 5, (hsize_t)tab->n,
-                        sizeof(norm_rec), names, offs, types, 64, NULL, 0, rec) < 0
+                        sizeof(st_grad_norm_row), names, offs, types, 64, NULL, 0, rec) < 0
              ? -1
              : 0;
   }
@@ -182,10 +173,8 @@ static int write_index(const dump_paths *p, const st_param_table *tab, const st_
                        const double *sq, const double *sqc, const st_grad_dump_meta *m) {
   char path[4300];
   snprintf(path, sizeof path, "%s/index.h5", p->tmp);
-  hid_t fapl = st_h5_fapl();
-  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  st_h5_close_plist(fapl);
-  if (f < 0) return st_shard_h5_failed("create", path, NULL);
+  hid_t f = st_shard_create_file(path);
+  if (f < 0) return -1;
   int rc = 0;
   if (st_h5_attr_put_int(f, "format_version", 1) || st_h5_attr_put_i64(f, "step", m->step) ||
       st_h5_attr_put_double(f, "grad_norm", m->grad_norm) ||

@@ -14,12 +14,6 @@
 #include "util/error.h"
 #include "util/fsutil.h"
 
-typedef struct {
-  char name[ST_MAX_NAME];
-  int64_t numel;
-  double norm, norm_clipped;
-  int dumped;
-} norm_rec;
 
 static hid_t open_index(const char *step_dir, char *path, size_t cap) {
   snprintf(path, cap, "%s/index.h5", step_dir);
@@ -61,28 +55,18 @@ int st_grad_dump_open(const char *step_dir, st_grad_dump_info *info) {
   hsize_t nfields = 0, nrec = 0;
   if (rc == 0 && (H5TBget_table_info(f, "norms", &nfields, &nrec) < 0 || nfields != 5))
     rc = st_error_set("%s: no /norms table of 5 fields: %s", path, st_h5_why());
-  norm_rec *rec = rc == 0 ? calloc((size_t)nrec + 1, sizeof *rec) : NULL;
   st_grad_norm_row *rows = rc == 0 ? calloc((size_t)nrec + 1, sizeof *rows) : NULL;
-  if (rc == 0 && (!rec || !rows)) rc = st_error_set("%s: out of host memory", path);
+  if (rc == 0 && !rows) rc = st_error_set("%s: out of host memory", path);
   if (rc == 0) {
-    const size_t offs[5] = {offsetof(norm_rec, name), offsetof(norm_rec, numel),
-                            offsetof(norm_rec, norm), offsetof(norm_rec, norm_clipped),
-                            offsetof(norm_rec, dumped)};
+    const size_t offs[5] = {offsetof(st_grad_norm_row, name), offsetof(st_grad_norm_row, numel),
+                            offsetof(st_grad_norm_row, norm), offsetof(st_grad_norm_row, norm_clipped),
+                            offsetof(st_grad_norm_row, dumped)};
     const size_t sizes[5] = {ST_MAX_NAME, sizeof(int64_t), sizeof(double), sizeof(double),
                              sizeof(int)};
-    if (H5TBread_table(f, "norms", sizeof(norm_rec), offs, sizes, rec) < 0)
+    if (H5TBread_table(f, "norms", sizeof(st_grad_norm_row), offs, sizes, rows) < 0)
       rc = st_error_set("cannot read /norms in %s: %s", path, st_h5_why());
   }
-  for (hsize_t i = 0; rc == 0 && rec && rows && i < nrec; i++) {
-    st_grad_norm_row *r = &rows[i];
-    memcpy(r->name, rec[i].name, ST_MAX_NAME);
-    r->name[ST_MAX_NAME - 1] = 0;
-    r->numel = rec[i].numel;
-    r->norm = rec[i].norm;
-    r->norm_clipped = rec[i].norm_clipped;
-    r->dumped = rec[i].dumped;
-  }
-  free(rec);
+  for (hsize_t i = 0; rc == 0 && rows && i < nrec; i++) rows[i].name[ST_MAX_NAME - 1] = 0;
   H5Fclose(f);
   if (rc != 0) {
     free(rows);

@@ -129,6 +129,14 @@ int st_shard_reserve_rest(hid_t f, const char *path) {
   return err ? st_shard_io_failed(err, "reserve space for", path, NULL, strerror(err)) : 0;
 }
 
+hid_t st_shard_create_file(const char *path) {
+  hid_t fapl = st_h5_fapl();
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  st_h5_close_plist(fapl);
+  if (f < 0) st_shard_h5_failed("create", path, NULL);
+  return f;
+}
+
 int st_shard_finish_file(hid_t f, const char *path, int rc) {
   if (rc == 0) rc = st_shard_reserve_rest(f, path);
   if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = st_shard_h5_failed("flush", path, NULL);

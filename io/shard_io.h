@@ -56,6 +56,10 @@ int st_shard_write_vds(hid_t grp, const char *gname, const st_tensor *t,
  * 0, or -1 with st_error. */
 int st_shard_reserve_rest(hid_t f, const char *path);
 
+/* Create (truncate) the HDF5 file at path with the project's file access
+ * properties. The file, or -1 with st_error naming it. */
+hid_t st_shard_create_file(const char *path);
+
 /* Flush, close and fsync f (at path), after rc (the status so far): a
  * failed file is discarded, not flushed again into a full disk. Returns the
  * first failure (-1 with st_error) or 0. */
