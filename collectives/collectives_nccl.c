@@ -245,7 +245,7 @@ static int nccl_all_gatherv_start(st_comm *c, const void *send, const size_t *co
   ncclResult_t r = ncclGroupStart();
   for (int k = 0; k < c->world && (r == ncclSuccess || r == ncclInProgress); k++) {
     if (counts[k])
-      r = ncclBroadcast(k == c->rank ? send : NULL, (char *)recv + off * elem_size, counts[k], t,
+      r = ncclBroadcast(send, (char *)recv + off * elem_size, counts[k], t,
                         k, n->nccl, n->stream);
     off += counts[k];
   }
