@@ -8,7 +8,8 @@ block before its forward and backward) on the CPU backend, MPI ranks:
     micro-batch 2: 6, 3, 2 micro-steps; at 4 ranks global batch 8, 1
     micro-step) and validation every 2 steps over an uneven number of
     micro-batches per rank (at 3 and 4 ranks some ranks run a forward that
-    does not count, so they join every gather). Against ZeRO 0 and 1 the
+    does not count, so they join every gather); also with --recompute full
+    and for a Llama-shaped model (untied head) on 3 ranks. Against ZeRO 0 and 1 the
     order of fp32 sums differs (ZeRO 0/1 accumulate micro-steps before
     reducing, ZeRO 2/3 reduce each one), so there the tolerance is
     test_ranks_agree's: every loss within 1e-5 of ZeRO 0 on one rank. With
@@ -104,6 +105,21 @@ for zero in (1, 3):
                         "--dump-params", out + ".f32"])
 same(W("acc1_z1.f32"), W("acc1_z3.f32"),
      "one micro-step per step, 2 ranks: ZeRO 3 bit-identical to ZeRO 1")
+
+# full recompute (the block reruns from the gathered buffer) and a Llama-shaped
+# model (RMSNorm, RoPE, GQA, SwiGLU, an untied lm_head kept whole with wte)
+variants = {"full": ["--recompute", "full"],
+            "llama": ["--arch", "llama", "--layers", 3, "--heads", 4, "--kv-heads", 2, "--dim", 64,
+                      "--tied", 0]}
+for name, extra in variants.items():
+    for zero in (2, 3):
+        out = W(f"{name}_z{zero}")
+        args = [x for x in base if x not in ("--model", "tiny")] if name == "llama" else base
+        train(a, 3, args + extra + ["--global-batch", 12, "--steps", 3, "--zero", zero,
+                                    "--out", out, "--dump-params", out + ".f32"])
+    same(W(f"{name}_z2.f32"), W(f"{name}_z3.f32"),
+         f"{name}, 3 ranks: ZeRO 3 bit-identical to ZeRO 2")
+    check(losses(W(f"{name}_z2")) == losses(W(f"{name}_z3")), f"{name}: every loss identical")
 
 # (b) resume across stages and rank counts
 rb = base + ["--global-batch", 24, "--steps", 6, "--ckpt-every", 3]
