@@ -123,9 +123,13 @@ static int rank_cmp(const search *s, const st_plan_choice *a, const st_plan_choi
   return stage_index(s, place_of(&a->in)) - stage_index(s, place_of(&b->in));
 }
 
-/* The least memory over the allowed stages at (B, r), with the optimizer
- * where `like` has it (offload costs more, so a cheaper candidate that
- * "does not fit" is one on the same side); -1 on error. */
+/* The least memory over the allowed stages at (B, r) among the candidates
+ * that rank above `like` (the choice), with the optimizer where it has it
+ * (offload costs more, so a cheaper candidate that "does not fit" is one on
+ * the same side). ZeRO 3's gather cost can put it below the choice at a
+ * larger micro-batch or cheaper recompute, so it only counts where it
+ * would have won; a lower stage at those (B, r) always does. 1 when one
+ * was found, 0 when none ranks above, -1 on error. */
 static int least_over_zero(const search *s, int B, int r, const st_plan_choice *like,
                            st_plan_choice *best) {
   int have = 0;
@@ -133,10 +137,11 @@ static int least_over_zero(const search *s, int B, int r, const st_plan_choice *
     if ((s->stages[k] >= PLACE_OFFLOAD) != (like->in.offload != 0)) continue;
     st_plan_choice c;
     if (plan_at(s, B, r, s->stages[k], &c)) return -1;
+    if (rank_cmp(s, &c, like) >= 0) continue;
     if (!have || c.plan.total < best->plan.total) *best = c;
     have = 1;
   }
-  return 0;
+  return have;
 }
 
 static int fit_search(const search *s, st_plan_fit *out) {
@@ -168,12 +173,14 @@ static int fit_search(const search *s, st_plan_fit *out) {
   const int rc = ch->in.recompute;
   out->has_alt[rc] = 0; /* the choice itself is no alternative */
   if (ichoice > 0) {
-    out->has_larger_batch = 1;
-    if (least_over_zero(s, s->batches[ichoice - 1], rc, ch, &out->larger_batch)) return -1;
+    out->has_larger_batch =
+        least_over_zero(s, s->batches[ichoice - 1], rc, ch, &out->larger_batch);
+    if (out->has_larger_batch < 0) return -1;
   }
   if (rc > r0) {
-    out->has_cheaper_recompute = 1;
-    if (least_over_zero(s, ch->in.micro_batch, rc - 1, ch, &out->cheaper_recompute)) return -1;
+    out->has_cheaper_recompute =
+        least_over_zero(s, ch->in.micro_batch, rc - 1, ch, &out->cheaper_recompute);
+    if (out->has_cheaper_recompute < 0) return -1;
   }
   const int k = stage_index(s, place_of(&ch->in));
   if (q->search_zero == 1 && k > 0 &&
