@@ -14,11 +14,12 @@ block before its forward and backward) on the CPU backend, MPI ranks:
     reducing, ZeRO 2/3 reduce each one), so there the tolerance is
     test_ranks_agree's: every loss within 1e-5 of ZeRO 0 on one rank. With
     one micro-step per step ZeRO 1 and 3 sum in the same order: bit-exact.
-(b) resume across stages and rank counts: a ZeRO-3 checkpoint of 3 ranks
-    continued at ZeRO 1 on 2 ranks, and a ZeRO-1 checkpoint of 4 ranks
-    continued at ZeRO 3 on 2 ranks, give the uninterrupted run's losses
-    (within 1e-5: the rank counts change the order of sums); ZeRO 3 -> ZeRO 3
-    on the same ranks is bit-exact with the uninterrupted run.
+(b) resume across stages and rank counts: ZeRO 3 x 3 ranks -> ZeRO 1 x 2,
+    ZeRO 1 x 2 -> ZeRO 3 x 4, ZeRO 3 x 4 -> ZeRO 0 x 1 and ZeRO 2 x 1 ->
+    ZeRO 3 x 3 give the uninterrupted run's losses (within 1e-5: the rank
+    counts change the order of sums); ZeRO 3 -> ZeRO 3 on the same ranks is
+    bit-exact with the uninterrupted run; a NaN in a ZeRO-3 shard
+    (ST_FAULT_NAN_STEP) refuses the checkpoint (exit 1) as at other stages.
 (c) --zero 3 --offload optimizer (the master shard on the host, chunks of
     1000 elements) is bit-identical to --zero 3 on device, on 2 and 3 ranks;
     a skipped step (ST_FAULT_OVERFLOW) at ZeRO 3 leaves ZeRO 2's weights.
@@ -125,7 +126,8 @@ for name, extra in variants.items():
 rb = base + ["--global-batch", 24, "--steps", 6, "--ckpt-every", 3]
 full = W("res_full")
 train(a, 2, rb + ["--zero", 1, "--out", full])
-for first, second in (((3, 3), (1, 2)), ((1, 4), (3, 2))):
+# (stage, ranks) -> (stage, ranks): fewer and more ranks, every stage on one side
+for first, second in (((3, 3), (1, 2)), ((1, 2), (3, 4)), ((3, 4), (0, 1)), ((2, 1), (3, 3))):
     (z1, n1), (z2, n2) = first, second
     out = W(f"res_z{z1}np{n1}_z{z2}np{n2}")
     train(a, n1, rb + ["--zero", z1, "--stop-after", 3, "--out", out])
@@ -142,6 +144,14 @@ train(a, 2, rb + ["--zero", 3, "--stop-after", 3, "--out", o])
 train(a, 2, rb + ["--zero", 3, "--resume", "auto", "--out", o, "--dump-params", o + ".f32"])
 same(f3 + ".f32", o + ".f32", "ZeRO 3 stopped at step 3 and resumed: bit-exact final weights")
 check(losses(f3) == losses(o), "ZeRO 3 resumed: every loss identical")
+
+o = W("nan3")
+r = mpi_env(3, {"ST_FAULT_NAN_STEP": "2:2"}, rb + ["--zero", 3, "--steps", 4, "--ckpt-every", 2,
+                                                   "--out", o], rc=1)
+err = [l for l in r.stderr.splitlines() if l.startswith("shardtrain")]
+check(len(err) == 1 and "NaN or inf" in err[0] and "step 2" in err[0],
+      f"ZeRO 3: a NaN in rank 2's shard refuses checkpoint step 2, one line: {err}")
+check(not os.path.exists(os.path.join(o, "ckpt", "latest")), "ZeRO 3 NaN: no latest written")
 
 # (c) offload, and a skipped step
 CHUNK = {"ST_OFFLOAD_CHUNK": "1000"}
