@@ -14,7 +14,11 @@
 
 typedef struct st_comm st_comm;
 
-#define ST_COMM_TAGS 4 /* asynchronous operations in flight at once */
+/* Asynchronous operations in flight at once: tags 0-3 are the gradient
+ * reductions' hook slots (rank/model/model.h), 4-5 ZeRO 3's two block
+ * buffers of gathered weights (ST_COMM_TAG_GATHER + slot). */
+#define ST_COMM_TAGS 6
+#define ST_COMM_TAG_GATHER 4
 
 struct st_comm {
   int rank, world;
@@ -45,6 +49,16 @@ struct st_comm {
    * communicator when it has one. The MPI implementation completes at once. */
   int (*reduce_scatterv_sum_start)(st_comm *c, const float *send, const size_t *counts,
                                    float *recv, int tag, int background);
+  /* Uneven all-gather, started and not waited for (as
+   * reduce_scatterv_sum_start): rank r contributes counts[r] elements
+   * (possibly 0) of elem_size bytes (4: fp32, 2: bf16/fp16, copied as bits)
+   * from send; every rank's recv receives sum(counts) elements, rank r's
+   * block first-to-last in rank order. send must not overlap recv. ZeRO 3
+   * fills a block buffer with the weights from every rank's shard. MPI:
+   * MPI_Allgatherv, complete on return; NCCL: one ncclBroadcast per rank
+   * with a nonzero count, grouped, on the communication stream. */
+  int (*all_gatherv_start)(st_comm *c, const void *send, const size_t *counts, void *recv,
+                           size_t elem_size, int tag);
   /* Block until the operation started with tag has finished (the watchdog
    * applies). 0 at once when none is pending. */
   int (*wait)(st_comm *c, int tag);

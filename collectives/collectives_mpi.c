@@ -63,6 +63,31 @@ static int mpi_all_gather(st_comm *c, const void *send, void *recv, size_t count
                count);
 }
 
+static int mpi_all_gatherv_start(st_comm *c, const void *send, const size_t *counts,
+                                 void *recv, size_t elem_size, int tag) {
+  (void)tag; /* host buffers: completes here */
+  int *rc = malloc(2 * (size_t)c->world * sizeof *rc);
+  if (!rc) return st_error_set("out of host memory");
+  int *displ = rc + c->world;
+  size_t total = 0;
+  for (int r = 0; r < c->world; r++) {
+    if (counts[r] > MAX_PIECE || total > MAX_PIECE) {
+      free(rc);
+      return st_error_set("all-gather (uneven) of more than %zu elements is too large for one "
+                          "MPI call", MAX_PIECE);
+    }
+    rc[r] = (int)counts[r];
+    displ[r] = (int)total;
+    total += counts[r];
+  }
+  MPI_Datatype t = elem_size == 4 ? MPI_FLOAT : MPI_UINT16_T;
+  const char dummy = 0;
+  int err = MPI_Allgatherv(counts[c->rank] ? send : &dummy, rc[c->rank], t, recv, rc, displ, t,
+                           comm_of(c));
+  free(rc);
+  return check(err, "all-gather (uneven)", total);
+}
+
 static int mpi_reduce_scatterv_sum_start(st_comm *c, const float *send, const size_t *counts,
                                          float *recv, int tag, int background) {
   (void)tag, (void)background; /* host buffers: nothing to overlap with, so it completes here */
@@ -117,6 +142,7 @@ int st_comm_mpi_init(st_comm *c) {
   c->reduce_scatterv_sum = mpi_reduce_scatterv_sum;
   c->all_gather = mpi_all_gather;
   c->reduce_scatterv_sum_start = mpi_reduce_scatterv_sum_start;
+  c->all_gatherv_start = mpi_all_gatherv_start;
   c->wait = mpi_wait;
   c->flush = mpi_flush;
   c->broadcast = mpi_broadcast;

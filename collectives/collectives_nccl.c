@@ -229,6 +229,41 @@ static int nccl_reduce_scatterv_sum_start(st_comm *c, const float *send, const s
   return 0;
 }
 
+/* NCCL has no uneven all-gather: each rank with a nonzero count broadcasts
+ * its piece into its place in recv, grouped so they launch as one
+ * operation, then done[tag] is recorded as for the reductions. */
+static int nccl_all_gatherv_start(st_comm *c, const void *send, const size_t *counts, void *recv,
+                                  size_t elem_size, int tag) {
+  nccl_impl *n = impl_of(c);
+  if (tag < 0 || tag >= ST_COMM_TAGS || n->pending[tag])
+    return st_error_set("internal: asynchronous collective tag %d is out of range or busy", tag);
+  const size_t total = total_of(c, counts);
+  ncclDataType_t t = elem_size == 4 ? ncclFloat : ncclBfloat16; /* bits only */
+  if (after_compute(c)) return -1;
+  st_timeline_mark("ag>", tag, n->stream);
+  size_t off = 0;
+  ncclResult_t r = ncclGroupStart();
+  for (int k = 0; k < c->world && (r == ncclSuccess || r == ncclInProgress); k++) {
+    if (counts[k])
+      r = ncclBroadcast(send, (char *)recv + off * elem_size, counts[k], t,
+                        k, n->nccl, n->stream);
+    off += counts[k];
+  }
+  ncclResult_t e = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = e;
+  if (r != ncclSuccess && r != ncclInProgress)
+    return st_error_set("NCCL all-gather (uneven) of %zu elements failed on rank %d at step "
+                        "%lld: %s", total, c->rank, c->step, ncclGetErrorString(r));
+  if (r == ncclInProgress && wait_done_on(c, "all-gather (uneven)", total, 0, NULL)) return -1;
+  st_timeline_mark("ag<", tag, n->stream);
+  if (cudaEventRecord(n->done[tag], n->stream) != cudaSuccess)
+    return st_error_set("CUDA event error after an NCCL collective on rank %d", c->rank);
+  n->pending[tag] = 1;
+  n->pending_what[tag] = "all-gather (uneven)";
+  n->pending_count[tag] = total;
+  return 0;
+}
+
 static int nccl_wait(st_comm *c, int tag) {
   nccl_impl *n = impl_of(c);
   if (tag < 0 || tag >= ST_COMM_TAGS || !n->pending[tag]) return 0;
@@ -334,6 +369,7 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
   c->reduce_scatter_sum = nccl_reduce_scatter_sum;
   c->reduce_scatterv_sum = nccl_reduce_scatterv_sum;
   c->reduce_scatterv_sum_start = nccl_reduce_scatterv_sum_start;
+  c->all_gatherv_start = nccl_all_gatherv_start;
   c->wait = nccl_wait;
   c->flush = nccl_flush;
   c->all_gather = nccl_all_gather;

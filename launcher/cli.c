@@ -63,7 +63,7 @@ static int one_of(const char *flag, const char *v, const char *const *allowed) {
 /* The model, batch and system flags train and plan share. 1 when f was
  * one of them (and v consumed), 0 when not, -1 on a bad value. */
 static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_seen *seen) {
-  static const char *const k_zero[] = {"0", "1", "2", NULL};
+  static const char *const k_zero[] = {"0", "1", "2", "3", NULL};
   static const char *const k_prec[] = {"auto", "fp32", "bf16", "fp16", NULL};
   static const char *const k_rec[] = {"none", "selective", "full", NULL};
   static const char *const k_dev[] = {"auto", "cpu", "cuda", NULL};
@@ -532,7 +532,7 @@ void st_cli_print_train_usage(void) {
       "  batch   --micro-batch B (sequences per rank per micro-step, default 8)\n"
       "          --global-batch G (sequences per optimizer step, default 16;\n"
       "            gradient accumulation = G / (B * ranks))\n"
-      "  system  --zero 0|1|2 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
+      "  system  --zero 0|1|2|3 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
       "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
       "          --attention auto|cudnn|flash (CUDA bf16/fp16: cuDNN's fused flash attention or\n"
       "            ours; auto: cuDNN when it has a plan for the shape, else ours; default auto)\n"
@@ -628,7 +628,7 @@ void st_cli_print_plan_usage(void) {
       "          --arch gpt2|llama|qwen2  --kv-heads N  --ffn-dim N  --rope-theta X\n"
       "          --norm-eps X  --tied 0|1   (as in train --help)\n"
       "  batch   --micro-batch B (default 8)  --global-batch G (default 16)\n"
-      "  system  --ranks N (world size, default 1)  --zero 0|1|2 (default 1)\n"
+      "  system  --ranks N (world size, default 1)  --zero 0|1|2|3 (default 1)\n"
       "          --precision fp32|bf16|fp16|auto (auto: bf16 on cuda, fp32 on cpu)\n"
       "          --recompute none|selective|full (default none)\n"
       "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"

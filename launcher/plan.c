@@ -128,12 +128,18 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
          in->zero_stage, dt, st_recompute_name(in->recompute), cuda ? "cuda" : "cpu",
          in->offload ? ", offload optimizer" : "");
   printf("  %-28s %17s\n", per_what(cuda), "bytes");
-  snprintf(note, sizeof note, "%s, every parameter (padded)", dt);
+  if (in->zero_stage == 3) {
+    snprintf(note, sizeof note, "ZeRO 3, %s: shard %s + head whole %s + 2 gathered blocks %s", dt,
+             human(p->weights_shard, a, sizeof a), human(p->weights_head, b, sizeof b),
+             human(p->weights_blocks, c, sizeof c));
+  } else {
+    snprintf(note, sizeof note, "%s, every parameter (padded)", dt);
+  }
   row("working weights", p->weights, note);
-  if (in->zero_stage == 2) {
-    snprintf(note, sizeof note, "ZeRO 2: head %s + 2 one-block buckets %s + receive %s",
-             human(p->grads_head, a, sizeof a), human(p->grads_buckets, b, sizeof b),
-             human(p->grads_recv, c, sizeof c));
+  if (in->zero_stage >= 2) {
+    snprintf(note, sizeof note, "ZeRO %d: head %s + 2 one-block buckets %s + receive %s",
+             in->zero_stage, human(p->grads_head, a, sizeof a),
+             human(p->grads_buckets, b, sizeof b), human(p->grads_recv, c, sizeof c));
     row("fp32 gradients", p->grads, note);
   } else {
     row("fp32 gradients", p->grads, "the whole padded vector (accumulated in fp32)");

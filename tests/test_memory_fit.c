@@ -7,7 +7,9 @@
  *    in bf16 on 1 and 8 ranks; the choice fits and every candidate the
  *    order ranks above it (lower estimated cost first) does not; the
  *    pre-flight's nearest-change order keeps the given stage.
- * 3. Bad queries name the flag; the change descriptions the pre-flight
+ * 3. ZeRO 3's gather cost and llama-3.1-8b on 8 x 40 GiB, which fits only
+ *    at stage 3.
+ * 4. Bad queries name the flag; the change descriptions the pre-flight
  *    prints.
  */
 #include <math.h>
@@ -24,6 +26,8 @@
 #include "tests/memory_plan_fixtures.h"
 
 /* ---- --fit ---- */
+static void check_fit_contract(const st_plan_fit *f);
+static void check_fit_is_first(const st_plan_fit_query *q, const st_plan_fit *f);
 static st_plan_fit_query fit_query(const char *preset, int world, int search_zero) {
   st_plan_fit_query q;
   memset(&q, 0, sizeof q);
@@ -64,10 +68,12 @@ static void check_fit_contract(const st_plan_fit *f) {
 
 /* The order st_memory_plan_fit ranks by, written again from memory_fit.h:
  * 1 when (B, r, z) ranks above the choice. */
-static int ranks_above(const st_plan_fit_query *q, const st_plan_choice *ch, int B, int r, int z) {
-  const int T = q->base.model.block_size;
+static int ranks_above(const st_plan_fit_query *q, const st_plan_choice *ch, int B, int r, int z,
+                       const st_plan_input *in, const st_memory_plan *p) {
+  const int T = st_plan_seq_len(&q->base);
   if (q->order == ST_FIT_BY_COST) {
-    const double c = st_fit_cost(q->base.backend, (int64_t)B * T, (st_recompute)r);
+    const double c = st_fit_cost(q->base.backend, (int64_t)B * T, (st_recompute)r) +
+                     st_fit_zero3_cost(in, p, (int64_t)B * T);
     if (c != ch->cost) return c < ch->cost;
   }
   if (B != ch->in.micro_batch) return B > ch->in.micro_batch;
@@ -83,14 +89,14 @@ static void check_fit_is_first(const st_plan_fit_query *q, const st_plan_fit *f)
     if (per_rank % B) continue;
     for (int r = q->base.recompute; r <= 2; r++)
       for (int z = q->search_zero ? 0 : q->base.zero_stage;
-           z <= (q->search_zero ? 2 : q->base.zero_stage); z++) {
-        const int better = f->found && ranks_above(q, &f->choice, B, r, z);
+           z <= (q->search_zero ? ST_PLAN_ZERO_STAGES - 1 : q->base.zero_stage); z++) {
         st_plan_input in = q->base;
         in.micro_batch = B;
         in.recompute = (st_recompute)r;
         in.zero_stage = z;
         st_memory_plan p;
         assert_int_equal(st_memory_plan_make(&in, &p), 0);
+        const int better = f->found && ranks_above(q, &f->choice, B, r, z, &in, &p);
         if (better) assert_int_equal(p.fits, 0);
         if (!f->found) assert_int_equal(p.fits, 0);
         if (!f->found) assert_true(p.total >= f->least.plan.total);
@@ -305,6 +311,53 @@ static void test_fit_keeps_given_stage(void **state) {
   assert_true(strncmp(s, "--zero 2 -> ", 12) == 0);
 }
 
+/* ZeRO 3's cost term (docs/memory.md, "Choosing by cost") and a model
+ * that fits only there: llama-3.1-8b on 8 ranks of 40 GiB, bf16, T=2048. */
+static void test_fit_zero3(void **state) {
+  (void)state;
+  st_plan_fit_query q = fit_query("llama-3.1-8b", 8, 1);
+  /* the real model (fit_query sets GPT-2's vocabulary and 2048 positions) */
+  assert_int_equal(st_model_preset("llama-3.1-8b", &q.base.model), 0);
+  assert_int_equal(st_model_validate(&q.base.model), 0);
+  q.base.seq_len = 2048;
+  q.base.gpu_mem = 40ULL << 30;
+  st_plan_fit f;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  check_fit_is_first(&q, &f);
+  const st_plan_choice *ch = &f.choice;
+  assert_int_equal(ch->in.zero_stage, 3);
+  assert_int_equal(ch->in.offload, 0);
+  assert_int_equal(ch->in.micro_batch, 4);
+  assert_int_equal(ch->in.recompute, ST_RECOMPUTE_FULL);
+  assert_true(f.has_lower_zero && f.lower_zero.in.zero_stage == 2 && !f.lower_zero.plan.fits);
+  /* 2 gathers of the block weights (P less the head, 2 bytes each), 7/8 of
+   * them received, at 100 GB/s, over 6 P FLOPs a row of 8,192 rows at
+   * 4e14 FLOP/s */
+  const double P = (double)ch->plan.params, head = (double)ch->plan.weights_head / 2.0;
+  const double want = 2.0 * (P - head) * 2.0 * 7.0 / 8.0 / 1e11 / (6.0 * P * 8192.0 / 4e14);
+  const double got = st_fit_zero3_cost(&ch->in, &ch->plan, 8192);
+  assert_true(fabs(got - want) < 1e-9);
+  assert_true(fabs(ch->cost - (st_fit_cost(ST_BACKEND_CUDA, 8192, ST_RECOMPUTE_FULL) + got)) <
+              1e-12);
+  assert_true(got > 0.2 && got < 0.3);
+  /* no term below stage 3, on one rank, or on the CPU */
+  st_plan_input in = ch->in;
+  in.zero_stage = 2;
+  assert_true(st_fit_zero3_cost(&in, &ch->plan, 8192) == 0.0);
+  in = ch->in;
+  in.world = 1;
+  assert_true(st_fit_zero3_cost(&in, &ch->plan, 8192) == 0.0);
+  in = ch->in;
+  in.backend = ST_BACKEND_CPU;
+  assert_true(st_fit_zero3_cost(&in, &ch->plan, 8192) == 0.0);
+  /* with room for ZeRO 2 the gathers' cost keeps stage 3 out */
+  q.base.gpu_mem = 80ULL << 30;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  assert_int_equal(f.choice.in.zero_stage, 2);
+}
+
 static void test_fit_errors(void **state) {
   (void)state;
   st_plan_fit f;
@@ -352,6 +405,7 @@ int main(void) {
       cmocka_unit_test(test_fit_774m),
       cmocka_unit_test(test_fit_1558m),
       cmocka_unit_test(test_fit_keeps_given_stage),
+      cmocka_unit_test(test_fit_zero3),
       cmocka_unit_test(test_fit_errors),
       cmocka_unit_test(test_describe_change),
   };

@@ -169,14 +169,28 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   assert_int_equal(p.params, st_model_num_params(cfg));
   assert_int_equal(p.padded_params, m->padded_total);
   assert_int_equal(p.shard, tr.part.shard);
-  assert_int_equal(p.weights, size_of(m->params));
-  assert_int_equal(p.weights, st_arena_round((uint64_t)m->padded_total * m->es));
+  if (zero == 3) { /* the shard, the head whole, two gathered-block buffers; no whole vector */
+    assert_null(m->params);
+    assert_int_equal(p.weights_shard, size_of(m->shard_params));
+    assert_int_equal(p.weights_shard, st_arena_round((uint64_t)tr.part.shard * m->es));
+    assert_int_equal(m->shard_begin, (int64_t)rank * tr.part.shard);
+    assert_int_equal(p.weights_head, size_of(m->head_params));
+    assert_int_equal(p.weights_blocks, size_of(m->wbuf[0]) + size_of(m->wbuf[1]));
+    assert_int_equal(p.weights_blocks, 2 * st_arena_round((uint64_t)m->block_numel * m->es));
+    assert_int_equal(p.weights, p.weights_shard + p.weights_head + p.weights_blocks);
+    /* every rank's shard tiles the padded vector */
+    assert_int_equal(tr.part.shard * world, m->padded_total);
+  } else {
+    assert_int_equal(p.weights, size_of(m->params));
+    assert_int_equal(p.weights, st_arena_round((uint64_t)m->padded_total * m->es));
+    assert_int_equal(p.weights_shard + p.weights_head + p.weights_blocks, 0);
+  }
   assert_int_equal(p.acts.total, size_of(m->act_mem));
   assert_int_equal(p.acts.total, m->act_bytes);
   assert_int_equal(p.acts.embed + p.acts.blocks + p.acts.recompute + p.acts.attention +
                        p.acts.head + p.acts.logits + p.acts.grad_scratch,
                    p.acts.total);
-  if (zero == 2) {
+  if (zero >= 2) {
     assert_null(m->grads);
     assert_int_equal(p.grads_full, 0);
     assert_int_equal(p.grads_head, size_of(m->head_grads));
@@ -271,7 +285,7 @@ static void test_plan_equals_allocation(void **state) {
         if (be == ST_BACKEND_CPU && dt != ST_FP32) continue;
         for (int bi = 0; bi < 2; bi++)
           for (int wi = 0; wi < 4; wi++)
-            for (int z = 0; z < 3; z++)
+            for (int z = 0; z < ST_PLAN_ZERO_STAGES; z++)
               for (int r = 0; r < 3; r++) {
                 const int w = worlds[wi];
                 /* every rank's state has the same size; check the first and last */
@@ -284,7 +298,7 @@ static void test_plan_equals_allocation(void **state) {
               }
       }
   }
-  assert_int_equal(cases, nshapes * 4 * 2 * 4 * 3 * 3);
+  assert_int_equal(cases, nshapes * 4 * 2 * 4 * ST_PLAN_ZERO_STAGES * 3);
 }
 
 /* ---- the Llama family at its real shapes ---- */
@@ -426,6 +440,26 @@ static void test_gpt2_124m_parameters(void **state) {
   assert_true(p.grads_recv >= 4LL * 53597188 && p.grads_recv - 4LL * 53597188 < 4 * 256);
   assert_int_equal(p.grads, 157685760LL + 56703488LL + 214389760LL);
   assert_int_equal(p.grad_shard + p.master + p.adam_m + p.adam_v, 4 * 4 * 62237952LL);
+
+  /* ZeRO 3, 4 ranks, bf16: shard P / 4 = 31,118,976 working weights (2
+   * bytes each, 62,237,952); the head whole, wte + wpe + ln_f = 39,421,440
+   * (78,842,880); two gathered blocks of 7,087,872 (14,175,744 bytes each,
+   * multiples of 256): 169,432,320 bytes against ZeRO 2's 2 P =
+   * 248,951,808. Gradients as at ZeRO 2 (of the 4-rank shard). */
+  in = gpt2_124m(4, 3, ST_RECOMPUTE_NONE);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.shard, 31118976);
+  assert_int_equal(p.weights_shard, 62237952LL);
+  assert_int_equal(p.weights_head, 78842880LL);
+  assert_int_equal(p.weights_blocks, 2 * 14175744LL);
+  assert_int_equal(p.weights, 169432320LL);
+  st_plan_input in2 = gpt2_124m(4, 2, ST_RECOMPUTE_NONE);
+  st_memory_plan p2;
+  assert_int_equal(st_memory_plan_make(&in2, &p2), 0);
+  assert_int_equal(p2.weights, 2 * P);
+  assert_int_equal(p2.weights_shard + p2.weights_head + p2.weights_blocks, 0);
+  assert_int_equal(p.grads, p2.grads);
+  assert_int_equal(p.total + (2 * P - 169432320LL), p2.total);
 }
 
 static void test_gpt2_124m_activations(void **state) {
@@ -569,7 +603,7 @@ static void test_headroom(void **state) {
   in.backend = ST_BACKEND_CPU;
   assert_int_equal(st_memory_plan_make(&in, &p), -1);
   assert_non_null(strstr(st_error_msg(), "--precision"));
-  in = gpt2_124m(1, 3, ST_RECOMPUTE_NONE);
+  in = gpt2_124m(1, 4, ST_RECOMPUTE_NONE);
   assert_int_equal(st_memory_plan_make(&in, &p), -1);
   assert_non_null(strstr(st_error_msg(), "--zero"));
 }

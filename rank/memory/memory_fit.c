@@ -40,6 +40,21 @@ double st_fit_offload_cost(const st_plan_input *in, const st_memory_plan *p, int
   return (copy > host ? copy : host) / ideal;
 }
 
+/* ZeRO 3's gathers (st_fit_zero3_cost): an assumed 100 GB/s of all-gather
+ * bandwidth per GPU, about a quarter of an H200's NVLink and within reach of
+ * 4 x 400 Gb/s InfiniBand per node of 8; not measured here. */
+#define FIT_LINK_BPS 1.0e11
+
+double st_fit_zero3_cost(const st_plan_input *in, const st_memory_plan *p, int64_t rows) {
+  if (in->zero_stage != 3 || in->world < 2 || rows < 1 || in->backend != ST_BACKEND_CUDA)
+    return 0.0;
+  const double es = (double)st_dtype_size(in->dtype), N = (double)in->world;
+  const double blocks = (double)p->params - (double)p->weights_head / es;
+  const double gather = 2.0 * blocks * es * (N - 1.0) / N / FIT_LINK_BPS;
+  const double ideal = 6.0 * (double)p->params * (double)rows / FIT_GPU_FLOPS;
+  return gather / ideal;
+}
+
 double st_fit_cost(st_backend backend, int64_t rows, st_recompute recompute) {
   const double r0 = backend == ST_BACKEND_CUDA ? FIT_CUDA_STEP_ROWS : 0.0;
   const int r = recompute >= 0 && recompute <= 2 ? (int)recompute : 0;
@@ -82,6 +97,7 @@ static int plan_at(const search *s, int B, int r, int z, st_plan_choice *c) {
   c->cost = st_fit_cost(c->in.backend, rows, c->in.recompute);
   if (st_memory_plan_make(&c->in, &c->plan)) return -1;
   c->cost += st_fit_offload_cost(&c->in, &c->plan, rows * c->accum);
+  c->cost += st_fit_zero3_cost(&c->in, &c->plan, rows);
   return 0;
 }
 
@@ -107,9 +123,13 @@ static int rank_cmp(const search *s, const st_plan_choice *a, const st_plan_choi
   return stage_index(s, place_of(&a->in)) - stage_index(s, place_of(&b->in));
 }
 
-/* The least memory over the allowed stages at (B, r), with the optimizer
- * where `like` has it (offload costs more, so a cheaper candidate that
- * "does not fit" is one on the same side); -1 on error. */
+/* The least memory over the allowed stages at (B, r) among the candidates
+ * that rank above `like` (the choice), with the optimizer where it has it
+ * (offload costs more, so a cheaper candidate that "does not fit" is one on
+ * the same side). ZeRO 3's gather cost can put it below the choice at a
+ * larger micro-batch or cheaper recompute, so it only counts where it
+ * would have won; a lower stage at those (B, r) always does. 1 when one
+ * was found, 0 when none ranks above, -1 on error. */
 static int least_over_zero(const search *s, int B, int r, const st_plan_choice *like,
                            st_plan_choice *best) {
   int have = 0;
@@ -117,10 +137,11 @@ static int least_over_zero(const search *s, int B, int r, const st_plan_choice *
     if ((s->stages[k] >= PLACE_OFFLOAD) != (like->in.offload != 0)) continue;
     st_plan_choice c;
     if (plan_at(s, B, r, s->stages[k], &c)) return -1;
+    if (rank_cmp(s, &c, like) >= 0) continue;
     if (!have || c.plan.total < best->plan.total) *best = c;
     have = 1;
   }
-  return 0;
+  return have;
 }
 
 static int fit_search(const search *s, st_plan_fit *out) {
@@ -152,12 +173,14 @@ static int fit_search(const search *s, st_plan_fit *out) {
   const int rc = ch->in.recompute;
   out->has_alt[rc] = 0; /* the choice itself is no alternative */
   if (ichoice > 0) {
-    out->has_larger_batch = 1;
-    if (least_over_zero(s, s->batches[ichoice - 1], rc, ch, &out->larger_batch)) return -1;
+    out->has_larger_batch =
+        least_over_zero(s, s->batches[ichoice - 1], rc, ch, &out->larger_batch);
+    if (out->has_larger_batch < 0) return -1;
   }
   if (rc > r0) {
-    out->has_cheaper_recompute = 1;
-    if (least_over_zero(s, ch->in.micro_batch, rc - 1, ch, &out->cheaper_recompute)) return -1;
+    out->has_cheaper_recompute =
+        least_over_zero(s, ch->in.micro_batch, rc - 1, ch, &out->cheaper_recompute);
+    if (out->has_cheaper_recompute < 0) return -1;
   }
   const int k = stage_index(s, place_of(&ch->in));
   if (q->search_zero == 1 && k > 0 &&
@@ -247,16 +270,20 @@ static void line(char *out, size_t cap, const char *indent, const char *fmt, ...
 
 void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const char *indent,
                          char *out, size_t cap) {
-  char h1[32], h2[32];
+  char h1[32], h2[32], h3[32];
   out[0] = 0;
   const int cuda = q->base.backend == ST_BACKEND_CUDA;
   if (q->order == ST_FIT_BY_COST && cuda)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
          "factor (none 1.00, selective 1.03, full 1.33) x (1 + 410 / (micro-batch x seq-len)) "
-         "for each micro-step's fixed overhead%s; ties to the larger micro-batch%s "
+         "for each micro-step's fixed overhead%s%s; ties to the larger micro-batch%s "
          "(docs/memory.md)",
          q->search_zero && !q->base.offload
              ? ", + the host step's time over the GPU's with --offload optimizer (searched)"
+             : "",
+         (q->search_zero || q->base.zero_stage == 3) && q->base.world > 1
+             ? ", + ZeRO 3's block gathers (2 per block per micro-step at an assumed 100 GB/s) "
+               "over the GPU's compute"
              : "",
          q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
   else if (q->order == ST_FIT_BY_COST)
@@ -312,6 +339,22 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
          st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
   } else if (q->search_zero == 1) {
     line(out, cap, indent, "ZeRO %d is the lowest stage", ch->in.zero_stage);
+  }
+  if (ch->in.zero_stage == 3 && cuda && ch->in.world > 1) {
+    const int64_t rows = (int64_t)ch->in.micro_batch * st_plan_seq_len(&ch->in);
+    line(out, cap, indent, "ZeRO 3 adds %.2f to the cost (an estimate): each micro-step gathers "
+         "every block's weights twice (forward, backward), %s per rank at an assumed 100 GB/s, "
+         "against the GPU's work on %lld rows; it keeps %s of working weights per GPU instead "
+         "of the whole %s", st_fit_zero3_cost(&ch->in, &ch->plan, rows),
+         st_format_bytes((uint64_t)(2.0 * ((double)ch->plan.params -
+                                           (double)ch->plan.weights_head /
+                                               (double)st_dtype_size(ch->in.dtype)) *
+                                    (double)st_dtype_size(ch->in.dtype) *
+                                    (ch->in.world - 1) / ch->in.world),
+                         h1, sizeof h1),
+         (long long)rows, st_format_bytes(ch->plan.weights, h2, sizeof h2),
+         st_format_bytes((uint64_t)ch->plan.padded_params * st_dtype_size(ch->in.dtype),
+                         h3, sizeof h3));
   }
   if (ch->in.offload) {
     const int64_t tokens = (int64_t)ch->in.micro_batch * st_plan_seq_len(&ch->in) * ch->accum;

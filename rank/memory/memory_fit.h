@@ -37,7 +37,7 @@ typedef struct {
                            * recompute: the cheapest to try;
                            * zero_stage: kept unless search_zero */
   int global_batch;       /* sequences per optimizer step; must divide by world */
-  int search_zero;        /* 0: only base.zero_stage; 1: any of 0, 1, 2, lowest first;
+  int search_zero;        /* 0: only base.zero_stage; 1: any of 0 .. 3, lowest first;
                            * 2: base.zero_stage first, then higher, then lower (the smallest
                            * change from a given stage, for train's pre-flight) */
   st_fit_order order;
@@ -84,6 +84,17 @@ double st_fit_cost(st_backend backend, int64_t rows, st_recompute recompute);
  * `tokens` per optimizer step per rank (6 x params FLOPs a token at
  * FIT_GPU_FLOPS). 0 without offload. p: in's plan (params, shard). */
 double st_fit_offload_cost(const st_plan_input *in, const st_memory_plan *p, int64_t tokens);
+
+/* The cost ZeRO 3 adds to a candidate's st_fit_cost, an ESTIMATE: each
+ * micro-step all-gathers every block's working weights twice (before its
+ * forward and its backward), each rank receiving (N-1)/N of them, at an
+ * assumed 100 GB/s per GPU (FIT_LINK_BPS), over the ideal GPU time of the
+ * micro-step's `rows` (6 x params FLOPs a row at FIT_GPU_FLOPS). The
+ * gathers are counted as if none were hidden behind the previous block's
+ * compute, so stage 3 is taken where it is needed to fit rather than on a
+ * tie. 0 below stage 3, on one rank, and on the CPU (whose cost has no
+ * GPU time to compare with: there the lower stage wins a tie). */
+double st_fit_zero3_cost(const st_plan_input *in, const st_memory_plan *p, int64_t rows);
 
 /* The query plan --fit and train --auto-fit both make from flags:
  * in (model, world, dtype, backend, NCCL, gpu_mem, headroom; its micro_batch,

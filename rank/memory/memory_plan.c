@@ -104,8 +104,8 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   if (in->micro_batch < 1)
     return st_error_setc(U, "--micro-batch must be >= 1, got %d", in->micro_batch);
   if (in->world < 1) return st_error_setc(U, "--ranks must be >= 1, got %d", in->world);
-  if (in->zero_stage < 0 || in->zero_stage > 2)
-    return st_error_setc(U, "--zero must be 0, 1 or 2, got %d", in->zero_stage);
+  if (in->zero_stage < 0 || in->zero_stage >= ST_PLAN_ZERO_STAGES)
+    return st_error_setc(U, "--zero must be 0, 1, 2 or 3, got %d", in->zero_stage);
   const int seq = st_plan_seq_len(in);
   if (seq > c->block_size)
     return st_error_setc(U, "--seq-len %d exceeds the model's %d positions (rows of wpe)", seq,
@@ -136,8 +136,17 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
    * alignment), so each category counts its buffers rounded: the arena is
    * then exactly the sum of the categories inside it. */
   uint64_t (*const R)(uint64_t) = st_arena_round;
-  p->weights = R(padded * es);
-  if (in->zero_stage == 2) {
+  if (in->zero_stage == 3) {
+    /* st_model_init_sharded: this rank's shard, the head tensors whole, two
+     * one-block buffers the blocks are gathered into */
+    p->weights_shard = R(shard * es);
+    p->weights_head = R((uint64_t)(front + tail) * es);
+    p->weights_blocks = 2 * R((uint64_t)block * es);
+    p->weights = p->weights_shard + p->weights_head + p->weights_blocks;
+  } else {
+    p->weights = R(padded * es);
+  }
+  if (in->zero_stage >= 2) {
     p->grads_head = R((uint64_t)(front + tail) * f4);
     p->grads_buckets = 2 * R((uint64_t)(block + 1) * f4);
     /* st_trainer_alloc_state: per hook slot (block l % 2, front, tail),
@@ -216,11 +225,13 @@ typedef struct {
   const char *name;
   uint64_t bytes;
 } named_bytes;
-enum { N_CATEGORIES = 19 };
+enum { N_CATEGORIES = 22 };
 
 static void categories(const st_memory_plan *p, named_bytes k[N_CATEGORIES]) {
   const named_bytes all[N_CATEGORIES] = {
-      {"weights", p->weights},         {"grads", p->grads},
+      {"weights", p->weights},         {"weights_shard", p->weights_shard},
+      {"weights_head", p->weights_head}, {"weights_blocks", p->weights_blocks},
+      {"grads", p->grads},
       {"grads_full", p->grads_full},   {"grads_head", p->grads_head},
       {"grads_buckets", p->grads_buckets}, {"grads_recv", p->grads_recv},
       {"grad_shard", p->grad_shard},   {"master", p->master},

@@ -63,7 +63,7 @@ typedef struct {
   int micro_batch;        /* B, sequences per rank per micro-step */
   int seq_len;            /* T, the training sequence length (<= block_size); 0 = block_size */
   int world;              /* N ranks */
-  int zero_stage;         /* 0, 1 or 2 */
+  int zero_stage;         /* 0, 1, 2 or 3 */
   st_dtype dtype;         /* storage dtype: fp32, or bf16/fp16 with fp32 master weights */
   st_recompute recompute;
   st_backend backend;
@@ -87,7 +87,7 @@ typedef struct {
 } st_plan_input;
 
 /* ZeRO stages the planner knows, 0 .. ST_PLAN_ZERO_STAGES - 1. */
-#define ST_PLAN_ZERO_STAGES 3
+#define ST_PLAN_ZERO_STAGES 4
 
 /* Elements per chunk of the offloaded optimizer step: 64 MiB of fp32
  * gradients. Large enough that a copy runs near PCIe/C2C bandwidth and the
@@ -109,8 +109,12 @@ typedef struct {
   /* model (st_model_init / st_model_init_bucketed) */
   /* Each category: its buffers' bytes, each rounded up to 256 (the arena's
    * alignment). */
-  uint64_t weights;       /* working weights, storage dtype, padded_params */
-  uint64_t grads;         /* fp32 gradients: grads_full, or (ZeRO 2) head + buckets + recv */
+  uint64_t weights;       /* working weights, storage dtype: padded_params (ZeRO 0-2), or
+                           * (ZeRO 3) weights_shard + weights_head + weights_blocks */
+  uint64_t weights_shard; /* ZeRO 3: this rank's shard of the flat vector, shard elements */
+  uint64_t weights_head;  /* ZeRO 3: wte, wpe, ln_f, lm_head whole on every rank */
+  uint64_t weights_blocks;/* ZeRO 3: two one-block buffers the blocks are gathered into */
+  uint64_t grads;         /* fp32 gradients: grads_full, or (ZeRO 2/3) head + buckets + recv */
   uint64_t grads_full;    /* ZeRO 0/1: the whole padded vector */
   uint64_t grads_head;    /* ZeRO 2: the gradients outside the blocks (wte, wpe, ln_f, lm_head) */
   uint64_t grads_buckets; /* ZeRO 2: two one-block buckets (block_numel + 1 floats each) */

@@ -181,13 +181,36 @@ static int64_t head_numel(const st_model *m) {
   return m->block_begin + (m->tab.total - lnf_begin(m));
 }
 
-/* Where head tensor `name` lives in head_grads ([0, block_begin) then
- * [ln_f, total) back to back), or NULL when the description lacks it. */
-static float *head_grad_view(const st_model *m, const char *name) {
+/* Where head tensor `name` lives in a head buffer of es-byte elements
+ * (head_grads, head_params: [0, block_begin) then [ln_f, total) back to
+ * back), or NULL when the description lacks it. */
+static void *head_view(const st_model *m, void *base, size_t es, const char *name) {
   const int i = st_param_find(&m->tab, name);
   if (i < 0) return NULL;
   const int64_t off = m->tab.t[i].offset;
-  return m->head_grads + (off < m->block_begin ? off : m->block_begin + (off - lnf_begin(m)));
+  return (char *)base +
+         (size_t)(off < m->block_begin ? off : m->block_begin + (off - lnf_begin(m))) * es;
+}
+
+static float *head_grad_view(const st_model *m, const char *name) {
+  return head_view(m, m->head_grads, sizeof(float), name);
+}
+
+/* ZeRO 3's views: head tensors into head_params, block l into wbuf[l % 2]. */
+static int bind_sharded_views(st_model *m) {
+  const int L = m->cfg.n_layer;
+  m->p.h = calloc((size_t)(L > 0 ? L : 1), sizeof *m->p.h);
+  if (!m->p.h) return st_error_set("out of host memory for weight views");
+  m->p.wte = head_view(m, m->head_params, m->es, "wte.weight");
+  m->p.wpe = head_view(m, m->head_params, m->es, "wpe.weight");
+  m->p.lnf_w = head_view(m, m->head_params, m->es, "ln_f.weight");
+  m->p.lnf_b = head_view(m, m->head_params, m->es, "ln_f.bias");
+  m->p.lm_head = head_view(m, m->head_params, m->es, "lm_head.weight");
+  for (int l = 0; l < L; l++)
+    st_param_block_bind(&m->tab, l, m->wbuf[l % 2], m->block_begin + (int64_t)l * m->block_numel,
+                        m->es, &m->p.h[l]);
+  m->wheld[0] = m->wheld[1] = -1;
+  return 0;
 }
 
 /* Bind block l's gradient views to a one-block bucket. */
@@ -197,9 +220,12 @@ static void bind_block_grads(st_model *m, int l, float *bucket) {
 }
 
 /* grad_buckets: ZeRO 2's gradient storage (head_grads and two one-block
- * buckets) instead of a full fp32 vector, which is never allocated. */
+ * buckets) instead of a full fp32 vector, which is never allocated.
+ * shard_numel > 0: ZeRO 3's working weights (shard, head, two block
+ * buffers) instead of a whole vector; implies grad_buckets. */
 static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
-                      int pad_multiple, st_recompute recompute, int grad_buckets) {
+                      int pad_multiple, st_recompute recompute, int grad_buckets,
+                      int64_t shard_begin, int64_t shard_numel) {
   memset(m, 0, sizeof *m);
   m->recompute = recompute;
   m->cfg = *cfg;
@@ -230,8 +256,27 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   carver measure = {NULL, 0, {0}};
   layout_acts(m, natt, &measure);
   m->act_bytes = measure.off;
-  size_t pbytes = (size_t)m->padded_total * m->es, gbytes;
-  m->params = ops->alloc(pbytes, "weights");
+  size_t pbytes, gbytes;
+  int params_ok;
+  if (shard_numel > 0) {
+    if (shard_begin < 0 || shard_begin + shard_numel > m->padded_total)
+      return st_error_set("internal: weight shard [%lld, %lld) outside the %lld padded "
+                          "parameters", (long long)shard_begin,
+                          (long long)(shard_begin + shard_numel), (long long)m->padded_total);
+    m->shard_begin = shard_begin;
+    m->shard_numel = shard_numel;
+    const size_t nh = (size_t)head_numel(m), nb = (size_t)m->block_numel;
+    pbytes = ((size_t)shard_numel + nh + 2 * nb) * m->es;
+    m->shard_params = ops->alloc((size_t)shard_numel * m->es, "weights_shard");
+    m->head_params = ops->alloc(nh * m->es, "weights_head");
+    m->wbuf[0] = ops->alloc(nb * m->es, "weights_blocks");
+    m->wbuf[1] = ops->alloc(nb * m->es, "weights_blocks");
+    params_ok = m->shard_params && m->head_params && m->wbuf[0] && m->wbuf[1];
+  } else {
+    pbytes = (size_t)m->padded_total * m->es;
+    m->params = ops->alloc(pbytes, "weights");
+    params_ok = m->params != NULL;
+  }
   if (grad_buckets) {
     const size_t nh = (size_t)head_numel(m), nb = (size_t)m->block_numel + 1;
     gbytes = (nh + 2 * nb) * sizeof(float);
@@ -245,14 +290,16 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   int grads_ok = grad_buckets ? m->head_grads && m->bucket[0] && m->bucket[1] : m->grads != NULL;
   m->act_mem = ops->alloc(m->act_bytes, "activations");
   m->losses_host = calloc((size_t)B * T, sizeof(float));
-  if (!m->params || !grads_ok || !m->act_mem || !m->losses_host) {
+  if (!params_ok || !grads_ok || !m->act_mem || !m->losses_host) {
     double mib = (pbytes + gbytes + (double)m->act_bytes) / 1048576.0;
     st_model_free(m);
     return st_error_set("cannot allocate %.1f MiB of %s memory for the model "
                         "(parameters, gradients, activations); lower --micro-batch or --seq-len",
                         mib, ops->name);
   }
-  if (st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p)) return -1;
+  if (shard_numel > 0 ? bind_sharded_views(m)
+                      : st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p))
+    return -1;
   if (!grad_buckets) {
     if (st_param_views_bind(cfg, &m->tab, m->grads, sizeof(float), &m->g)) return -1;
   } else {
@@ -287,15 +334,85 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
 
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
                   int pad_multiple, st_recompute recompute) {
-  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 0);
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 0, 0, 0);
 }
 
 int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
                            int T, int pad_multiple, st_recompute recompute) {
-  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1);
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1, 0, 0);
+}
+
+int st_model_init_sharded(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
+                          int T, int pad_multiple, st_recompute recompute, int64_t shard_begin,
+                          int64_t shard_numel) {
+  if (shard_numel < 1) return st_error_set("internal: an empty weight shard");
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1, shard_begin, shard_numel);
+}
+
+void st_model_weights_settle(st_model *m) {
+  for (int s = 0; s < 2; s++)
+    if (m->wpending[s]) {
+      m->gather.wait(m->gather.ctx, s);
+      m->wpending[s] = 0;
+    }
+}
+
+void st_model_weights_changed(st_model *m) { m->wheld[0] = m->wheld[1] = -1; }
+
+/* ZeRO 3, before block l runs: its weights in wbuf[l % 2] (filled now
+ * unless already there or on the way), then the fill of block `next`
+ * started into the other buffer, so it overlaps block l's compute. next
+ * outside [0, n_layer): nothing to prefetch. */
+static void block_weights(st_model *m, int l, int next) {
+  if (!m->shard_params) return;
+  const st_weight_gather *g = &m->gather;
+  const int s = l % 2;
+  if (m->wheld[s] != l) {
+    if (m->wpending[s]) g->wait(g->ctx, s);
+    g->start(g->ctx, l, m->wbuf[s], s);
+    m->wheld[s] = l;
+    m->wpending[s] = 1;
+  }
+  if (m->wpending[s]) {
+    g->wait(g->ctx, s);
+    m->wpending[s] = 0;
+  }
+  if (next < 0 || next >= m->cfg.n_layer) return;
+  const int ns = next % 2;
+  if (m->wheld[ns] == next) return;
+  if (m->wpending[ns]) g->wait(g->ctx, ns);
+  g->start(g->ctx, next, m->wbuf[ns], ns);
+  m->wheld[ns] = next;
+  m->wpending[ns] = 1;
+}
+
+/* ZeRO 3: the head tensors and this rank's shard of host[padded_total]. */
+static int set_sharded_weights(st_model *m, const float *host) {
+  const int64_t nf = m->block_begin, lnf = lnf_begin(m), nt = m->tab.total - lnf;
+  const size_t nh = (size_t)(nf + nt), ns = (size_t)m->shard_numel;
+  const size_t cap = nh > ns ? nh : ns;
+  void *staged = malloc(cap * m->es);
+  float *f32 = malloc(cap * sizeof(float));
+  if (!staged || !f32) {
+    free(staged);
+    free(f32);
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights",
+                        cap * (m->es + sizeof(float)));
+  }
+  memcpy(f32, host, (size_t)nf * sizeof(float));
+  memcpy(f32 + nf, host + lnf, (size_t)nt * sizeof(float));
+  st_dtype_from_f32(m->ops->dtype, staged, f32, nh);
+  m->ops->to_device(m->head_params, staged, nh * m->es);
+  st_dtype_from_f32(m->ops->dtype, staged, host + m->shard_begin, ns);
+  m->ops->to_device(m->shard_params, staged, ns * m->es);
+  free(staged);
+  free(f32);
+  st_model_weights_changed(m);
+  return 0;
 }
 
 int st_model_set_weights(st_model *m, const float *host) {
+  if (m->shard_params) return set_sharded_weights(m, host);
   size_t n = (size_t)m->padded_total, bytes = n * m->es;
   void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes);
   if (m->ops->dtype != ST_FP32 && !staged)
@@ -307,6 +424,8 @@ int st_model_set_weights(st_model *m, const float *host) {
 }
 
 int st_model_get_weights(const st_model *m, float *host) {
+  if (m->shard_params)
+    return st_error_set("internal: a ZeRO-3 model holds only its shard of the weights");
   size_t n = (size_t)m->padded_total, bytes = n * m->es;
   void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes);
   if (m->ops->dtype != ST_FP32 && !staged)
@@ -328,6 +447,10 @@ void st_model_free(st_model *m) {
     m->ops->free(m->head_grads);
     m->ops->free(m->bucket[0]);
     m->ops->free(m->bucket[1]);
+    m->ops->free(m->shard_params);
+    m->ops->free(m->head_params);
+    m->ops->free(m->wbuf[0]);
+    m->ops->free(m->wbuf[1]);
   }
   free(m->losses_host);
   free(m->blk);
@@ -463,6 +586,7 @@ static void forward_trunk(st_model *m, const int *inp, int B, int T) {
   m->ops->encoder_forward(m->encoded, inp, m->p.wte, m->p.wpe, B, T, c->n_embd);
   const void *x = m->encoded;
   for (int l = 0; l < c->n_layer; l++) {
+    block_weights(m, l, l + 1);
     block_forward(m, l, x, B, T);
     x = m->blk[l].residual3;
   }
@@ -565,6 +689,7 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
     const st_block_params *w = &m->p.h[l];
     st_block_params *gw = &g->h[l];
     const void *x = l == 0 ? m->encoded : m->blk[l - 1].residual3;
+    block_weights(m, l, l - 1); /* ZeRO 3; the last forward block is still there */
     if (m->head_grads) {
       if (h && h->reuse) h->reuse(h->ctx, l % 2);
       (op->zero)(m->bucket[l % 2], (size_t)m->block_numel * sizeof(float));

@@ -50,6 +50,19 @@ typedef enum {
   ST_RECOMPUTE_FULL = 2
 } st_recompute;
 
+/* ZeRO 3: how a sharded model (st_model_init_sharded) gets block l's
+ * working weights into its buffer wbuf[slot], slot = l % 2.
+ * start: begin filling buf (block_numel elements, storage dtype) with block
+ *   l's weights. It is called once the compute that last read buf has been
+ *   issued; on GPUs the fill must be ordered after that compute (the
+ *   communication stream waits for it) and may overlap what follows.
+ * wait: return once the fill started on slot has landed in its buffer. */
+typedef struct {
+  void (*start)(void *ctx, int layer, void *buf, int slot);
+  void (*wait)(void *ctx, int slot);
+  void *ctx;
+} st_weight_gather;
+
 typedef struct {
   st_model_config cfg;
   st_recompute recompute;
@@ -65,6 +78,19 @@ typedef struct {
    * vector, in that order) live in head_grads. */
   float *head_grads, *bucket[2];
   int64_t block_begin, block_numel; /* flat range of block 0, size of one block */
+  /* ZeRO 3 (st_model_init_sharded; params is then NULL): this rank's
+   * working weights are shard_params, flat elements [shard_begin,
+   * shard_begin + shard_numel) in the storage dtype; the head tensors (wte,
+   * wpe, ln_f, lm_head, laid out as head_grads) stay whole in head_params;
+   * block l's weights exist whole only in wbuf[l % 2], filled through
+   * `gather` before block l's forward and backward (the next block's fill is
+   * started while this one computes). wheld[s]: the block wbuf[s] holds or
+   * is being filled with (-1: none); wpending[s]: its fill not yet waited
+   * for. Anything that changes the shard calls st_model_weights_changed. */
+  void *shard_params, *head_params, *wbuf[2];
+  int64_t shard_begin, shard_numel;
+  int wheld[2], wpending[2];
+  st_weight_gather gather;
   st_param_views p, g;    /* p: into params (storage dtype); g: into fp32 gradients */
   int B, T;               /* activation capacity */
   size_t act_bytes;       /* size of act_mem */
@@ -153,12 +179,28 @@ int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, in
  * (st_model_backward_hooked). 0, or -1 with st_error. */
 int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
                            int T, int pad_multiple, st_recompute recompute);
+/* As st_model_init_bucketed, for ZeRO 3: the working weights are only
+ * this rank's shard (shard_numel elements from flat element shard_begin,
+ * which may run past the table's total into the padding), the whole head
+ * tensors and two one-block buffers; no whole weight vector exists. Set
+ * m->gather before the first forward. 0, or -1 with st_error. */
+int st_model_init_sharded(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
+                          int T, int pad_multiple, st_recompute recompute, int64_t shard_begin,
+                          int64_t shard_numel);
+/* The shard changed (an optimizer step, loaded weights): no block buffer
+ * holds valid weights any more. Call after any pending fill was waited for
+ * (st_model_weights_settle). No-op for an unsharded model. */
+void st_model_weights_changed(st_model *m);
+/* Wait for every block-buffer fill still in flight (sharded models). */
+void st_model_weights_settle(st_model *m);
 void st_model_free(st_model *m);
 
 /* Set the working weights from host fp32 values host[padded_total],
- * rounded to the storage dtype. 0, or -1 with st_error. */
+ * rounded to the storage dtype (sharded: the head tensors and this rank's
+ * shard only). 0, or -1 with st_error. */
 int st_model_set_weights(st_model *m, const float *host);
-/* Read the working weights into host[padded_total] as fp32. 0, or -1. */
+/* Read the working weights into host[padded_total] as fp32. 0, or -1
+ * (sharded models: refused, no rank holds them whole). */
 int st_model_get_weights(const st_model *m, float *host);
 
 /* Initial weights, drawn in table order. GPT-2 (Radford et al. 2019 /

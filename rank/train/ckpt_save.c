@@ -55,7 +55,7 @@ void st_trainer_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t
     st_offload_state_get(&tr->offload, tr->ops, host, tr->master + (begin - tr->opt_part.begin),
                          bytes);
   else
-    tr->ops->to_host(host, (const float *)tr->model.params + begin, bytes);
+    tr->ops->to_host(host, st_trainer_work_f32(tr, begin), bytes);
 }
 
 uint64_t st_trainer_ckpt_staging_bytes(const trainer *tr) {

@@ -49,10 +49,19 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
            rc->zero_stage,
            rc->zero_stage == 2 ? "; gradients still pass block by block through two one-block "
                                  "buckets, as on several ranks"
-                               : "");
+           : rc->zero_stage == 3 ? "; gradients pass through two one-block buckets and each "
+                                   "block's weights are copied into one of two block buffers "
+                                   "before it runs, as on several ranks"
+                                 : "");
   } else {
     printf("  zero       stage %d: %s\n", rc->zero_stage,
            rc->zero_stage == 0 ? "all-reduce gradients, full Adam state per rank"
+           : rc->zero_stage == 3
+               ? "weights, gradient and Adam m/v shards of 1/N per rank (the embedding and head "
+                 "whole on every rank); each block's weights all-gathered into one of two block "
+                 "buffers before its forward and its backward, the next block's gather "
+                 "overlapping this one's compute; each block's gradients reduce-scattered as "
+                 "its backward ends; after the step only the head is gathered"
            : rc->zero_stage == 2
                ? "each block's gradients reduce-scattered as its backward ends (two one-block "
                  "buckets), gradient and Adam m/v shards of 1/N per rank, all-gather parameters"

@@ -247,10 +247,22 @@ int st_trainer_alloc_state(trainer *tr) {
   int B = rc->micro_batch, T = rc->seq_len;
   const st_ops *ops = tr->ops;
   st_recompute rec = st_recompute_parse(rc->recompute);
-  /* ZeRO 2 never holds a full gradient vector, not even during setup. */
-  if ((rc->zero_stage == 2 ? st_model_init_bucketed : st_model_init)(&tr->model, &rc->model, ops,
-                                                                      B, T, c->world, rec))
+  /* ZeRO 2 never holds a full gradient vector, not even during setup;
+   * ZeRO 3 no whole weight vector either: the partition is made from the
+   * table's size first (st_model_num_params counts it as the table does). */
+  if (rc->zero_stage == 3) {
+    st_partition_make(st_model_num_params(&rc->model), c->rank, c->world, &tr->part);
+    if (st_model_init_sharded(&tr->model, &rc->model, ops, B, T, c->world, rec,
+                              (int64_t)c->rank * tr->part.shard, tr->part.shard))
+      return -1;
+    st_trainer_bind_gather(tr);
+  } else if ((rc->zero_stage == 2 ? st_model_init_bucketed : st_model_init)(
+                 &tr->model, &rc->model, ops, B, T, c->world, rec)) {
     return -1;
+  }
+  if (rc->zero_stage == 3 && tr->part.total != tr->model.tab.total)
+    return st_error_set("internal: ZeRO 3's shard was sized for %lld parameters, the table has "
+                        "%lld", (long long)tr->part.total, (long long)tr->model.tab.total);
   st_partition_make(tr->model.tab.total, c->rank, c->world, &tr->part);
   /* ZeRO 0 keeps the whole optimizer state on every rank. */
   if (rc->zero_stage == 0) st_partition_make(tr->model.tab.total, 0, 1, &tr->opt_part);
@@ -283,16 +295,16 @@ int st_trainer_alloc_state(trainer *tr) {
   st_loss_scaler_init(&tr->scaler, ops->dtype == ST_FP16, rc->loss_scale_max);
   tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
   if (!tr->bucket_counts) return st_error_set("out of host memory");
-  if (rc->zero_stage == 2) {
+  if (rc->zero_stage >= 2) {
     /* Only the shard is kept: block gradients live in two buckets (made by
      * st_model_init_bucketed), and each hook slot's reduction lands in its
      * own buffer (this rank's share of the slot's range at most) until it
      * is added to the shard. */
     const st_model *m = &tr->model;
     const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
-    const int64_t range[ST_COMM_TAGS] = {m->block_numel, m->block_numel, m->block_begin,
-                                         m->tab.total - lnf};
-    for (int s = 0; s < ST_COMM_TAGS; s++) {
+    const int64_t range[ST_COMM_TAG_GATHER] = {m->block_numel, m->block_numel, m->block_begin,
+                                               m->tab.total - lnf};
+    for (int s = 0; s < ST_COMM_TAG_GATHER; s++) {
       int64_t k = range[s] < tr->part.shard ? range[s] : tr->part.shard;
       tr->recv[s] = ops->alloc((size_t)(k + 1) * sizeof(float), "grads_recv");
       if (!tr->recv[s])

@@ -5,7 +5,11 @@
  * global grad norm -> AdamW on this rank's partition -> all-gather params.
  * ZeRO 0 all-reduces whole gradients and every rank updates everything;
  * ZeRO 1 reduce-scatters, keeps Adam m and v for its 1/N partition only,
- * and all-gathers the updated parameters.
+ * and all-gathers the updated parameters. ZeRO 2 reduces block by block
+ * into the shard as backward goes. ZeRO 3 also keeps only its shard of the
+ * block weights: each block is gathered into one of two buffers before its
+ * forward and backward (the next block's gather overlapping this block's
+ * compute), and after the step only the head tensors are gathered.
  */
 #define _XOPEN_SOURCE 700
 #include "rank/train/trainer.h"
@@ -52,7 +56,10 @@ int st_trainer_agree(trainer *tr, int failed) {
 }
 
 /* Mean validation loss over the first val_seqs sequences of /val, spread
- * round-robin over ranks by micro-batch. */
+ * round-robin over ranks by micro-batch. ZeRO 3's forward gathers weights
+ * collectively, so there every rank runs the same number of forwards: a
+ * rank past the last micro-batch runs one sequence of token 0 that does
+ * not count. */
 static int validate(trainer *tr, double *loss_out) {
   st_run_config *rc = tr->rc;
   const int T = rc->seq_len, B = rc->micro_batch;
@@ -61,24 +68,47 @@ static int validate(trainer *tr, double *loss_out) {
   double acc[2] = {0, 0};
   int failed = 0;
   snprintf(tr->phase, sizeof tr->phase, "the validation after step %lld", (long long)tr->step);
-  int64_t nbatches = (nseq + B - 1) / B;
-  for (int64_t j = tr->comm->rank; j < nbatches && !failed; j += tr->comm->world) {
-    int b = (int)(nseq - j * B < B ? nseq - j * B : B);
-    if (st_data_micro_batch(tr->val, j * B * T, 0, 0, 1, b, T, rc->model.vocab_size, tr->inp,
-                            tr->tgt, tr->scratch)) {
-      failed = 1;
-      break;
+  const int64_t nbatches = (nseq + B - 1) / B, W = tr->comm->world;
+  const int lockstep = rc->zero_stage == 3;
+  const int64_t rounds = lockstep ? (nbatches + W - 1) / W : 0;
+  for (int64_t i = 0, j = tr->comm->rank; lockstep ? i < rounds : j < nbatches; i++, j += W) {
+    int b = 1;
+    const int real = j < nbatches && !failed;
+    if (real) {
+      b = (int)(nseq - j * B < B ? nseq - j * B : B);
+      if (st_data_micro_batch(tr->val, j * B * T, 0, 0, 1, b, T, rc->model.vocab_size, tr->inp,
+                              tr->tgt, tr->scratch)) {
+        failed = 1;
+        if (!lockstep) break;
+      }
+    }
+    if (!real || failed) {
+      b = 1;
+      memset(tr->inp, 0, (size_t)T * sizeof(int));
+      memset(tr->tgt, 0, (size_t)T * sizeof(int));
     }
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)b * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)b * T * sizeof(int));
-    acc[0] += st_model_forward(&tr->model, tr->d_inp, tr->d_tgt, b, T, 0.0f);
-    acc[1] += (double)b * T;
+    const double sum = st_model_forward(&tr->model, tr->d_inp, tr->d_tgt, b, T, 0.0f);
+    if (real && !failed) {
+      acc[0] += sum;
+      acc[1] += (double)b * T;
+    }
   }
   int code = st_trainer_agree(tr, failed);
   if (code) return code;
   tr->comm->all_reduce_double_sum(tr->comm, acc, 2);
   *loss_out = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
   return 0;
+}
+
+/* fp32 storage: where flat element `at` of this rank's working weights
+ * is (the whole vector, or at ZeRO 3 this rank's shard, which holds it
+ * when `at` is in its partition). */
+float *st_trainer_work_f32(const trainer *tr, int64_t at) {
+  const st_model *m = &tr->model;
+  if (m->shard_params) return (float *)m->shard_params + (at - m->shard_begin);
+  return (float *)m->params + at;
 }
 
 /* ST_FAULT_OVERFLOW (rank/train/faults.h): an inf in this rank's reduced
@@ -91,7 +121,7 @@ static void fault_overflow(trainer *tr, const float *g) {
 
 /* ST_FAULT_NAN_STEP (rank/train/faults.h): this rank's first fp32 weight becomes
  * NaN after the update, as a diverged run's would; the weights the save
- * stages (fp32_weights_to_host) are the ones poisoned. */
+ * stages (st_trainer_weights_to_host) are the ones poisoned. */
 static void fault_nan(trainer *tr) {
   if (tr->part.end <= tr->part.begin ||
       !st_faults_nan_at(&tr->faults, tr->comm->rank, tr->step + 1))
@@ -101,7 +131,7 @@ static void fault_nan(trainer *tr) {
     st_offload_state_put(&tr->offload, tr->ops, tr->master + (tr->part.begin - tr->opt_part.begin),
                          &nan, sizeof nan);
   else
-    tr->ops->to_device((float *)tr->model.params + tr->part.begin, &nan, sizeof nan);
+    tr->ops->to_device(st_trainer_work_f32(tr, tr->part.begin), &nan, sizeof nan);
 }
 
 /* A gradient or parameter collective failed or its watchdog fired. The
@@ -134,13 +164,26 @@ static void gmark(trainer *tr, const char *label, int tag) {
   if (tr->ops->timeline_mark) tr->ops->timeline_mark(label, tag);
 }
 
+/* bucket_counts[r] = the elements of flat range [begin, end) in rank r's
+ * partition; returns the first of them in this rank's (clipped to begin). */
+static int64_t range_counts(trainer *tr, int64_t begin, int64_t end) {
+  for (int r = 0; r < tr->dcomm->world; r++) {
+    int64_t b, e;
+    st_partition_range(&tr->part, r, &b, &e);
+    b = b > begin ? b : begin;
+    e = e < end ? e : end;
+    tr->bucket_counts[r] = e > b ? (size_t)(e - b) : 0;
+  }
+  return begin > tr->part.begin ? begin : tr->part.begin;
+}
+
 static void slot_finish(trainer *tr, int slot) {
   if (!tr->slot_busy[slot]) return;
   tr->slot_busy[slot] = 0;
   const double t0 = tmark(tr); /* what the wait adds beyond compute is exposed */
   if (tr->dcomm->wait(tr->dcomm, slot)) collective_failed(tr);
   tr->timing.comm += MPI_Wtime() - t0;
-  if (tr->rc->zero_stage == 2 && tr->slot_mine[slot])
+  if (tr->rc->zero_stage >= 2 && tr->slot_mine[slot])
     tr->ops->accumulate_f32(tr->grad_shard + (tr->slot_lo[slot] - tr->part.begin),
                             tr->recv[slot], (int64_t)tr->slot_mine[slot]);
 }
@@ -151,16 +194,9 @@ static void reduce_range(trainer *tr, const float *grads, int64_t begin, int64_t
                          int background) {
   st_comm *d = tr->dcomm;
   slot_finish(tr, slot); /* the tag (and with ZeRO 2 its recv buffer) must be free */
-  for (int r = 0; r < d->world; r++) {
-    int64_t b, e;
-    st_partition_range(&tr->part, r, &b, &e);
-    b = b > begin ? b : begin;
-    e = e < end ? e : end;
-    tr->bucket_counts[r] = e > b ? (size_t)(e - b) : 0;
-  }
+  const int64_t lo = range_counts(tr, begin, end);
   const size_t mine = tr->bucket_counts[d->rank];
-  const int64_t lo = begin > tr->part.begin ? begin : tr->part.begin;
-  float *recv = tr->rc->zero_stage == 2 ? tr->recv[slot]
+  float *recv = tr->rc->zero_stage >= 2 ? tr->recv[slot]
                 : mine                   ? tr->grad_shard + (lo - tr->part.begin)
                                          : tr->grad_shard;
   if (d->world == 1 && recv == grads) return; /* one rank, in place: nothing to reduce */
@@ -175,7 +211,57 @@ static void reduce_range(trainer *tr, const float *grads, int64_t begin, int64_t
 }
 
 static void finish_all(trainer *tr) {
-  for (int s = 0; s < ST_COMM_TAGS; s++) slot_finish(tr, s);
+  for (int s = 0; s < ST_COMM_TAG_GATHER; s++) slot_finish(tr, s);
+}
+
+/* ZeRO 3: start gathering flat range [begin, end) of the working weights
+ * from every rank's shard into dst (end - begin elements) on `tag`. The
+ * counts are read while the call issues, so bucket_counts is free after. */
+static void gather_range(trainer *tr, int64_t begin, int64_t end, void *dst, int tag) {
+  st_model *m = &tr->model;
+  st_comm *d = tr->dcomm;
+  const int64_t lo = range_counts(tr, begin, end);
+  const void *send = tr->bucket_counts[d->rank]
+                         ? (const char *)m->shard_params + (size_t)(lo - m->shard_begin) * m->es
+                         : m->shard_params;
+  const double t0 = tmark(tr);
+  if (d->all_gatherv_start(d, send, tr->bucket_counts, dst, m->es, tag)) collective_failed(tr);
+  tr->timing.comm += MPI_Wtime() - t0;
+}
+
+/* The model's st_weight_gather: block l from the shards into buf. */
+static void block_gather_start(void *ctx, int l, void *buf, int slot) {
+  trainer *tr = ctx;
+  const st_model *m = &tr->model;
+  const int64_t b0 = m->block_begin + (int64_t)l * m->block_numel;
+  gmark(tr, "gather", l);
+  gather_range(tr, b0, b0 + m->block_numel, buf, ST_COMM_TAG_GATHER + slot);
+}
+
+static void block_gather_wait(void *ctx, int slot) {
+  trainer *tr = ctx;
+  const double t0 = tmark(tr); /* what the wait adds beyond compute is exposed */
+  if (tr->dcomm->wait(tr->dcomm, ST_COMM_TAG_GATHER + slot)) collective_failed(tr);
+  tr->timing.comm += MPI_Wtime() - t0;
+}
+
+void st_trainer_bind_gather(trainer *tr) {
+  tr->model.gather = (st_weight_gather){block_gather_start, block_gather_wait, tr};
+}
+
+/* ZeRO 3 after an update: the head tensors, whole on every rank, from the
+ * shards that were updated ([0, block_begin) and [ln_f, total)); the blocks
+ * wait for the next forward's gathers. */
+static void gather_head(trainer *tr) {
+  st_model *m = &tr->model;
+  st_model_weights_settle(m);
+  const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
+  gather_range(tr, 0, m->block_begin, m->head_params, ST_COMM_TAG_GATHER);
+  gather_range(tr, lnf, m->tab.total, (char *)m->head_params + (size_t)m->block_begin * m->es,
+               ST_COMM_TAG_GATHER + 1);
+  block_gather_wait(tr, 0);
+  block_gather_wait(tr, 1);
+  st_model_weights_changed(m);
 }
 
 static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t end, int slot) {
@@ -218,15 +304,22 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   double t0;
   double loss_sum = 0.0;
   int failed = 0, done = 0; /* done: micro-steps completed */
-  const int zero2 = rc->zero_stage == 2;
+  const int zero2 = rc->zero_stage >= 2; /* gradients in buckets, reduced every micro-step */
+  const int zero3 = rc->zero_stage == 3;
   if (zero2) tr->ops->zero(tr->grad_shard, (size_t)tr->part.shard * sizeof(float));
   else st_model_zero_grad(m);
   for (int k = 0; k < tr->accum; k++) {
     t0 = tmark(tr);
-    if (st_data_micro_batch(tr->train, pos, k, c->rank, c->world, B, T, rc->model.vocab_size,
-                            tr->inp, tr->tgt, tr->scratch)) {
+    if (failed || st_data_micro_batch(tr->train, pos, k, c->rank, c->world, B, T,
+                                      rc->model.vocab_size, tr->inp, tr->tgt, tr->scratch)) {
       failed = 1;
-      break;
+      /* ZeRO 3's forward and backward gather weights collectively: a rank
+       * whose read failed still runs them, on token 0, so that it joins
+       * every gather and reduction the others make (the step is abandoned
+       * after). */
+      if (!zero3) break;
+      memset(tr->inp, 0, (size_t)B * T * sizeof(int));
+      memset(tr->tgt, 0, (size_t)B * T * sizeof(int));
     }
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
@@ -249,12 +342,12 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
       st_model_backward(m, tr->d_inp, B, T);
     }
     gmark(tr, "bwd_end", k);
-    done++;
+    if (!failed) done++;
   }
   /* A failed read: the other ranks reduce ranges this rank never produced,
    * so it joins them (ZeRO 2: every remaining micro-step, with zeros; ZeRO 1:
    * once, as the last micro-step would have). */
-  if (failed && zero2) {
+  if (failed && zero2 && !zero3) {
     st_model_zero_grad(m);
     for (int i = 0; i < 2; i++) tr->ops->zero(m->bucket[i], (size_t)m->block_numel * sizeof(float));
     for (int k = done; k < tr->accum; k++) {
@@ -303,18 +396,26 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     float scale = clip / loss_scale;
     int64_t t = tr->step + 1 - tr->scaler.skipped_steps; /* Adam's count of real updates */
     const int64_t b = tr->opt_part.begin, e = tr->opt_part.end;
-    float *master = tr->master ? tr->master : (float *)m->params + b;
-    void *work = tr->master ? (char *)m->params + (size_t)b * m->es : NULL;
+    /* the working weights of [b, e): in the whole vector, or ZeRO 3's shard */
+    char *work_b = zero3 ? (char *)m->shard_params + (size_t)(b - m->shard_begin) * m->es
+                         : (char *)m->params + (size_t)b * m->es;
+    float *master = tr->master ? tr->master : (float *)work_b;
+    void *work = tr->master ? work_b : NULL;
     /* ZeRO 0: the whole vector (b = 0), all-reduced; else the reduced shard */
     const float *grads = rc->zero_stage == 0 ? m->grads + b : tr->grad_shard;
     gmark(tr, "adamw", 0);
     if (tr->offload.on) /* on the host, chunk by chunk (rank/optim/offload.h) */
-      st_offload_step(&tr->offload, m->ops, &m->tab, &rc->optim, *lr, scale, t, grads,
-                      (char *)m->params + (size_t)b * m->es, b, e);
+      st_offload_step(&tr->offload, m->ops, &m->tab, &rc->optim, *lr, scale, t, grads, work_b, b,
+                      e);
     else
       st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es, grads,
                      tr->adam_m, tr->adam_v, b, e);
-    if (rc->zero_stage >= 1) {
+    if (zero3) { /* no whole-vector gather: the next forward gathers each block */
+      gmark(tr, "adamw_end", 0);
+      t0 = tmark(tr);
+      tr->timing.optimizer += t0 - t_opt;
+      gather_head(tr);
+    } else if (rc->zero_stage >= 1) {
       gmark(tr, "adamw_end", 0);
       t0 = tmark(tr);
       tr->timing.optimizer += t0 - t_opt;
@@ -670,7 +771,7 @@ done:
   st_run_lock_release(&tr.lock); /* every exit st_train returns from: 0, errors, 75 */
   if (tr.train) st_tokens_close(tr.train);
   if (tr.val) st_tokens_close(tr.val);
-  if (tr.model.params) st_model_free(&tr.model);
+  if (tr.model.ops) st_model_free(&tr.model);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (tr.dcomm == &tr.nccl) st_comm_nccl_free(&tr.nccl);
 #endif

@@ -66,8 +66,9 @@ typedef struct {
   uint64_t dev_free_before, dev_free_after, dev_total; /* cudaMemGetInfo around allocation */
   float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
   int grad_shard_aliased;  /* ZeRO 1 on one rank: grad_shard is model.grads itself */
-  float *recv[ST_COMM_TAGS]; /* ZeRO 2: this rank's share of each hook slot's range */
-  size_t *bucket_counts;   /* per-rank share of the range being reduced */
+  float *recv[ST_COMM_TAGS]; /* ZeRO 2/3: this rank's share of hook slot 0-3's range
+                              * (the gather tags 4-5 have none) */
+  size_t *bucket_counts;   /* per-rank share of the range being reduced or gathered */
   int slot_busy[ST_COMM_TAGS];      /* a reduction started on this tag is in flight */
   int64_t slot_lo[ST_COMM_TAGS];    /* its first element inside this rank's partition */
   size_t slot_mine[ST_COMM_TAGS];   /* and how many elements this rank receives */
@@ -175,6 +176,14 @@ void st_trainer_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t
  * the step was skipped. Collective; 0, or an exit code (every rank). */
 int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
                           float loss_scale, int skipped);
+
+/* fp32 storage (no master copy): flat element `at` of this rank's working
+ * weights, the whole vector or at ZeRO 3 the shard holding it (trainer.c). */
+float *st_trainer_work_f32(const trainer *tr, int64_t at);
+
+/* ZeRO 3: point the model's block-weight gathers (st_weight_gather) at
+ * tr's collectives (trainer.c); st_trainer_alloc_state calls it. */
+void st_trainer_bind_gather(trainer *tr);
 
 /* The out-of-memory report against tr's plan (rank/train/oom.c) into out[cap]:
  * when ("step 5", "setup, before step 1"), the category the memory was for

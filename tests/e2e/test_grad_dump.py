@@ -6,7 +6,7 @@
    clipped copy is the dump times its clip factor (float32); clip_factor is
    min(1, clip / grad_norm); grad_norm equals metrics.jsonl's; the norms
    table holds every tensor's L2 norm and they add up to grad_norm.
-2. Two ranks at ZeRO 2 and four at ZeRO 0 (the same global batch): each
+2. Two ranks at ZeRO 2, four at ZeRO 0 and two at ZeRO 3 (the same global batch): each
    rank's file holds its shard, equal to its raw values; the dumps equal the
    one-rank dump within the losses' tolerance across rank counts
    (test_ranks_agree: fp32 sums in another order), and `grads diff --tol`
@@ -108,7 +108,7 @@ check(clipped_somewhere, "--grad-clip 0.5 clipped at least one dumped step")
 check(not glob.glob(os.path.join(one, "grads", ".tmp_*")), "no temporary directory is left")
 
 # 2. two ranks at ZeRO 2, four at ZeRO 0
-for name, np_, zero in (("np2_z2", 2, 2), ("np4_z0", 4, 0)):
+for name, np_, zero in (("np2_z2", 2, 2), ("np4_z0", 4, 0), ("np2_z3", 2, 3)):
     out, raw = dump_run(name, np_, zero)
     for s in (2, 4, 6):
         d = os.path.join(out, "grads", f"step_{s:08d}")

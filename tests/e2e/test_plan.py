@@ -223,7 +223,7 @@ check(d["fit"]["choice"]["micro_batch"] == 2, "--micro-batch bounds the search")
 # 4. Bad input: exit 2, one message naming the flag.
 for args, words in [
         (["--gpu-mem", "24"], ["--gpu-mem", "unit"]),
-        (["--zero", "3"], ["--zero"]),
+        (["--zero", "4"], ["--zero"]),
         (["--ranks", "0"], ["--ranks"]),
         (["--micro-batch", "3", "--global-batch", "16"], ["--global-batch 16", "--micro-batch 3"]),
         (["--device", "cpu", "--precision", "bf16"], ["--precision bf16", "CPU"]),

@@ -2,7 +2,8 @@
 # GPU end-to-end checks for the CUDA backend, run on a machine with 2 GPUs:
 #   bash tests/gpu/gpu_e2e.sh        (needs data/kjv.h5 from scripts/demo.sh)
 # Builds with CUDA, runs ctest, then trains the same config on 1 CPU rank,
-# 1 GPU, 2 GPUs at ZeRO 0, 1 and 2 (fp32, then bf16 and fp16), a GPU
+# 1 GPU, 2 GPUs at ZeRO 0, 1, 2 and 3 (fp32, then bf16 and fp16; ZeRO 3
+# with --offload optimizer and a ZeRO-3 checkpoint resumed at ZeRO 1), a GPU
 # checkpoint resumed on the CPU and a CPU checkpoint resumed on 2 GPUs, and
 # prints each run's largest loss difference from the CPU run; then the fp16
 # loss scaler against forced overflows and the NCCL watchdog. Debian cjson/cmocka .deb files in
@@ -37,14 +38,18 @@ run gpu1 $B train $C --device cuda --out $W/gpu1
 run gpu2z0 $MP -np 2 $B train $C --device cuda --zero 0 --out $W/gpu2z0
 run gpu2z1 $MP -np 2 $B train $C --device cuda --zero 1 --out $W/gpu2z1
 run gpu2z2 $MP -np 2 $B train $C --device cuda --zero 2 --out $W/gpu2z2
+run gpu2z3 $MP -np 2 $B train $C --device cuda --zero 3 --out $W/gpu2z3
+run z3g2c_a $MP -np 2 $B train $C --device cuda --zero 3 --out $W/z3g2c --stop-after 15
+run z3g2c_b $B train $C --device cpu --zero 1 --out $W/z3g2c
 run g2c_a $MP -np 2 $B train $C --device cuda --out $W/g2c --stop-after 15
 run g2c_b $B train $C --device cpu --out $W/g2c
 run c2g_a $B train $C --device cpu --out $W/c2g --stop-after 15
 run c2g_b $MP -np 2 $B train $C --device cuda --out $W/c2g
 for p in bf16 fp16; do
   run ${p}1 $B train $CM --device cuda --precision $p --out $W/${p}1
-  for z in 0 1 2; do run ${p}2z$z $MP -np 2 $B train $CM --device cuda --precision $p --zero $z --out $W/${p}2z$z; done
+  for z in 0 1 2 3; do run ${p}2z$z $MP -np 2 $B train $CM --device cuda --precision $p --zero $z --out $W/${p}2z$z; done
 done
+run bf162z3off $MP -np 2 $B train $CM --device cuda --precision bf16 --zero 3 --offload optimizer --out $W/bf162z3off
 for r in selective full; do run bf16rc$r $B train $CM --device cuda --precision bf16 --recompute $r --out $W/bf16rc$r; done
 run bf16g2c_a $MP -np 2 $B train $CM --device cuda --precision bf16 --out $W/bf16g2c --stop-after 15
 run bf16g2c_b $B train $C --device cpu --out $W/bf16g2c
@@ -63,8 +68,15 @@ def L(r):
         d[k] = j.get("val_loss", j.get("loss"))
     return d
 ref = L("cpu1")
-runs = ["gpu1", "gpu2z0", "gpu2z1", "gpu2z2", "g2c", "c2g"]
-runs += [f"{p}{s}" for p in ("bf16", "fp16") for s in ("1", "2z0", "2z1", "2z2")] + ["bf16g2c"]
+runs = ["gpu1", "gpu2z0", "gpu2z1", "gpu2z2", "gpu2z3", "g2c", "c2g", "z3g2c"]
+runs += [f"{p}{s}" for p in ("bf16", "fp16") for s in ("1", "2z0", "2z1", "2z2", "2z3")]
+runs += ["bf16g2c", "bf162z3off"]
+# ZeRO 3 gathers bits and reduces as ZeRO 2 does: expect identical losses
+for a, b in (("gpu2z2", "gpu2z3"), ("bf162z2", "bf162z3"), ("fp162z2", "fp162z3")):
+    try:
+        print(f"{b} identical to {a}: {L(a) == L(b)}")
+    except Exception as e:
+        print(a, b, "ERROR", e)
 for r in ("selective", "full"):
     try:
         d, n = L('bf16rc' + r), L('bf161')
