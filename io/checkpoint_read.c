@@ -244,6 +244,7 @@ static int read_meta_attrs(hid_t f, const char *step_dir, st_ckpt_meta *m) {
                                       &m->scaler_hysteresis_left) &&
                   !st_h5_attr_get_i64(f, "skipped_steps", &m->skipped_steps);
   if (st_h5_attr_get_str(f, "run_id", m->run_id, sizeof m->run_id) != 0) m->run_id[0] = 0;
+  if (st_h5_attr_get_i64(f, "data_epoch", &m->data_epoch) != 0) m->data_epoch = 0; /* older */
   return 0;
 }
 
@@ -252,6 +253,32 @@ int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta) {
   hid_t f = open_index(step_dir);
   if (f < 0) return -1;
   int rc = read_meta_attrs(f, step_dir, meta);
+  H5Fclose(f);
+  return rc;
+}
+
+int st_ckpt_read_data_shards(const char *step_dir, char **json) {
+  *json = NULL;
+  st_h5_quiet();
+  hid_t f = open_index(step_dir);
+  if (f < 0) return -1;
+  int rc = 0;
+  if (H5Lexists(f, "data_shards", H5P_DEFAULT) > 0) {
+    hid_t d = H5Dopen2(f, "data_shards", H5P_DEFAULT);
+    hid_t sp = d < 0 ? -1 : H5Dget_space(d);
+    hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+    char *buf = n < 0 ? NULL : malloc((size_t)n + 1);
+    if (!buf || H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+      free(buf);
+      rc = ckpt_err("checkpoint %s: cannot read /data_shards of index.h5 (%s): %s", step_dir,
+                    st_h5_why(), k_earlier);
+    } else {
+      buf[n] = 0;
+      *json = buf;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+  }
   H5Fclose(f);
   return rc;
 }
