@@ -107,6 +107,14 @@ static int setup_collectives(trainer *tr) {
   return 0;
 }
 
+/* The file that says which tokenizer the data is in: the first HDF5 shard
+ * (they all agree, io/token_shards.c), else the first shard. */
+static const char *tokenizer_file(const st_shard_set *set) {
+  for (int i = 0; i < set->n; i++)
+    if (set->s[i].hdf5) return set->s[i].path;
+  return set->first_path;
+}
+
 /* The data's tokenizer against the run's (rank/train/run_config.h): a digest
  * from the checkpoint (or an import) must match the data file's; a fresh
  * run takes the data's. A vocabulary other than the model's is refused
@@ -115,7 +123,7 @@ static int setup_collectives(trainer *tr) {
 static int check_tokenizer(trainer *tr, int file_vocab) {
   st_run_config *rc = tr->rc;
   st_tokens_tokenizer d;
-  if (st_tokens_tokenizer_info(tr->train.first_path, &d) != 0) return st_error_prefix("--data");
+  if (st_tokens_tokenizer_info(tokenizer_file(&tr->train), &d) != 0) return st_error_prefix("--data");
   char from[1200], tokdir[1200];
   if (tr->resume_found || !rc->init_from[0]) {
     snprintf(from, sizeof from, "%s", tr->resume_found ? tr->resume_from : "its import");
@@ -683,7 +691,7 @@ static int setup_tokenizer_files(trainer *tr, int resumed) {
   if (st_is_dir(dir)) return 0;
   int n = 0;
   st_error_code(ST_EXIT_ERROR);
-  if (st_tokens_extract_tokenizer(tr->train.first_path, dir, &n) != 0)
+  if (st_tokens_extract_tokenizer(tokenizer_file(&tr->train), dir, &n) != 0)
     return st_error_prefix("--out %s: cannot store the tokenizer's files", rc->out);
   return 0;
 }
