@@ -182,7 +182,8 @@ int st_shards_file_digest(const char *path, int64_t *bytes, uint64_t *digest) {
   return rc;
 }
 
-static int open_one(st_shard_set *set, st_shard *sh, const char *path, const char *split, int T) {
+static int open_one(st_shard_set *set, st_shard *sh, const char *path, const char *split, int T,
+                    int many) {
   int vocab = 0;
   sh->path = strdup(path);
   if (!sh->path) return st_error_set("out of memory opening %s", path);
@@ -192,11 +193,12 @@ static int open_one(st_shard_set *set, st_shard *sh, const char *path, const cha
   if (!sh->src) return -1;
   sh->tokens = st_tokens_count(sh->src);
   if (st_shards_file_digest(path, &sh->bytes, &sh->digest)) return -1;
-  if (sh->tokens < (int64_t)T + 1)
+  /* one file too small is the batch check's to report (train_setup.c), as before */
+  if (many && sh->tokens < (int64_t)T + 1)
     return data_error("data shard %s holds %lld tokens, fewer than one sequence (--seq-len %d "
                       "+ 1); drop it from the set or lower --seq-len", path,
                       (long long)sh->tokens, T);
-  sh->nseq = (sh->tokens - 1) / T;
+  sh->nseq = sh->tokens > 0 ? (sh->tokens - 1) / T : 0;
   const int w = st_tokens_width(sh->src);
   if (set->n == 0) {
     set->width = w;
@@ -247,7 +249,7 @@ int st_shards_open(st_shard_set *set, const char *spec, const char *split, int T
   }
   int rc = 0;
   for (int i = 0; i < n && !rc; i++) {
-    rc = open_one(set, &set->s[i], paths[i], split, T);
+    rc = open_one(set, &set->s[i], paths[i], split, T, n > 1);
     set->n = i + 1; /* what close must release, the failed one too */
     if (!rc) {
       set->total_seq += set->s[i].nseq;

@@ -15,7 +15,8 @@
  * Errors (exit 4, ST_EXIT_DATA) name the spec or the file: a glob matching
  * nothing, a directory without token files, a list entry that cannot be
  * read, a shard of another width or vocabulary, a shard shorter than one
- * sequence (T + 1 tokens). docs/data.md.
+ * sequence (T + 1 tokens) in a set of several (a single file may hold fewer:
+ * nseq is then 0 and the trainer's batch check names it). docs/data.md.
  */
 #ifndef ST_TOKEN_SHARDS_H
 #define ST_TOKEN_SHARDS_H

@@ -173,8 +173,7 @@ static int all_hdf5(const st_shard_set *set) {
 }
 
 /* The train and validation shard sets (io/token_shards.h), --shuffle
- * resolved, and on resume the shard set checked against the checkpoint's
- * (rank/train/data_resume.h). */
+ * resolved. */
 static int setup_data(trainer *tr) {
   st_run_config *rc = tr->rc;
   int file_vocab = 0;
@@ -201,9 +200,6 @@ static int setup_data(trainer *tr) {
                                                   tr->train.n > 1);
   if (!(tr->data_ident = st_shards_identity_json(&tr->train)))
     return st_error_set("out of memory describing the data shards");
-  if (tr->resume_found &&
-      st_data_resume_check(tr->resume_from, &tr->train, rc->data_changed_ok, &tr->resume_note))
-    return -1;
   if (rc->model.vocab_size == 0)
     rc->model.vocab_size = file_vocab > 0 ? file_vocab : 50257; /* .bin: GPT-2 BPE */
   else if (file_vocab > rc->model.vocab_size && rc->model_set_by[ST_MF_VOCAB] == ST_SET_PRESET)
@@ -225,6 +221,14 @@ static int setup_data(trainer *tr) {
   if (check_tokenizer(tr, file_vocab) != 0) return -1;
   st_error_code(ST_EXIT_ERROR);
   return 0;
+}
+
+/* On resume, the shard set against the checkpoint's (rank/train/data_resume.h);
+ * after the batch check, so data too small for a batch says that first. */
+static int setup_data_resume(trainer *tr) {
+  if (!tr->resume_found) return 0;
+  return st_data_resume_check(tr->resume_from, &tr->train, tr->rc->data_changed_ok,
+                              &tr->resume_note);
 }
 
 static int setup_batch(trainer *tr) {
@@ -706,6 +710,7 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_collectives(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_data(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_batch(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_data_resume(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_trainer_setup_attention(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_trainer_memory_check(tr) != 0))) return code;
   /* Memory before the run directory: an out-of-memory here writes nothing. */
