@@ -59,8 +59,8 @@ typedef struct {
   const char *memory_plan_json;
   uint64_t memory_planned_bytes;
   /* Written only: the training shard set's identity (io/token_shards.h,
-   * st_shards_identity_json), the uint8 dataset /data_shards of index.h5
-   * when not NULL; read back by st_ckpt_read_data_shards. */
+   * st_shards_identity_json), the root attribute data_shards (JSON) of
+   * index.h5 when not NULL; read back by st_ckpt_read_data_shards. */
   const char *data_shards_json;
 } st_ckpt_meta;
 

@@ -262,25 +262,14 @@ int st_ckpt_read_data_shards(const char *step_dir, char **json) {
   st_h5_quiet();
   hid_t f = open_index(step_dir);
   if (f < 0) return -1;
-  int rc = 0;
-  if (H5Lexists(f, "data_shards", H5P_DEFAULT) > 0) {
-    hid_t d = H5Dopen2(f, "data_shards", H5P_DEFAULT);
-    hid_t sp = d < 0 ? -1 : H5Dget_space(d);
-    hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
-    char *buf = n < 0 ? NULL : malloc((size_t)n + 1);
-    if (!buf || H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-      free(buf);
-      rc = ckpt_err("checkpoint %s: cannot read /data_shards of index.h5 (%s): %s", step_dir,
-                    st_h5_why(), k_earlier);
-    } else {
-      buf[n] = 0;
-      *json = buf;
-    }
-    if (sp >= 0) H5Sclose(sp);
-    if (d >= 0) H5Dclose(d);
+  const htri_t has = H5Aexists(f, "data_shards");
+  if (has > 0 && !(*json = st_h5_attr_get_str_dup(f, "data_shards"))) {
+    H5Fclose(f);
+    return ckpt_err("checkpoint %s: cannot read the attribute data_shards of index.h5 (%s): %s",
+                    step_dir, st_h5_why(), k_earlier);
   }
   H5Fclose(f);
-  return rc;
+  return 0;
 }
 
 /* ------------------------------------------------------------------------

@@ -335,21 +335,10 @@ static int write_index_attrs(hid_t f, const st_param_table *tab, const st_partit
          st_h5_attr_put_str(f, "run_id", meta->run_id) ||
          (meta->memory_plan_json &&
           (st_h5_attr_put_str(f, "memory_plan", meta->memory_plan_json) ||
-           st_h5_attr_put_i64(f, "memory_planned_bytes", (int64_t)meta->memory_planned_bytes)));
-}
-
-/* The shard set's identity as a uint8 dataset: it grows with the shard
- * count past what an attribute holds (64 KiB). */
-static int write_data_shards(hid_t f, const char *json) {
-  if (!json) return 0;
-  hsize_t n = strlen(json);
-  hid_t space = H5Screate_simple(1, &n, NULL);
-  hid_t d = space < 0 ? -1 : H5Dcreate2(f, "data_shards", H5T_NATIVE_UCHAR, space, H5P_DEFAULT,
-                                        H5P_DEFAULT, H5P_DEFAULT);
-  herr_t rc = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, json);
-  if (d >= 0) H5Dclose(d);
-  if (space >= 0) H5Sclose(space);
-  return rc < 0 ? -1 : 0;
+           st_h5_attr_put_i64(f, "memory_planned_bytes", (int64_t)meta->memory_planned_bytes))) ||
+         /* a variable-length string lives in the global heap: no 64 KiB
+          * attribute limit however many shards */
+         (meta->data_shards_json && st_h5_attr_put_str(f, "data_shards", meta->data_shards_json));
 }
 
 static int write_index_tensors(hid_t f, const char *path, const st_param_table *tab,
@@ -381,8 +370,7 @@ static int write_index(const save_paths *p, const st_param_table *tab, const st_
   st_h5_close_plist(fapl);
   if (f < 0) return h5_failed("create", path, NULL);
   int rc = 0;
-  if (write_index_attrs(f, tab, part, meta) != 0 || write_data_shards(f, meta->data_shards_json))
-    rc = h5_failed("write attributes of", path, NULL);
+  if (write_index_attrs(f, tab, part, meta) != 0) rc = h5_failed("write attributes of", path, NULL);
   if (rc == 0) rc = write_index_tensors(f, path, tab, part);
   if (rc == 0) rc = reserve_rest(f, path);
   if (rc == 0 && H5Fflush(f, H5F_SCOPE_LOCAL) < 0) rc = h5_failed("flush", path, NULL);

@@ -217,10 +217,12 @@ static int open_one(st_shard_set *set, st_shard *sh, const char *path, const cha
   return 0;
 }
 
-/* HDF5 shards also record which tokenizer wrote them: one for all. */
+/* HDF5 shards also record which tokenizer wrote them: one for all. (One
+ * file's own tokenizer is the trainer's to check against the run's.) */
 static int check_tokenizers(const st_shard_set *set) {
   st_tokens_tokenizer first = {0}, t;
   const char *first_path = NULL;
+  if (set->n < 2) return 0;
   for (int i = 0; i < set->n; i++) {
     if (!set->s[i].hdf5) continue;
     if (st_tokens_tokenizer_info(set->s[i].path, &t)) return -1;

@@ -58,7 +58,7 @@ int st_data_resume_check(const char *step_dir, const st_shard_set *set, int allo
   free(json);
   if (!cJSON_IsArray(rec)) {
     cJSON_Delete(rec);
-    return st_error_setc(ST_EXIT_CHECKPOINT, "checkpoint %s: /data_shards of index.h5 is not a "
+    return st_error_setc(ST_EXIT_CHECKPOINT, "checkpoint %s: the attribute data_shards of index.h5 is not a "
                          "JSON list; the checkpoint is damaged: resume from an earlier step "
                          "with --resume PATH", step_dir);
   }
