@@ -692,7 +692,8 @@ static int train_loop(trainer *tr) {
     tr->trained = 1;
     if (tr->profile && tr->step > prof_from) prof_wall += MPI_Wtime() - t0;
     const double dt = MPI_Wtime() - t0; /* the sample below is not the step's time */
-    /* The last step of an epoch: the next one would wrap to the start. */
+    /* The last step of an epoch: in order, the next one would wrap to the
+     * start; shuffled, this one read the epoch's last sequence. */
     const int64_t G = rc->global_batch, N = tr->train.total_seq;
     const int epoch_end =
         st_data_step_start(tr->dpos, G, N, tr->shuffle).epoch != tr->epoch;
