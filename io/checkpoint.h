@@ -34,7 +34,9 @@
 typedef struct {
   int64_t step;          /* optimizer steps completed */
   int64_t tokens_seen;   /* training tokens consumed (global) */
-  int64_t data_position; /* next token offset in the train split */
+  int64_t data_position; /* next token offset in the train split: the position in the
+                          * epoch's sequence stream times seq_len (rank/train/dataloader.h) */
+  int64_t data_epoch;    /* epoch of data_position (0 when the index has none: older) */
   uint64_t rng_state[2];
   int world_size;
   int zero_stage;
@@ -56,6 +58,10 @@ typedef struct {
    * root attributes memory_plan and memory_planned_bytes when not NULL. */
   const char *memory_plan_json;
   uint64_t memory_planned_bytes;
+  /* Written only: the training shard set's identity (io/token_shards.h,
+   * st_shards_identity_json), the root attribute data_shards (JSON) of
+   * index.h5 when not NULL; read back by st_ckpt_read_data_shards. */
+  const char *data_shards_json;
 } st_ckpt_meta;
 
 /* Write a checkpoint for `meta.step` under run_dir/ckpt. Collective: every
@@ -115,6 +121,10 @@ const char *st_ckpt_resolve_notice(void);
 
 /* Read only the metadata (attributes) of a checkpoint step directory. */
 int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta);
+/* The shard set identity JSON the checkpoint in step_dir recorded
+ * (malloc'd, NUL-terminated) in *json, or NULL when it has none (written
+ * before shard sets). 0, or -1 with st_error (exit 3). */
+int st_ckpt_read_data_shards(const char *step_dir, char **json);
 
 /* Verify a checkpoint: index present, every rank file present and readable,
  * every dataset's checksum good and every value finite (a NaN or inf names

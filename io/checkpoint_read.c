@@ -244,6 +244,7 @@ static int read_meta_attrs(hid_t f, const char *step_dir, st_ckpt_meta *m) {
                                       &m->scaler_hysteresis_left) &&
                   !st_h5_attr_get_i64(f, "skipped_steps", &m->skipped_steps);
   if (st_h5_attr_get_str(f, "run_id", m->run_id, sizeof m->run_id) != 0) m->run_id[0] = 0;
+  if (st_h5_attr_get_i64(f, "data_epoch", &m->data_epoch) != 0) m->data_epoch = 0; /* older */
   return 0;
 }
 
@@ -254,6 +255,21 @@ int st_ckpt_read_meta(const char *step_dir, st_ckpt_meta *meta) {
   int rc = read_meta_attrs(f, step_dir, meta);
   H5Fclose(f);
   return rc;
+}
+
+int st_ckpt_read_data_shards(const char *step_dir, char **json) {
+  *json = NULL;
+  st_h5_quiet();
+  hid_t f = open_index(step_dir);
+  if (f < 0) return -1;
+  const htri_t has = H5Aexists(f, "data_shards");
+  if (has > 0 && !(*json = st_h5_attr_get_str_dup(f, "data_shards"))) {
+    H5Fclose(f);
+    return ckpt_err("checkpoint %s: cannot read the attribute data_shards of index.h5 (%s): %s",
+                    step_dir, st_h5_why(), k_earlier);
+  }
+  H5Fclose(f);
+  return 0;
 }
 
 /* ------------------------------------------------------------------------

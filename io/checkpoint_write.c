@@ -176,6 +176,7 @@ static int write_index_attrs(hid_t f, const st_param_table *tab, const st_partit
          st_h5_attr_put_i64(f, "step", meta->step) ||
          st_h5_attr_put_i64(f, "tokens_seen", meta->tokens_seen) ||
          st_h5_attr_put_i64(f, "data_position", meta->data_position) ||
+         st_h5_attr_put_i64(f, "data_epoch", meta->data_epoch) ||
          st_h5_attr_put_u64s(f, "rng_state", meta->rng_state, 2) ||
          st_h5_attr_put_int(f, "world_size", meta->world_size) ||
          st_h5_attr_put_int(f, "zero_stage", meta->zero_stage) ||
@@ -190,7 +191,10 @@ static int write_index_attrs(hid_t f, const st_param_table *tab, const st_partit
          st_h5_attr_put_str(f, "run_id", meta->run_id) ||
          (meta->memory_plan_json &&
           (st_h5_attr_put_str(f, "memory_plan", meta->memory_plan_json) ||
-           st_h5_attr_put_i64(f, "memory_planned_bytes", (int64_t)meta->memory_planned_bytes)));
+           st_h5_attr_put_i64(f, "memory_planned_bytes", (int64_t)meta->memory_planned_bytes))) ||
+         /* a variable-length string lives in the global heap: no 64 KiB
+          * attribute limit however many shards */
+         (meta->data_shards_json && st_h5_attr_put_str(f, "data_shards", meta->data_shards_json));
 }
 
 static int write_index_tensors(hid_t f, const char *path, const st_param_table *tab,

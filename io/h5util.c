@@ -294,6 +294,35 @@ int st_h5_attr_get_str(hid_t obj, const char *name, char *buf, size_t cap) {
   return rc;
 }
 
+char *st_h5_attr_get_str_dup(hid_t obj, const char *name) {
+  if (H5Aexists(obj, name) <= 0) return NULL;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return NULL;
+  hid_t ft = H5Aget_type(a);
+  char *out = NULL;
+  if (ft >= 0 && H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) > 0) {
+    hid_t t = vlen_str_type();
+    hid_t s = H5Screate(H5S_SCALAR);
+    char *p = NULL;
+    if (t >= 0 && s >= 0 && H5Aread(a, t, &p) >= 0) {
+      out = strdup(p ? p : "");
+      H5Dvlen_reclaim(t, s, H5P_DEFAULT, &p);
+    }
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+  } else if (ft >= 0 && H5Tget_class(ft) == H5T_STRING) {
+    size_t cap = H5Tget_size(ft) + 1;
+    out = malloc(cap);
+    if (out && read_fixed_str(a, ft, out, cap) != 0) {
+      free(out);
+      out = NULL;
+    }
+  }
+  if (ft >= 0) H5Tclose(ft);
+  H5Aclose(a);
+  return out;
+}
+
 /* ------------------------------------------------------------------------
  * Selections
  * --------------------------------------------------------------------- */

@@ -77,6 +77,9 @@ int st_h5_attr_get_double(hid_t obj, const char *name, double *v);
 /* Reads a fixed- or variable-length string attribute into buf (truncated
  * to cap-1 characters, always NUL-terminated). */
 int st_h5_attr_get_str(hid_t obj, const char *name, char *buf, size_t cap);
+/* The whole string attribute, malloc'd (the caller frees); NULL when it is
+ * absent, not a string or cannot be read. */
+char *st_h5_attr_get_str_dup(hid_t obj, const char *name);
 int st_h5_attr_get_u64s(hid_t obj, const char *name, uint64_t *v, int n);
 
 /* Select, on a dataspace of a tensor of shape [rows, cols] (ndim 2) or [n]

@@ -39,7 +39,8 @@ struct st_token_source {
   int vocab_size; /* 0 when unknown; known ones are enforced on every read */
   hid_t file, dset, space; /* HDF5 */
   int fd;                  /* .bin */
-  int width;               /* .bin: bytes per token, 2 (version 1) or 4 (version 2) */
+  int width;               /* bytes per stored token: .bin 2 (version 1) or 4 (version 2);
+                            * HDF5 the dataset type's size */
 };
 
 /* Data problems share one exit code (ST_EXIT_DATA) so scripts can tell a bad
@@ -105,6 +106,7 @@ static int check_dataset_shape(st_token_source *s, const char *name) {
            (H5Tget_size(type) == 2 || H5Tget_size(type) == 4) && H5Tget_sign(type) == H5T_SGN_NONE;
   char desc[64];
   describe_type(type, desc, sizeof desc);
+  s->width = (int)H5Tget_size(type);
   H5Tclose(type);
   if (!ok)
     return data_error("dataset %s in %s holds %s; expected 1-D uint16 or uint32 token ids; "
@@ -336,6 +338,8 @@ st_token_source *st_tokens_open(const char *path, const char *split, int *vocab_
 int64_t st_tokens_count(const st_token_source *s) { return s->count; }
 
 const char *st_tokens_path(const st_token_source *s) { return s->path; }
+
+int st_tokens_width(const st_token_source *s) { return s->width; }
 
 int st_tokens_read(st_token_source *s, int64_t pos, int64_t n, int *out) {
   if (pos < 0 || n < 0 || pos > s->count || n > s->count - pos)

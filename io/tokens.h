@@ -38,6 +38,8 @@ int64_t st_tokens_count(const st_token_source *s);
  * 0, or -1 with st_error. */
 int st_tokens_read(st_token_source *s, int64_t pos, int64_t n, int *out);
 const char *st_tokens_path(const st_token_source *s);
+/* Bytes per stored token: 2 (uint16) or 4 (uint32). */
+int st_tokens_width(const st_token_source *s);
 void st_tokens_close(st_token_source *s);
 
 /* Byte-level tokenizer + writer used by `shardtrain prep`: reads UTF-8 text

@@ -247,13 +247,13 @@ static void apply_model_flags(st_run_config *rc, const st_cli_seen *s) {
 /* Every flag train takes, then plan's own, for "did you mean". Kept next
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
-    "--arch", "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--device",
+    "--arch", "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--data-changed-ok", "--device",
     "--dim", "--dump-grads", "--dump-params", "--enforce-gpu-mem", "--eps", "--ffn-dim", "--global-batch", "--gpu-mem", "--gpu-stats-every",
     "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
     "--nccl-timeout", "--norm-eps", "--offload", "--ckpt-async",
-    "--out", "--precision", "--recompute", "--resume", "--rope-theta", "--seed", "--seq-len", "--step-timing",
+    "--out", "--precision", "--recompute", "--resume", "--rope-theta", "--seed", "--seq-len", "--shuffle", "--step-timing",
     "--steps", "--stop-after", "--tied", "--val-data", "--val-every", "--val-seqs", "--vocab-size",
     "--warmup", "--weight-decay", "--zero", "--help", NULL};
 static const char *const k_plan_flags[] = {"--ranks", "--fit", NULL};
@@ -384,6 +384,7 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     if (strncmp(f, "--", 2) == 0 && st_cli_is_train_flag(f)) st_run_config_mark_given(rc, f);
     if (strcmp(f, "--json") == 0) { rc->json = 1; continue; }
     if (strcmp(f, "--step-timing") == 0) { rc->step_timing = 1; continue; }
+    if (strcmp(f, "--data-changed-ok") == 0) { rc->data_changed_ok = 1; continue; }
     if (strcmp(f, "--enforce-gpu-mem") == 0) { rc->enforce_gpu_mem = 1; continue; }
     if (strcmp(f, "--auto-fit") == 0) {
       if (rc->auto_fit < 1) rc->auto_fit = 1;
@@ -468,6 +469,12 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
     FLOAT_FLAG("--eps", 0.0, 1.0, rc->optim.eps)
     STR_FLAG("--data", rc->data)
     STR_FLAG("--val-data", rc->val_data)
+    if (strcmp(f, "--shuffle") == 0 && strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off")) {
+      st_error_code(ST_EXIT_USAGE);
+      return st_error_set("--shuffle %s: use auto (on for several shards, off for one), on or "
+                          "off (docs/data.md)", v);
+    }
+    STR_FLAG("--shuffle", rc->shuffle)
     STR_FLAG("--out", rc->out)
     if (strcmp(f, "--resume") == 0 && !v[0]) {
       st_error_code(ST_EXIT_USAGE);
@@ -566,6 +573,9 @@ void st_cli_print_train_usage(void) {
       "            after clipping, with per-tensor norms, into RUN/grads/step_N/ in the checkpoint\n"
       "            layout; PATTERN: comma-separated globs of tensor names, e.g. 'h.0.*,ln_f.*';\n"
       "            shardtrain grads norms|diff reads them; docs/checkpoints.md)\n"
+      "  data    --data FILE|DIR|'PATTERN'|@LIST (one token file or many shards; docs/data.md)\n"
+      "          --val-data (the same forms)  --shuffle auto|on|off (auto: on for several\n"
+      "            shards)  --data-changed-ok (resume although the shard set changed)\n"
       "          --step-timing (split each step: data, compute, exposed communication, optimizer;\n"
       "            synchronises the device at phase boundaries)\n"
       "  nccl    --nccl-timeout S (600; 0 = no watchdog)  --nccl-buffsize BYTES  --nccl-cga N\n"

@@ -23,7 +23,7 @@
 #include "io/tokens.h"
 #include "launcher/cli.h"
 #include "launcher/infer_setup.h"
-#include "rank/train/dataloader.h"
+#include "io/tokens.h"
 #include "rank/model/model.h"
 #include "util/error.h"
 
@@ -102,6 +102,22 @@ typedef struct {
   char tok_name[32], tok_digest[72]; /* the model's tokenizer; "" when unknown */
 } evaluator;
 
+/* b consecutive windows of T+1 tokens starting at token pos: inputs and
+ * next-token targets ([b,T]); scratch holds b*T+1 ints. 0 or -1. */
+static int read_windows(st_token_source *src, int64_t pos, int b, int T, int vocab, int *inp,
+                        int *tgt, int *scratch) {
+  const int64_t n = (int64_t)b * T + 1;
+  if (st_tokens_read(src, pos, n, scratch)) return -1;
+  for (int64_t i = 0; i < n; i++)
+    if (scratch[i] < 0 || scratch[i] >= vocab)
+      return st_error_set("token %d at position %lld of %s is outside the model vocabulary "
+                          "(%d); pass --vocab-size to match the tokenizer that wrote the file",
+                          scratch[i], (long long)(pos + i), st_tokens_path(src), vocab);
+  memcpy(inp, scratch, (size_t)b * T * sizeof(int));
+  memcpy(tgt, scratch + 1, (size_t)b * T * sizeof(int));
+  return 0;
+}
+
 /* Loss sum and token count over one file's windows, up to *left windows
  * (< 0: no limit). 0, or -1 with st_error (data class for the file). */
 static int eval_file(evaluator *ev, const eval_flags *f, const char *path, int T, int B,
@@ -130,7 +146,7 @@ static int eval_file(evaluator *ev, const eval_flags *f, const char *path, int T
   for (int64_t w = 0; !rc && w < W && *left != 0; w += B) {
     int b = (int)(W - w < B ? W - w : B);
     if (*left > 0 && b > *left) b = (int)*left;
-    if (st_data_micro_batch(src, w * T, 0, 0, 1, b, T, vocab, ev->inp, ev->tgt, ev->scratch)) {
+    if (read_windows(src, w * T, b, T, vocab, ev->inp, ev->tgt, ev->scratch)) {
       st_error_code(ST_EXIT_DATA);
       rc = -1;
       break;

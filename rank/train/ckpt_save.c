@@ -227,7 +227,9 @@ static void fill_meta(const trainer *tr, st_ckpt_meta *meta) {
   memset(meta, 0, sizeof *meta);
   meta->step = tr->step;
   meta->tokens_seen = tr->tokens_seen;
-  meta->data_position = tr->data_pos;
+  meta->data_position = tr->dpos.pos * tr->rc->seq_len;
+  meta->data_epoch = tr->dpos.epoch;
+  meta->data_shards_json = tr->data_ident;
   meta->rng_state[0] = tr->rng.s[0];
   meta->rng_state[1] = tr->rng.s[1];
   meta->world_size = tr->comm->world;

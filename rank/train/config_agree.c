@@ -121,6 +121,8 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add_float(l, "--mem-warn-fraction", U, fix, rc->mem_warn_fraction);
   st_agree_add(l, "--json", U, fix, "%s", rc->json ? "given" : "not given");
   st_agree_add(l, "--step-timing", U, fix, "%s", rc->step_timing ? "given" : "not given");
+  st_agree_add(l, "--shuffle", U, fix, "%s", rc->shuffle);
+  st_agree_add(l, "--data-changed-ok", U, fix, "%s", rc->data_changed_ok ? "given" : "not given");
   st_agree_add_float(l, "--nccl-timeout", U, fix, rc->nccl_timeout_s);
   st_agree_add(l, "--nccl-buffsize", U, fix, "%lld", rc->nccl_buffsize);
   st_agree_add(l, "--nccl-cga", U, fix, "%d", rc->nccl_cga);

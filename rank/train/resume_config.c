@@ -57,6 +57,7 @@ static const field k_fields[] = {
     F("--seed", "train", "seed", K_U64, seed, INHERIT),
     F("--data", "train", "data", K_STR, data, INHERIT),
     F("--val-data", "train", "val_data", K_STR, val_data, INHERIT),
+    F("--shuffle", "train", "shuffle", K_STR, shuffle, INHERIT),
     F("--ckpt-every", "train", "ckpt_every", K_INT, ckpt_every, INHERIT),
     F("--keep-last", "train", "keep_last", K_INT, keep_last, INHERIT),
     F("--val-every", "train", "val_every", K_INT, val_every, INHERIT),

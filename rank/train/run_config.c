@@ -29,6 +29,7 @@ void st_run_config_defaults(st_run_config *rc) {
   snprintf(rc->precision, sizeof rc->precision, "auto");
   snprintf(rc->recompute, sizeof rc->recompute, "none");
   snprintf(rc->attention, sizeof rc->attention, "auto");
+  snprintf(rc->shuffle, sizeof rc->shuffle, "auto");
   rc->loss_scale_max = 16777216.0f;
   snprintf(rc->device, sizeof rc->device, "auto");
   snprintf(rc->out, sizeof rc->out, "runs/default");
@@ -155,6 +156,7 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddStringToObject(t, "data", rc->data);
   /* Read back on resume (rank/train/resume_config.c) for the flags not given. */
   cJSON_AddStringToObject(t, "val_data", rc->val_data);
+  cJSON_AddStringToObject(t, "shuffle", rc->shuffle);
   cJSON_AddNumberToObject(t, "ckpt_every", rc->ckpt_every);
   cJSON_AddNumberToObject(t, "keep_last", rc->keep_last);
   cJSON_AddNumberToObject(t, "val_every", rc->val_every);

@@ -48,6 +48,8 @@ typedef struct {
   char device[8];           /* cpu | cuda | auto */
   char data[1024];          /* train tokens (.h5 or .bin) */
   char val_data[1024];      /* validation tokens for .bin data ("" = /val of .h5) */
+  char shuffle[8];          /* auto | on | off: the epoch order (docs/data.md) */
+  int data_changed_ok;      /* --data-changed-ok: resume although the shard set changed */
   char out[1024];           /* run directory */
   char resume[1024];        /* auto | none | PATH */
   char dump_params[1024];   /* write final params as raw float32 (tests) */

@@ -105,10 +105,15 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     printf("warns once above %g of the total (--mem-warn-fraction)\n", rc->mem_warn_fraction);
   else printf("no warning (--mem-warn-fraction 0)\n");
   printf("  data       %s: %lld train tokens", rc->data, (long long)tr->ntrain);
-  if (tr->val && strcmp(st_tokens_path(tr->val), rc->data) == 0)
-    printf(", %lld val tokens (its /val split)", (long long)tr->nval);
-  else if (tr->val) printf(", %lld val tokens (%s)", (long long)tr->nval, st_tokens_path(tr->val));
+  if (tr->train.n > 1)
+    printf(" in %d shards, %s", tr->train.n, tr->shuffle ? "shuffled (seeded, per epoch)"
+                                                          : "in order (--shuffle off)");
+  if (tr->val.n && !rc->val_data[0])
+    printf(", %lld val tokens (%s /val split)", (long long)tr->nval,
+           tr->val.n > 1 ? "their" : "its");
+  else if (tr->val.n) printf(", %lld val tokens (%s)", (long long)tr->nval, rc->val_data);
   else printf(", no validation split");
+  if (tr->feed && !st_data_feed_threaded(tr->feed)) printf(", read without prefetch");
   if (rc->tokenizer_digest[0])
     printf("\n  tokenizer  %s, vocabulary %d, digest %.16s", rc->tokenizer_name,
            rc->tokenizer_vocab, rc->tokenizer_digest);

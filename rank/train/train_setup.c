@@ -22,6 +22,7 @@
 #endif
 #include "kernels/profile.h"
 #include "rank/train/config_agree.h"
+#include "rank/train/data_resume.h"
 #include "rank/train/device_select.h"
 #include "rank/memory/host_mem.h"
 #include "rank/memory/memory_fit.h"
@@ -31,11 +32,6 @@
 #include "util/bytes.h"
 #include "util/error.h"
 #include "util/fsutil.h"
-
-static int is_bin(const char *path) {
-  size_t n = strlen(path);
-  return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
-}
 
 /* OpenMP's default is one thread per core in every rank: with several
  * ranks per node that oversubscribes the cores several times over. Unless
@@ -111,6 +107,14 @@ static int setup_collectives(trainer *tr) {
   return 0;
 }
 
+/* The file that says which tokenizer the data is in: the first HDF5 shard
+ * (they all agree, io/token_shards.c), else the first shard. */
+static const char *tokenizer_file(const st_shard_set *set) {
+  for (int i = 0; i < set->n; i++)
+    if (set->s[i].hdf5) return set->s[i].path;
+  return set->first_path;
+}
+
 /* The data's tokenizer against the run's (rank/train/run_config.h): a digest
  * from the checkpoint (or an import) must match the data file's; a fresh
  * run takes the data's. A vocabulary other than the model's is refused
@@ -119,7 +123,7 @@ static int setup_collectives(trainer *tr) {
 static int check_tokenizer(trainer *tr, int file_vocab) {
   st_run_config *rc = tr->rc;
   st_tokens_tokenizer d;
-  if (st_tokens_tokenizer_info(rc->data, &d) != 0) return st_error_prefix("--data");
+  if (st_tokens_tokenizer_info(tokenizer_file(&tr->train), &d) != 0) return st_error_prefix("--data");
   char from[1200], tokdir[1200];
   if (tr->resume_found || !rc->init_from[0]) {
     snprintf(from, sizeof from, "%s", tr->resume_found ? tr->resume_from : "its import");
@@ -161,19 +165,41 @@ static int check_tokenizer(trainer *tr, int file_vocab) {
   return 0;
 }
 
+/* 1 when every shard of the set is an HDF5 token file (which holds /val). */
+static int all_hdf5(const st_shard_set *set) {
+  for (int i = 0; i < set->n; i++)
+    if (!set->s[i].hdf5) return 0;
+  return set->n > 0;
+}
+
+/* The train and validation shard sets (io/token_shards.h), --shuffle
+ * resolved. */
 static int setup_data(trainer *tr) {
   st_run_config *rc = tr->rc;
-  int file_vocab = 0, val_vocab = 0;
+  int file_vocab = 0;
+  const int T = rc->seq_len;
   st_error_code(ST_EXIT_DATA);
-  tr->train = st_tokens_open(rc->data, "train", &file_vocab);
-  if (!tr->train) return st_error_prefix("--data");
-  tr->ntrain = st_tokens_count(tr->train);
-  const char *val_path = rc->val_data[0] ? rc->val_data : (is_bin(rc->data) ? NULL : rc->data);
-  if (val_path) {
-    tr->val = st_tokens_open(val_path, "val", &val_vocab);
-    if (!tr->val) return st_error_prefix(rc->val_data[0] ? "--val-data" : "--data");
-    tr->nval = st_tokens_count(tr->val);
+  if (st_shards_open(&tr->train, rc->data, "train", T)) return st_error_prefix("--data");
+  tr->ntrain = tr->train.total_tokens;
+  file_vocab = tr->train.vocab_size;
+  /* .bin shards have no /val: validation needs --val-data */
+  const char *val_spec = rc->val_data[0] ? rc->val_data : all_hdf5(&tr->train) ? rc->data : NULL;
+  if (val_spec) {
+    st_error_code(ST_EXIT_DATA);
+    if (st_shards_open(&tr->val, val_spec, "val", T))
+      return st_error_prefix(rc->val_data[0] ? "--val-data" : "--data");
+    tr->nval = tr->val.total_tokens;
+    int64_t *nseq = malloc((size_t)tr->val.n * sizeof *nseq);
+    if (!nseq) return st_error_set("out of memory for the validation set");
+    for (int i = 0; i < tr->val.n; i++) nseq[i] = tr->val.s[i].nseq;
+    int bad = st_data_order_init(&tr->val_order, tr->val.n, nseq, 0, 0);
+    free(nseq);
+    if (bad) return -1;
   }
+  tr->shuffle = strcmp(rc->shuffle, "on") == 0 || (strcmp(rc->shuffle, "auto") == 0 &&
+                                                  tr->train.n > 1);
+  if (!(tr->data_ident = st_shards_identity_json(&tr->train)))
+    return st_error_set("out of memory describing the data shards");
   if (rc->model.vocab_size == 0)
     rc->model.vocab_size = file_vocab > 0 ? file_vocab : 50257; /* .bin: GPT-2 BPE */
   else if (file_vocab > rc->model.vocab_size && rc->model_set_by[ST_MF_VOCAB] == ST_SET_PRESET)
@@ -195,6 +221,14 @@ static int setup_data(trainer *tr) {
   if (check_tokenizer(tr, file_vocab) != 0) return -1;
   st_error_code(ST_EXIT_ERROR);
   return 0;
+}
+
+/* On resume, the shard set against the checkpoint's (rank/train/data_resume.h);
+ * after the batch check, so data too small for a batch says that first. */
+static int setup_data_resume(trainer *tr) {
+  if (!tr->resume_found) return 0;
+  return st_data_resume_check(tr->resume_from, &tr->train, tr->rc->data_changed_ok,
+                              &tr->resume_note);
 }
 
 static int setup_batch(trainer *tr) {
@@ -220,18 +254,18 @@ static int setup_batch(trainer *tr) {
   }
   tr->accum = rc->auto_fit ? 0 : rc->global_batch / (B * world); /* auto-fit: chosen later */
   tr->step_tokens = (int64_t)rc->global_batch * T;
-  if (tr->ntrain < tr->step_tokens + 1) {
+  if (tr->train.total_seq < rc->global_batch) {
     st_error_code(ST_EXIT_DATA);
     return st_error_set("%s holds %lld training tokens, fewer than one global batch needs "
                         "(%d sequences x %d tokens + 1 = %lld); lower --global-batch or "
                         "--seq-len, or prepare more text", rc->data, (long long)tr->ntrain,
                         rc->global_batch, T, (long long)tr->step_tokens + 1);
   }
-  if (tr->val && tr->nval < (int64_t)T + 1) {
+  if (tr->val.n && tr->val.total_seq < 1) {
     st_error_code(ST_EXIT_DATA);
     return st_error_set("the validation split of %s holds %lld tokens, fewer than one sequence "
                         "(%d + 1); lower --seq-len or prepare with a larger --val-fraction",
-                        st_tokens_path(tr->val), (long long)tr->nval, T);
+                        tr->val.first_path, (long long)tr->nval, T);
   }
   /* a shape the flags cannot make (--heads 5 --dim 64, --kv-heads 3 of 4
    * heads, --norm-eps under LayerNorm) is a bad flag combination, as plan
@@ -540,10 +574,22 @@ static int setup_checkpoint(trainer *tr) {
   return setup_init_from(tr);
 }
 
-/* "N bytes" for a file, "missing" when it cannot be read. */
+/* "N bytes" for a file, "missing" when it cannot be read; for a shard
+ * spec (pattern, directory, @list), its file count and their bytes. */
 static void file_size_field(st_agree_list *l, const char *name, const char *path) {
   struct stat st;
-  if (stat(path, &st) == 0)
+  char **paths = NULL;
+  int n = 0;
+  if (strcmp(path, "") && (path[0] == '@' || strpbrk(path, "*?[") ||
+                           (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))) {
+    long long bytes = 0;
+    if (st_shards_expand(path, &paths, &n) == 0)
+      for (int i = 0; i < n; i++) bytes += stat(paths[i], &st) == 0 ? (long long)st.st_size : -1;
+    st_shards_free_paths(paths, n);
+    st_agree_add(l, name, ST_EXIT_DATA, "every rank must read the same files (paths on a "
+                 "filesystem every node mounts, or identical copies)", "%s: %d files, %lld bytes",
+                 path, n, bytes);
+  } else if (stat(path, &st) == 0)
     st_agree_add(l, name, ST_EXIT_DATA, "every rank must read the same file (a path on a "
                  "filesystem every node mounts, or identical copies)", "%s: %lld bytes", path,
                  (long long)st.st_size);
@@ -619,7 +665,14 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   st_error_code(ST_EXIT_ERROR);
   snprintf(tr->ckpt_config, sizeof tr->ckpt_config, "%s", meta.config_json);
   tr->step = meta.step;
-  tr->data_pos = meta.data_position;
+  {
+    const int64_t N = tr->train.total_seq;
+    st_data_pos at = {meta.data_epoch, meta.data_position / rc->seq_len};
+    /* a shard set changed under --data-changed-ok can be shorter now */
+    if (at.pos >= N) at = (st_data_pos){at.epoch + 1, 0};
+    tr->dpos = at;
+    tr->epoch = at.epoch;
+  }
   tr->tokens_seen = meta.tokens_seen;
   tr->rng.s[0] = meta.rng_state[0];
   tr->rng.s[1] = meta.rng_state[1];
@@ -634,6 +687,15 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   return 0;
 }
 
+/* This rank's micro-batch reader, once the batch shape is final (--auto-fit
+ * chooses it in the memory pre-flight). */
+static int setup_feed(trainer *tr) {
+  const st_run_config *rc = tr->rc;
+  tr->feed = st_data_feed_open(&tr->train, rc->seed, tr->shuffle, rc->micro_batch, rc->seq_len,
+                               tr->comm->rank, tr->comm->world, rc->model.vocab_size);
+  return tr->feed ? 0 : -1;
+}
+
 /* A fresh run keeps its tokenizer's files in RUN_DIR/tokenizer/ (copied
  * from the data file's /tokenizer), for sample, eval and export. Rank 0,
  * after the run directory is ours; an existing tokenizer/ (an import's) is
@@ -646,7 +708,7 @@ static int setup_tokenizer_files(trainer *tr, int resumed) {
   if (st_is_dir(dir)) return 0;
   int n = 0;
   st_error_code(ST_EXIT_ERROR);
-  if (st_tokens_extract_tokenizer(rc->data, dir, &n) != 0)
+  if (st_tokens_extract_tokenizer(tokenizer_file(&tr->train), dir, &n) != 0)
     return st_error_prefix("--out %s: cannot store the tokenizer's files", rc->out);
   return 0;
 }
@@ -661,6 +723,7 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, setup_collectives(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_data(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_batch(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_data_resume(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_trainer_setup_attention(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_trainer_memory_check(tr) != 0))) return code;
   /* Memory before the run directory: an out-of-memory here writes nothing. */
@@ -670,6 +733,7 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   if ((code = st_trainer_agree(tr, st_run_dir_check_writable(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_run_dir_check_shared(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_resume(tr, resumed, from, cap) != 0))) return code;
+  if ((code = st_trainer_agree(tr, setup_feed(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_run_dir_check_no_overwrite(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_tokenizer_files(tr, *resumed) != 0))) return code;
   setup_done(tr);

@@ -55,15 +55,16 @@ int st_trainer_agree(trainer *tr, int failed) {
   return code ? code : ST_EXIT_ERROR;
 }
 
-/* Mean validation loss over the first val_seqs sequences of /val, spread
- * round-robin over ranks by micro-batch. ZeRO 3's forward gathers weights
+/* Mean validation loss over the first val_seqs sequences of the validation
+ * set (its shards in order, sequences in file order), spread round-robin
+ * over ranks by micro-batch. ZeRO 3's forward gathers weights
  * collectively, so there every rank runs the same number of forwards: a
  * rank past the last micro-batch runs one sequence of token 0 that does
  * not count. */
 static int validate(trainer *tr, double *loss_out) {
   st_run_config *rc = tr->rc;
   const int T = rc->seq_len, B = rc->micro_batch;
-  int64_t nseq = (tr->nval - 1) / T;
+  int64_t nseq = tr->val.total_seq;
   if (rc->val_seqs < nseq) nseq = rc->val_seqs;
   double acc[2] = {0, 0};
   int failed = 0;
@@ -76,8 +77,9 @@ static int validate(trainer *tr, double *loss_out) {
     const int real = j < nbatches && !failed;
     if (real) {
       b = (int)(nseq - j * B < B ? nseq - j * B : B);
-      if (st_data_micro_batch(tr->val, j * B * T, 0, 0, 1, b, T, rc->model.vocab_size, tr->inp,
-                              tr->tgt, tr->scratch)) {
+      const st_data_pos at = {0, j * B};
+      if (st_data_micro_batch(&tr->val, &tr->val_order, at, 0, 0, 1, b, T, rc->model.vocab_size,
+                              tr->inp, tr->tgt, tr->scratch, NULL)) {
         failed = 1;
         if (!lockstep) break;
       }
@@ -292,13 +294,15 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   st_comm *c = tr->comm;
   st_model *m = &tr->model;
   const int B = rc->micro_batch, T = rc->seq_len;
-  int64_t pos = st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain);
+  const int64_t G = rc->global_batch, N = tr->train.total_seq;
+  const st_data_pos pos = st_data_step_start(tr->dpos, G, N, tr->shuffle);
   tr->dcomm->step = tr->comm->step = tr->step + 1;
   snprintf(tr->phase, sizeof tr->phase, "step %lld", (long long)tr->step + 1);
   st_faults_step(&tr->faults, tr->ops, tr->comm->rank, tr->step + 1);
-  if (pos != tr->data_pos) tr->epoch++;
+  tr->epoch = pos.epoch;
   const float dloss = tr->scaler.scale / (float)((double)rc->global_batch * T);
   memset(&tr->timing, 0, sizeof tr->timing);
+  tr->data_wait = 0;
   const double t_step = tmark(tr);
   gmark(tr, "step", 0);
   double t0;
@@ -310,8 +314,11 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   else st_model_zero_grad(m);
   for (int k = 0; k < tr->accum; k++) {
     t0 = tmark(tr);
-    if (failed || st_data_micro_batch(tr->train, pos, k, c->rank, c->world, B, T,
-                                      rc->model.vocab_size, tr->inp, tr->tgt, tr->scratch)) {
+    double wait = 0;
+    const int got = st_data_feed_get(tr->feed, pos, k, (int)(tr->step + 1), tr->inp, tr->tgt,
+                                     &wait);
+    tr->data_wait += wait;
+    if (got || failed) {
       failed = 1;
       /* ZeRO 3's forward and backward gather weights collectively: a rank
        * whose read failed still runs them, on token 0, so that it joins
@@ -321,6 +328,10 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
       memset(tr->inp, 0, (size_t)B * T * sizeof(int));
       memset(tr->tgt, 0, (size_t)B * T * sizeof(int));
     }
+    /* the next micro-batch is read while this one computes */
+    if (k + 1 < tr->accum) st_data_feed_post(tr->feed, pos, k + 1);
+    else st_data_feed_post(tr->feed, st_data_step_start(st_data_advance(pos, G, N), G, N,
+                                                        tr->shuffle), 0);
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)B * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)B * T * sizeof(int));
     tr->timing.data += tmark(tr) - t0;
@@ -432,7 +443,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   tr->timing.compute =
       tr->timing.total - tr->timing.data - tr->timing.comm - tr->timing.optimizer;
   fault_nan(tr);
-  tr->data_pos = pos + tr->step_tokens;
+  tr->dpos = tr->shuffle ? st_data_advance(pos, G, N) : (st_data_pos){pos.epoch, pos.pos + G};
   tr->tokens_seen += tr->step_tokens;
   tr->step++;
   return 0;
@@ -497,9 +508,9 @@ static void log_step(trainer *tr, double loss, double norm, float lr, int skippe
     else snprintf(nb, sizeof nb, "null"); /* JSON has no inf */
     fprintf(tr->metrics,
             "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
-            "\"tokens_seen\":%lld,\"epoch\":%lld,\"elapsed_s\":%.3f",
+            "\"tokens_seen\":%lld,\"epoch\":%lld,\"elapsed_s\":%.3f,\"data_wait_ms\":%.3f",
             (long long)tr->step, loss, lr, nb, tps, (long long)tr->tokens_seen,
-            (long long)tr->epoch, el);
+            (long long)tr->epoch, el, 1e3 * tr->data_wait);
     if (tr->rc->step_timing)
       fprintf(tr->metrics,
               ",\"t_data_ms\":%.3f,\"t_compute_ms\":%.3f,\"t_comm_ms\":%.3f,"
@@ -516,7 +527,7 @@ static void log_step(trainer *tr, double loss, double norm, float lr, int skippe
 }
 
 static int run_validation(trainer *tr) {
-  if (!tr->val) return 0;
+  if (!tr->val.n) return 0;
   double vl;
   int code = validate(tr, &vl);
   if (code) return code;
@@ -658,9 +669,11 @@ static int train_loop(trainer *tr) {
     tr->trained = 1;
     if (tr->profile && tr->step > prof_from) prof_wall += MPI_Wtime() - t0;
     const double dt = MPI_Wtime() - t0; /* the sample below is not the step's time */
-    /* The last step of an epoch: the next one would wrap to the start. */
+    /* The last step of an epoch: in order, the next one would wrap to the
+     * start; shuffled, this one read the epoch's last sequence. */
+    const int64_t G = rc->global_batch, N = tr->train.total_seq;
     const int epoch_end =
-        st_data_step_start(tr->data_pos, tr->step_tokens, tr->ntrain) != tr->data_pos;
+        st_data_step_start(tr->dpos, G, N, tr->shuffle).epoch != tr->epoch;
     const int sampled = tr->step == 1 || tr->step % tr->stats_every == 0 || epoch_end ||
                         tr->step == stop;
     if (sampled) monitor_sample(tr);
@@ -769,8 +782,11 @@ done:
   st_trainer_ckpt_free(&tr); /* a writer still running finishes its file first */
   if (tr.metrics) fclose(tr.metrics);
   st_run_lock_release(&tr.lock); /* every exit st_train returns from: 0, errors, 75 */
-  if (tr.train) st_tokens_close(tr.train);
-  if (tr.val) st_tokens_close(tr.val);
+  st_data_feed_close(tr.feed);
+  st_shards_close(&tr.train);
+  st_shards_close(&tr.val);
+  st_data_order_free(&tr.val_order);
+  free(tr.data_ident);
   if (tr.model.ops) st_model_free(&tr.model);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (tr.dcomm == &tr.nccl) st_comm_nccl_free(&tr.nccl);

@@ -8,8 +8,9 @@
 
 #include "collectives/collectives.h"
 #include "io/run_lock.h"
-#include "io/tokens.h"
+#include "io/token_shards.h"
 #include "launcher/env.h"
+#include "rank/train/data_feed.h"
 #include "rank/train/faults.h"
 #include "rank/optim/loss_scaler.h"
 #include "rank/optim/offload.h"
@@ -25,8 +26,12 @@ typedef struct {
   st_run_config *rc;
   const st_env *env;
   st_comm *comm;
-  st_token_source *train, *val;
-  int64_t ntrain, nval;
+  st_shard_set train, val; /* io/token_shards.h; val.n == 0: no validation data */
+  int64_t ntrain, nval;    /* their tokens */
+  int shuffle;             /* --shuffle resolved: 1 shuffled epochs (rank/train/dataloader.h) */
+  st_data_feed *feed;      /* this rank's training micro-batches, prefetched */
+  st_data_order val_order; /* the validation set in file order */
+  char *data_ident;        /* the train set's identity JSON, what checkpoints record */
   int accum;               /* gradient accumulation steps */
   int64_t step_tokens;     /* global batch in tokens */
   st_model model;
@@ -75,7 +80,9 @@ typedef struct {
   int *inp, *tgt, *scratch; /* host: what the data loader fills */
   int *d_inp, *d_tgt;      /* the same in backend memory */
   st_rng rng;
-  int64_t step, data_pos, tokens_seen, epoch;
+  int64_t step, tokens_seen, epoch; /* epoch: of the latest step's first sequence */
+  st_data_pos dpos;        /* where the next step's data starts (before any wrap) */
+  double data_wait;        /* seconds this step waited for its micro-batches (data_feed.h) */
   char *config_json;
   char ckpt_config[8192];  /* config of the checkpoint resumed from ("" when fresh) */
   /* What --resume names, resolved and read before the settings are used
