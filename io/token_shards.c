@@ -126,7 +126,10 @@ int st_shards_expand(const char *spec, char ***paths, int *n) {
   if (!spec || !spec[0]) return data_error("no data given; pass --data FILE, DIR, 'PATTERN' or @LIST");
   if (spec[0] == '@') rc = expand_list(spec + 1, &v, &cnt, &cap);
   else if (strpbrk(spec, "*?[")) rc = expand_glob(spec, &v, &cnt, &cap);
-  else if (stat(spec, &st) == 0 && S_ISDIR(st.st_mode)) rc = expand_dir(spec, &v, &cnt, &cap);
+  else if (stat(spec, &st) != 0)
+    rc = data_error("%s: %s; give an existing token file (`shardtrain prep` makes one), a "
+                    "directory of shards, a quoted pattern or @LIST", spec, strerror(errno));
+  else if (S_ISDIR(st.st_mode)) rc = expand_dir(spec, &v, &cnt, &cap);
   else rc = push(&v, &cnt, &cap, spec); /* one file: io/tokens.c says what is wrong with it */
   if (rc) {
     st_shards_free_paths(v, cnt);

@@ -507,11 +507,8 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
   }
   rc->lr_decay_fixed = lr_set_total;
   st_run_config_schedule(rc); /* again on resume, once the checkpoint's settings are in */
-  if (!rc->data[0]) {
-    st_error_code(ST_EXIT_USAGE);
-    return st_error_set("--data is required: a token file from `shardtrain prep` (.h5) or an "
-                        "llm.c shard (.bin)");
-  }
+  /* --data may be left out on resume (the checkpoint's is used); setup
+   * refuses a run that has neither (rank/train/train_setup.c) */
   return 0;
 }
 

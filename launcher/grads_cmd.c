@@ -127,6 +127,9 @@ static int cmd_norms(int argc, char **argv) {
  * step that `other_run` also has, when it is a run too). */
 static int resolve(const char *arg, int64_t step, const char *other, char *out, size_t cap) {
   char idx[4200];
+  if (!st_is_dir(arg))
+    return st_error_set("%s: no such directory; give a run directory (train --out) or one of "
+                        "its dumps, RUN/grads/step_N", arg);
   snprintf(idx, sizeof idx, "%s/index.h5", arg);
   if (st_path_exists(idx)) {
     snprintf(out, cap, "%s", arg);
@@ -154,9 +157,15 @@ static int resolve(const char *arg, int64_t step, const char *other, char *out, 
   }
   step_dir(arg, step, out, cap);
   snprintf(idx, sizeof idx, "%s/index.h5", out);
-  if (!st_path_exists(idx))
-    return st_error_set("%s: no complete dump of step %lld (%s has no index.h5)", arg,
-                        (long long)step, out);
+  if (!st_path_exists(idx)) {
+    int64_t have[8];
+    const int n = st_grad_dump_list(arg, have, 8);
+    char list[160] = "";
+    for (int i = 0, k = 0; i < n && i < 8; i++)
+      k += snprintf(list + k, sizeof list - (size_t)k, "%s%lld", i ? ", " : "", (long long)have[i]);
+    return st_error_set("%s: no complete dump of step %lld; its dumps: %s%s", arg,
+                        (long long)step, n > 0 ? list : "none", n > 8 ? ", ..." : "");
+  }
   return 0;
 }
 

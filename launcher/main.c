@@ -34,12 +34,12 @@
 #include "util/fsutil.h"
 
 static void usage(void) {
-  printf("shardtrain %s - GPT-2 training with ZeRO, one process per rank\n\n"
+  printf("shardtrain %s - GPT-2 and Llama-family training with ZeRO, one process per rank\n\n"
          "usage:\n"
          "  shardtrain prep  --input TEXT|DIR|- --out FILE.h5 [--tokenizer bytes|DIR]\n"
          "                   [--val-fraction 0.1]   (see shardtrain prep --help)\n"
          "  shardtrain tokenize --tokenizer bytes|DIR [--decode]   (stdin -> ids or text)\n"
-         "  shardtrain train --data FILE.h5|FILE.bin [flags]   (see shardtrain train --help)\n"
+         "  shardtrain train --data FILE|DIR|'GLOB'|@LIST [flags]   (see shardtrain train --help)\n"
          "  shardtrain ckpt  info|verify RUN_DIR|STEP_DIR\n"
          "  shardtrain ckpt  import HF_DIR|LLMC_FILE --out RUN_DIR\n"
          "  shardtrain ckpt  export RUN_DIR|STEP_DIR --out PATH [--dtype fp32|bf16] [--format "

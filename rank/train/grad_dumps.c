@@ -24,6 +24,21 @@ static int write_raw(const trainer *tr, int64_t step, const float *g, size_t n) 
   return ok ? 0 : st_error_set("ST_TEST_GRAD_RAW: cannot write %s", path);
 }
 
+int st_trainer_dump_grads_check(const trainer *tr) {
+  const st_run_config *rc = tr->rc;
+  if (rc->dump_grads_every <= 0 || !rc->dump_grads_pattern[0]) return 0;
+  int n = 0;
+  for (int i = 0; i < tr->model.tab.n; i++)
+    n += st_grad_pattern_match(rc->dump_grads_pattern, tr->model.tab.t[i].name);
+  if (n > 0) return 0;
+  const st_param_table *tab = &tr->model.tab;
+  return st_error_setc(ST_EXIT_USAGE, "--dump-grads %d:%s: the pattern matches no tensor of "
+                       "this model; its names are like %s, %s and %s (comma-separated globs, "
+                       "e.g. 'h.0.*,ln_f.*')", rc->dump_grads_every, rc->dump_grads_pattern,
+                       tab->t[0].name, tab->n > 2 ? tab->t[2].name : tab->t[0].name,
+                       tab->t[tab->n - 1].name);
+}
+
 int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
                           float loss_scale, int skipped) {
   const st_run_config *rc = tr->rc;

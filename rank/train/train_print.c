@@ -90,6 +90,10 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
              st_format_bytes(tr->host_avail, b, sizeof b),
              tr->host_source);
     printf("  checkpoint saves %s\n", st_trainer_ckpt_mode(tr));
+    if (rc->dump_grads_every > 0)
+      printf("  grads      the reduced gradients of every %d-th step%s%s into %s/grads "
+             "(--dump-grads; shardtrain grads norms|diff)\n", rc->dump_grads_every,
+             rc->dump_grads_pattern[0] ? ", tensors " : "", rc->dump_grads_pattern, rc->out);
     if (tr->have_dev_mem) /* rank 0's GPU */
       printf("  device     %s: %s free of %s before allocation, %s free after setup (%s taken)\n",
              tr->device_name, st_format_bytes(tr->dev_free_before, a, sizeof a),

@@ -179,6 +179,13 @@ static int setup_data(trainer *tr) {
   int file_vocab = 0;
   const int T = rc->seq_len;
   st_error_code(ST_EXIT_DATA);
+  if (!rc->data[0])
+    return st_error_setc(ST_EXIT_USAGE, "--data is required%s: a token file from `shardtrain "
+                         "prep` (.h5), an llm.c shard (.bin), a directory of them, a quoted "
+                         "glob ('dir/train_*.bin') or @LIST (docs/data.md)",
+                         tr->resume_found ? " (the checkpoint resumed from records none)"
+                                          : " (a resumed run takes its checkpoint's; this one "
+                                            "starts fresh)");
   if (st_shards_open(&tr->train, rc->data, "train", T)) return st_error_prefix("--data");
   tr->ntrain = tr->train.total_tokens;
   file_vocab = tr->train.vocab_size;
@@ -729,6 +736,7 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap) {
   /* Memory before the run directory: an out-of-memory here writes nothing. */
   if ((code = st_trainer_agree(tr, setup_arena(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, setup_state(tr) != 0))) return code;
+  if ((code = st_trainer_agree(tr, st_trainer_dump_grads_check(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_run_dir_prepare(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_run_dir_check_writable(tr) != 0))) return code;
   if ((code = st_trainer_agree(tr, st_run_dir_check_shared(tr) != 0))) return code;

@@ -183,6 +183,9 @@ void st_trainer_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t
  * the step was skipped. Collective; 0, or an exit code (every rank). */
 int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
                           float loss_scale, int skipped);
+/* At setup, once the parameter table exists: a --dump-grads PATTERN that
+ * matches no tensor is a usage error (exit 2). 0, or -1 with st_error. */
+int st_trainer_dump_grads_check(const trainer *tr);
 
 /* fp32 storage (no master copy): flat element `at` of this rank's working
  * weights, the whole vector or at ZeRO 3 the shard holding it (trainer.c). */

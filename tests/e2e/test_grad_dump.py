@@ -193,6 +193,13 @@ for bad in ("0", "abc", "5:"):
 r = run([a.bin, "grads", "norms", os.path.join(a.work, "bad")], expect_rc=3)
 check("--dump-grads" in r.stderr, f"grads norms with no dumps: exit 3: {r.stderr.strip()}")
 r = run([a.bin, "grads", "diff", os.path.join(a.work, "nope"), one], expect_rc=3)
+check("no such directory" in r.stderr, f"grads diff of a missing directory says so: {r.stderr.strip()}")
+r = run([a.bin, "grads", "diff", one, one, "--step", "3"], expect_rc=3)
+check("its dumps: 2, 4, 6" in r.stderr, f"a step with no dump lists the dumps: {r.stderr.strip()}")
+r = train(a, 1, base + ["--out", os.path.join(a.work, "bad"), "--dump-grads", "2:nomatch.*"],
+          expect_rc=2)
+check("matches no tensor" in r.stderr and not os.path.exists(os.path.join(a.work, "bad", "grads")),
+      f"a PATTERN matching no tensor: exit 2 before training: {r.stderr.strip()[:200]}")
 # a rank file lost: diff names it instead of comparing the NaNs HDF5 fills in
 broken = os.path.join(a.work, "broken_step")
 shutil.rmtree(broken, ignore_errors=True)
