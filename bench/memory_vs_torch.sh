@@ -2,7 +2,8 @@
 # Peak device memory and tokens/s, shardtrain against the PyTorch peer
 # (torch_gpt2.py: bf16 autocast, torch.compile, flash SDPA, fused AdamW), on
 # one GPU, both sides in the same call, both measured the same way: the whole
-# process's peak by nvidia-smi (smi_peak.sh). No recompute on either side.
+# process's peak by nvidia-smi (smi_peak.sh). No activation checkpointing on the peer; ours runs each
+# --recompute policy in POLICIES (default none).
 # A benchmark, not a test (docs/memory.md, "Against PyTorch").
 #
 #   bash bench/memory_vs_torch.sh PEER_DIR OUT.jsonl "MODEL:T:MB ..."
@@ -14,7 +15,9 @@
 #     MODEL      gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1558m
 #   Env: BIN (build-gpu/shardtrain), STEPS (12; the median of the steps after
 #   the first 6), DEADLINE (epoch seconds: shapes that would start after
-#   it are skipped and say so), ST_ARGS (extra train flags).
+#   it are skipped and say so), ST_ARGS (extra train flags), POLICIES
+#   ("none": ours once per --recompute policy named, e.g. "none selective",
+#   against the one peer run of the shape; each row says its policy).
 #
 # Both sides: uniform random tokens below 50257 (vocabulary padded to 50304),
 # one optimizer step per micro-batch (global batch = micro-batch), AdamW.
@@ -47,14 +50,17 @@ for spec in $SHAPES; do
   D=$W/$M-$T-$MB; rm -rf "$D"; mkdir -p "$D"
   CUDA_VISIBLE_DEVICES=0 timeout 200 bash "$PEERS/smi_peak.sh" -- python3 "$PEERS/torch_gpt2.py" \
     $SHAPE --seq "$T" --batch "$MB" --steps $((STEPS - WARM)) --warmup $WARM > "$D/peer.txt" 2>&1
+  for POL in ${POLICIES:-none}; do
+  rm -rf "$D/run"
   CUDA_VISIBLE_DEVICES=0 timeout 200 bash "$PEERS/smi_peak.sh" -- $BIN train --data "$S" \
     --vocab-size 50257 --model "$M" --seq-len "$T" --micro-batch "$MB" --global-batch "$MB" \
-    --steps "$STEPS" --warmup 100 --lr 3e-4 --device cuda --precision bf16 --recompute none \
+    --steps "$STEPS" --warmup 100 --lr 3e-4 --device cuda --precision bf16 --recompute "$POL" \
     --out "$D/run" --resume none --val-seqs 0 --log-every 1 --ckpt-every 0 ${ST_ARGS:-} \
     > "$D/st.txt" 2>&1
-  python3 - "$D" "$M" "$T" "$MB" "$WARM" "$OUTJ" <<'PY'
+  cp "$D/st.txt" "$D/st-$POL.txt"
+  python3 - "$D" "$M" "$T" "$MB" "$WARM" "$OUTJ" "$POL" <<'PY'
 import json, os, re, sys, datetime
-D, M, T, MB, WARM, OUTJ = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+D, M, T, MB, WARM, OUTJ, POL = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
 peer, st = open(os.path.join(D, "peer.txt")).read(), open(os.path.join(D, "st.txt")).read()
 def smi(s):
     m = re.search(r"SMI_PEAK gpu=\d+ mib=(\d+) rc=(\d+)", s)
@@ -70,7 +76,7 @@ m = re.search(r"memory     planned ([\d.]+) GiB", st)
 plan = float(m.group(1)) * 1024 if m else None
 m = re.search(r"attention  (.*)", st)
 att = m.group(1)[:60] if m else None
-row = dict(model=M, seq_len=T, micro_batch=MB, peer_tokens_per_s=pt, tokens_per_s=t,
+row = dict(model=M, seq_len=T, micro_batch=MB, recompute=POL, peer_tokens_per_s=pt, tokens_per_s=t,
            ratio=round(t / pt, 4) if t and pt else None, peer_mem_mib=pm if prc == 0 else None,
            mem_mib=sm if src == 0 else None,
            mem_ratio=round(sm / pm, 4) if sm and pm and prc == 0 and src == 0 else None,
@@ -81,5 +87,6 @@ if src != 0: row["failed"] = (re.findall(r"shardtrain: error.*", st) or ["rc %s"
 open(OUTJ, "a").write(json.dumps(row) + "\n")
 print("ROW " + json.dumps(row))
 PY
-  rm -rf "$D/run/ckpt"
+  done
+  rm -rf "$D/run"
 done
