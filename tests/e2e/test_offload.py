@@ -80,13 +80,27 @@ full = W("res_full")
 mpi_env(2, CHUNK, rb + ["--resume", "none", "--out", full, "--dump-params", full + ".f32"])
 for first, second in (("optimizer", "none"), ("none", "optimizer")):
     out = W(f"res_{first}_{second}")
+    # the offloaded leg saves synchronously: its checkpoint is written from
+    # the host state in place (rank/train/ckpt_save.c), not from a copy
+    sync = ["--ckpt-async", "off"] if first == "optimizer" else []
     mpi_env(2, CHUNK, rb + ["--resume", "none", "--offload", first, "--stop-after", 3,
-                            "--out", out])
+                            "--out", out] + sync)
     mpi_env(2, CHUNK, rb + ["--resume", "auto", "--offload", second, "--out", out,
                             "--dump-params", out + ".f32"])
     same(full + ".f32", out + ".f32",
          f"resume of a --offload {first} checkpoint with --offload {second}: bit-exact")
     check(losses(full) == losses(out), f"{first} -> {second}: every loss identical")
+
+# (c') the same at ZeRO 0, where rank 1's checkpoint partition starts inside
+# the whole optimizer range every rank holds (an offset into the host state)
+r0 = base[:-2] + ["--zero", 0, "--steps", 6, "--ckpt-every", 3]
+full0, out0 = W("res0_full"), W("res0_sync")
+mpi_env(2, CHUNK, r0 + ["--resume", "none", "--out", full0, "--dump-params", full0 + ".f32"])
+mpi_env(2, CHUNK, r0 + ["--resume", "none", "--offload", "optimizer", "--ckpt-async", "off",
+                        "--stop-after", 3, "--out", out0])
+mpi_env(2, CHUNK, r0 + ["--resume", "auto", "--out", out0, "--dump-params", out0 + ".f32"])
+same(full0 + ".f32", out0 + ".f32",
+     "ZeRO 0, 2 ranks: a synchronous offloaded save resumes bit-exact without offload")
 
 # (d) host memory check
 out = W("nohost")
