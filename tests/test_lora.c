@@ -172,6 +172,7 @@ static void lora_model(st_model *m, const st_model_config *c, const st_lora_conf
     }
   assert_int_equal(st_model_set_weights(m, ad), 0);
   m->lora_seed = 0x1234;
+  m->lora_dropout_on = 1;
   free(ad);
 }
 

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "util/error.h"
 
 static const char *const k_names[ST_LORA_NTARGETS] = {"qkv", "q", "k", "v", "o", "gate", "up", "down"};
@@ -133,7 +135,7 @@ int st_lora_resolve(st_lora_config *lora, const st_model_config *cfg) {
 }
 
 void st_lora_format(const st_lora_config *lora, char *out, int cap) {
-  int n = snprintf(out, (size_t)cap, "%d,alpha=%.9g,dropout=%.9g,targets=", lora->rank,
+  int n = snprintf(out, (size_t)cap, "%d,alpha=%.7g,dropout=%.7g,targets=", lora->rank,
                    (double)lora->alpha, (double)lora->dropout);
   const char *sep = "";
   for (int t = 0; t < ST_LORA_NTARGETS && n < cap; t++)
@@ -275,5 +277,25 @@ int st_lora_merge(const st_lora_table *tab, const st_lora_config *lora,
       }
     }
   }
+  return 0;
+}
+
+int st_lora_base_digest(const st_param_table *tab, const float *w, char hex[65]) {
+  EVP_MD_CTX *c = EVP_MD_CTX_new();
+  int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1;
+  for (int i = 0; ok && i < tab->n; i++) {
+    const st_tensor *t = &tab->t[i];
+    unsigned char shape[16];
+    for (int k = 0; k < 16; k++) shape[k] = (unsigned char)((uint64_t)t->shape[k / 8] >> (8 * (k % 8)));
+    ok = EVP_DigestUpdate(c, t->name, strlen(t->name) + 1) == 1 &&
+         EVP_DigestUpdate(c, shape, sizeof shape) == 1 &&
+         EVP_DigestUpdate(c, w + t->offset, (size_t)t->numel * sizeof(float)) == 1; /* x86/ARM: LE */
+  }
+  unsigned char md[32];
+  unsigned len = 0;
+  ok = ok && EVP_DigestFinal_ex(c, md, &len) == 1 && len == 32;
+  EVP_MD_CTX_free(c);
+  if (!ok) return st_error_set("SHA-256 of the LoRA base failed (OpenSSL)");
+  for (int k = 0; k < 32; k++) snprintf(hex + 2 * k, 3, "%02x", md[k]);
   return 0;
 }

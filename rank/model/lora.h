@@ -110,4 +110,11 @@ void st_lora_init(const st_lora_table *tab, float *host, st_rng *rng);
 int st_lora_merge(const st_lora_table *tab, const st_lora_config *lora,
                   const st_param_table *base_tab, float *base, const float *ad);
 
+/* The base's identity: hex SHA-256 (hex[65]) over, per tensor of tab in
+ * table order, its name, its shape (two little-endian int64) and its fp32
+ * values w[offset .. offset + numel) as little-endian bytes; the same
+ * weights give the same digest whatever file held them (a Hugging Face
+ * directory, a checkpoint). 0, or -1 with st_error. */
+int st_lora_base_digest(const st_param_table *tab, const float *w, char hex[65]);
+
 #endif

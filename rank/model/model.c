@@ -323,7 +323,7 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   } else if (lora_on(m)) {
     const size_t bb = (size_t)m->base_tab.total * m->es, ab = (size_t)m->padded_total * m->es;
     pbytes = bb + ab;
-    m->base_params = ops->alloc(bb, "weights");
+    m->base_params = ops->alloc(bb, "weights_base");
     m->params = ops->alloc(ab, "lora_weights");
     params_ok = m->base_params && m->params;
   } else {
@@ -652,7 +652,7 @@ static void lora_forward(st_model *m, int l, st_lora_proj proj, void *y, const v
   const st_ops *op = m->ops;
   const st_lora_table *lt = &m->ltab;
   const int r = m->lora.rank;
-  const float scale = st_lora_scale(&m->lora), p = m->lora.dropout;
+  const float scale = st_lora_scale(&m->lora), p = m->lora_dropout_on ? m->lora.dropout : 0.0f;
   for (int i = l * lt->per_layer; i < (l + 1) * lt->per_layer; i++) {
     const st_lora_slot *s = &lt->slot[i];
     if (s->proj != proj) continue;
@@ -677,7 +677,7 @@ static void lora_backward(st_model *m, int l, st_lora_proj proj, const void *dy,
   const st_ops *op = m->ops;
   const st_lora_table *lt = &m->ltab;
   const int r = m->lora.rank;
-  const float scale = st_lora_scale(&m->lora), p = m->lora.dropout;
+  const float scale = st_lora_scale(&m->lora), p = m->lora_dropout_on ? m->lora.dropout : 0.0f;
   for (int i = l * lt->per_layer; i < (l + 1) * lt->per_layer; i++) {
     const st_lora_slot *s = &lt->slot[i];
     if (s->proj != proj) continue;

@@ -129,6 +129,7 @@ typedef struct {
   void **lora_u;
   void *lora_s, *lora_du, *lora_x;
   uint64_t lora_seed;
+  int lora_dropout_on;  /* 1: dropout applies (training); 0 (after init): evaluation */
 } st_model;
 
 /* Bytes of the activation allocation (act_mem) by part. Each buffer's
