@@ -296,8 +296,11 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
    * (and lm_head): blocks are one contiguous range of equal-sized pieces. */
   const st_param_table *tb = &m->tab;
   m->block_begin = tb->t[tb->block_first].offset;
-  m->block_numel =
-      cfg->n_layer > 0 ? tb->t[tb->block_first + tb->block_tensors].offset - m->block_begin : 0;
+  if (lora_on(m)) /* the adapters: one layer's after another, no tail tensor */
+    m->block_numel = m->ltab.layer_numel;
+  else
+    m->block_numel =
+        cfg->n_layer > 0 ? tb->t[tb->block_first + tb->block_tensors].offset - m->block_begin : 0;
   m->blk = calloc((size_t)cfg->n_layer + 1, sizeof *m->blk);
   if (!m->blk) return st_error_set("out of host memory for the model's activation table");
   const int64_t natt = ops->attention_state_floats(B, T, cfg->n_head);
