@@ -610,6 +610,12 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
     int common = common_flag(f, v, &o->rc, &o->seen);
     if (common < 0) return -1;
     if (common) continue;
+    if (strcmp(f, "--lora") == 0) { /* resolved for the family by st_cmd_plan */
+      st_lora_config l;
+      if (st_lora_parse(v, &l)) return -1;
+      st_lora_format(&l, o->rc.lora_spec, (int)sizeof o->rc.lora_spec);
+      continue;
+    }
     if (strcmp(f, "--ranks") == 0) {
       if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
       o->ranks = (int)x;

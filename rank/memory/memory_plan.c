@@ -343,6 +343,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
     cJSON_AddNumberToObject(m, "positions", in->model.block_size);
   cJSON_AddNumberToObject(m, "params", (double)p->params);
   cJSON_AddNumberToObject(m, "padded_params", (double)p->padded_params);
+  if (p->base_params) cJSON_AddNumberToObject(m, "lora_base_params", (double)p->base_params);
   cJSON_AddNumberToObject(m, "shard", (double)p->shard);
   cJSON *c = cJSON_AddObjectToObject(j, "config");
   cJSON_AddNumberToObject(c, "micro_batch", in->micro_batch);
@@ -380,6 +381,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
                           st_model_head_rows(&in->model, in->dtype,
                                              (int64_t)in->micro_batch * st_plan_seq_len(in)));
   cJSON_AddNumberToObject(a, "grad_scratch", (double)p->acts.grad_scratch);
+  cJSON_AddNumberToObject(a, "lora", (double)p->acts.lora);
   cJSON_AddNumberToObject(a, "embed", (double)p->acts.embed);
   cJSON_AddNumberToObject(a, "head", (double)p->acts.head);
   cJSON *g = cJSON_AddObjectToObject(j, "gpu");
