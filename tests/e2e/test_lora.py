@@ -17,6 +17,7 @@ model imported from tests/data/hf/llama-tiny is the base.
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import h5py
@@ -81,6 +82,40 @@ with open(W("ref", "metrics.jsonl")) as f:
         if "plan" in d:
             plan = d["plan"]
             break
+
+# sample, eval and export of a LoRA run: the base with the adapters merged
+def evaluate(src):
+    r = run([a.bin, "eval", "--init", src, "--data", W("kjv.h5"), "--seq-len", "32",
+             "--max-windows", "4", "--device", "cpu", "--json"])
+    return json.loads(r.stdout.strip().splitlines()[-1])["loss"]
+
+
+val = [json.loads(line)["val_loss"] for line in open(W("ref", "metrics.jsonl"))
+       if "val_loss" in json.loads(line)][-1]
+got = evaluate(W("ref"))
+check(abs(got - val) <= 1e-5, f"eval of the LoRA run (merged) = the trainer's val loss: {got:.6f} "
+      f"vs {val:.6f}")
+r = run([a.bin, "ckpt", "export", W("ref"), "--out", W("plain")], expect_rc=2)
+check("--merge" in r.stderr, "export of a LoRA run without --merge/--lora-format: exit 2")
+run([a.bin, "ckpt", "export", W("ref"), "--out", W("merged"), "--merge"])
+check(abs(evaluate(W("merged")) - val) <= 1e-5, "the --merge export (a plain HF model) evaluates "
+      "to the same loss")
+r = run([a.bin, "ckpt", "export", W("base"), "--out", W("nolora"), "--merge"], expect_rc=2)
+check("not a LoRA run" in r.stderr, "--merge on a model that is not a LoRA run: exit 2")
+
+
+def sample(src, *extra):
+    """stdout as bytes: the greedy bytes of a barely trained model need not be UTF-8."""
+    r = subprocess.run([a.bin, "sample", "--init", src, "--prompt", "And God", "--max-new", "12",
+                        "--temperature", "0", "--device", "cpu"] + list(extra),
+                       capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if r.returncode != 0:
+        sys.exit(f"FAIL: sample --init {src}: {r.stderr[-300:]!r}")
+    return r.stdout
+
+
+s1, s2 = sample(W("ref")), sample(W("merged"), "--tokenizer", "bytes")
+check(len(s1) > 12 and s1 == s2, "sample of the LoRA run = sample of its --merge export")
 
 # preemption and an exact resume, dropout on
 lora_run("cut", 1, 1, spec, "--stop-after", 4)
