@@ -2,6 +2,7 @@
 #include "io/model_source.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/checkpoint.h"
@@ -83,7 +84,82 @@ int st_model_source_open(const char *src, st_model_source *s) {
                        "header", src);
 }
 
+int st_model_source_lora(const st_model_source *s, st_lora_config *lora, char *base, size_t cap,
+                         char digest[72]) {
+  if (s->kind != ST_MODEL_SRC_CKPT || !s->config_json[0]) return 0;
+  cJSON *j = cJSON_Parse(s->config_json);
+  const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "lora");
+  const cJSON *spec = cJSON_GetObjectItemCaseSensitive(l, "spec");
+  const cJSON *bp = cJSON_GetObjectItemCaseSensitive(l, "base_path");
+  const cJSON *dg = cJSON_GetObjectItemCaseSensitive(l, "base_sha256");
+  int rc = 0;
+  if (cJSON_IsString(spec) && spec->valuestring[0]) {
+    rc = 1;
+    const char *moved = getenv("ST_LORA_BASE");
+    snprintf(base, cap, "%s", moved && *moved ? moved : cJSON_IsString(bp) ? bp->valuestring : "");
+    snprintf(digest, 72, "%s", cJSON_IsString(dg) ? dg->valuestring : "");
+    if (st_lora_parse(spec->valuestring, lora) || st_lora_resolve(lora, &s->cfg))
+      rc = st_error_setc(ST_EXIT_CHECKPOINT, "%s: its LoRA config '%s' does not read (%s)",
+                         s->path, spec->valuestring, st_error_msg());
+  }
+  cJSON_Delete(j);
+  return rc;
+}
+
+int st_model_source_read_adapters(const st_model_source *s, const st_lora_config *lora,
+                                  st_lora_table *lt, float **ad) {
+  *ad = NULL;
+  st_param_table atab;
+  if (st_lora_table_build(&s->cfg, lora, lt)) return coded(-1);
+  if (st_lora_param_table(&s->cfg, lt, &atab)) return coded(-1);
+  *ad = malloc((size_t)(lt->total > 0 ? lt->total : 1) * sizeof(float));
+  int rc = -1;
+  if (!*ad) {
+    st_error_set("cannot allocate host memory for the adapters of %s", s->path);
+  } else {
+    st_partition none;
+    memset(&none, 0, sizeof none);
+    none.total = atab.total;
+    st_ckpt_meta meta;
+    rc = st_ckpt_load(s->path, &atab, &none, *ad, NULL, NULL, &meta);
+  }
+  st_param_table_free(&atab);
+  return coded(rc);
+}
+
+/* A LoRA checkpoint: its base (checked against the recorded digest) with
+ * the adapters merged. */
+static int read_lora_merged(const st_model_source *s, const st_lora_config *lora,
+                            const char *base, const char *digest, const st_param_table *tab,
+                            float *params) {
+  st_model_source b;
+  if (!base[0])
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s is a LoRA checkpoint that records no base; set "
+                         "ST_LORA_BASE to the base model's directory", s->path);
+  if (st_model_source_open(base, &b) || st_model_source_read(&b, tab, params))
+    return coded(st_error_prefix("the LoRA base of %s (set ST_LORA_BASE to a moved copy)",
+                                 s->path));
+  char hex[65];
+  if (st_lora_base_digest(tab, params, hex)) return coded(-1);
+  if (strcmp(hex, digest) != 0)
+    return st_error_setc(ST_EXIT_DATA, "%s: the LoRA base %s (SHA-256 %.16s...) is not the base "
+                         "its adapters were trained on (%.16s...); set ST_LORA_BASE to that "
+                         "base", s->path, base, hex, digest);
+  st_lora_table lt;
+  float *ad;
+  int rc = st_model_source_read_adapters(s, lora, &lt, &ad);
+  if (!rc) rc = st_lora_merge(&lt, lora, tab, params, ad);
+  free(ad);
+  st_lora_table_free(&lt);
+  return coded(rc);
+}
+
 int st_model_source_read(const st_model_source *s, const st_param_table *tab, float *params) {
+  st_lora_config lora;
+  char base[1200], digest[72];
+  const int is_lora = st_model_source_lora(s, &lora, base, sizeof base, digest);
+  if (is_lora < 0) return -1;
+  if (is_lora) return read_lora_merged(s, &lora, base, digest, tab, params);
   if (s->kind == ST_MODEL_SRC_CKPT) {
     st_partition none; /* an empty optimizer shard: weights only */
     memset(&none, 0, sizeof none);

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "rank/model/config.h"
+#include "rank/model/lora.h"
 #include "rank/model/params.h"
 
 typedef enum {
@@ -41,9 +42,25 @@ typedef struct {
 int st_model_source_open(const char *src, st_model_source *s);
 
 /* Read every weight into params[tab->total] as fp32, tab built by
- * st_param_table_build(&s->cfg). 0, or -1 with st_error (exit code 3)
- * naming the file and tensor. */
+ * st_param_table_build(&s->cfg). A LoRA run's checkpoint
+ * (st_model_source_lora) reads as its base with the adapters merged
+ * (W += scale B A, st_lora_merge), so sample, eval, export and --init-from
+ * see a plain model. 0, or -1 with st_error (exit code 3) naming the file
+ * and tensor; a LoRA base that is not the one trained on: exit 4. */
 int st_model_source_read(const st_model_source *s, const st_param_table *tab, float *params);
+
+/* Is s a LoRA run's checkpoint (its config has a "lora" section: rank/train/
+ * run_config.c)? 1 with *lora resolved for s->cfg and base[cap] the base it
+ * was trained on (the environment variable ST_LORA_BASE, when set, names a
+ * moved copy instead; its weights must have the recorded digest), digest[72]
+ * the recorded SHA-256; 0 when not; -1 with st_error (exit 3). */
+int st_model_source_lora(const st_model_source *s, st_lora_config *lora, char *base, size_t cap,
+                         char digest[72]);
+/* The adapters of a LoRA checkpoint as fp32, laid out by st_lora_table_build(&s->cfg,
+ * lora, lt) (built here; the caller frees *ad with free and lt with
+ * st_lora_table_free). 0, or -1 with st_error (exit 3). */
+int st_model_source_read_adapters(const st_model_source *s, const st_lora_config *lora,
+                                  st_lora_table *lt, float **ad);
 
 /* The bos/eos/pad token ids the source records, as a new cJSON object
  * ({"bos_token_id":1,"eos_token_id":[2,3]}: those present, as the Hugging

@@ -101,6 +101,7 @@ typedef struct {
   void (*layernorm_forward)(void *out, float *mean, float *rstd,
                             const void *inp, const void *w, const void *b,
                             int N, int C);
+  /* dw and db NULL together: a frozen norm (LoRA's base), the input gradient only. */
   void (*layernorm_backward)(void *dinp, float *dw, float *db,
                              const void *dout, const void *inp,
                              const void *w, const float *mean,
@@ -111,7 +112,8 @@ typedef struct {
    * for backward. No bias. */
   void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *w, int N, int C,
                           float eps);
-  /* dinp ACCUMULATES (the residual stream, as layernorm_backward's); dw += . */
+  /* dinp ACCUMULATES (the residual stream, as layernorm_backward's); dw += (dw NULL: a
+   * frozen norm, the input gradient only). */
   void (*rmsnorm_backward)(void *dinp, float *dw, const void *dout, const void *inp,
                            const void *w, const float *rstd, int N, int C);
 
@@ -134,7 +136,9 @@ typedef struct {
   /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
   void (*matmul_forward)(void *out, const void *inp, const void *w,
                          const void *bias, int N, int C, int OC);
-  /* dinp = dout @ w; dw += dout^T @ inp; dbias += colsum(dout) (if not NULL). */
+  /* dinp = dout @ w; dw += dout^T @ inp; dbias += colsum(dout) (if not NULL). dw NULL:
+   * a frozen weight (LoRA's base), no weight gradient is computed (then dbias is NULL
+   * too, as every backend may assume). */
   void (*matmul_backward)(void *dinp, float *dw, float *dbias,
                           const void *dout, const void *inp, const void *w,
                           int N, int C, int OC);
@@ -194,6 +198,21 @@ typedef struct {
   void (*residual_forward)(void *out, const void *a, const void *b, int64_t n);
   /* dst += src, n fp32 elements (gradient shards). */
   void (*accumulate_f32)(float *dst, const float *src, int64_t n);
+
+  /* LoRA (Hu et al. 2021; rank/model/lora.h): an adapter owns columns
+   * [col0, col0 + n) of a projection's output y[N, OC].
+   * lora_add_cols: y[i, col0 + j] += scale * v[i, j], v [N, n].
+   * lora_take_cols: dst[i, j] = scale * y[i, col0 + j], dst [N, n] (the
+   * adapter's share of the output gradient, contiguous for its GEMMs). */
+  void (*lora_add_cols)(void *y, const void *v, float scale, int N, int OC, int col0, int n);
+  void (*lora_take_cols)(void *dst, const void *y, float scale, int N, int OC, int col0, int n);
+  /* Inverted dropout (Srivastava et al. 2014) with a counter-based mask:
+   * out[i] = keep(seed, i) ? in[i] / (1 - p) : 0, keep(seed, i) iff
+   * st_dropout_uniform(seed, i) >= p (kernels/dropout_hash.h). The same
+   * (seed, i) keeps the same elements on every backend, so backward applies
+   * the op again to the gradient and recompute rebuilds the same mask; no
+   * mask is stored. in may alias out. 0 <= p < 1. */
+  void (*dropout)(void *out, const void *in, int64_t n, float p, uint64_t seed);
 
   /* Softmax over the first V of Vp logits per row (padded columns get
    * probability 0), loss[N] = -log p[target], and, when dlogits is not NULL,

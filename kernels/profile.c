@@ -160,6 +160,15 @@ static void p_adamw_update_segments(float *p, const float *g, float *m, float *v
                                                                 nseg, lr, b1, b2, eps,
                                                                 grad_scale, t, work));
 }
+static void p_lora_add_cols(void *y, const void *v, float s, int N, int OC, int c0, int n) {
+  TIMED("lora_add_cols", g_inner->lora_add_cols(y, v, s, N, OC, c0, n));
+}
+static void p_lora_take_cols(void *d, const void *y, float s, int N, int OC, int c0, int n) {
+  TIMED("lora_take_cols", g_inner->lora_take_cols(d, y, s, N, OC, c0, n));
+}
+static void p_dropout(void *out, const void *in, int64_t n, float p, uint64_t seed) {
+  TIMED("dropout", g_inner->dropout(out, in, n, p, seed));
+}
 static double p_sum_squares(const float *x, int64_t n) {
   double r;
   TIMED("sum_squares", r = g_inner->sum_squares(x, n));
@@ -196,6 +205,9 @@ const st_ops *st_ops_profiled(const st_ops *inner) {
   g_table.adamw_update = p_adamw_update;
   if (inner->adamw_update_segments) g_table.adamw_update_segments = p_adamw_update_segments;
   g_table.sum_squares = p_sum_squares;
+  if (inner->lora_add_cols) g_table.lora_add_cols = p_lora_add_cols;
+  if (inner->lora_take_cols) g_table.lora_take_cols = p_lora_take_cols;
+  if (inner->dropout) g_table.dropout = p_dropout;
   return &g_table;
 }
 

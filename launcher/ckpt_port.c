@@ -35,6 +35,8 @@ static int self_imax(st_comm *c, int *b, size_t n) {
 /* SRC, --out and the export options from argv (argv[0] the action). */
 typedef struct {
   const char *src, *out, *dtype, *format;
+  int merge;               /* --merge: a LoRA run as base + merged adapters */
+  const char *lora_format; /* --lora-format peft: a LoRA run's adapters alone; NULL: not given */
 } port_args;
 
 static int parse(int argc, char **argv, int export, port_args *a) {
@@ -42,7 +44,8 @@ static int parse(int argc, char **argv, int export, port_args *a) {
   a->dtype = "fp32";
   a->format = "hf";
   const char *usage = export ? "usage: shardtrain ckpt export RUN_DIR|STEP_DIR|MODEL --out PATH "
-                               "[--dtype fp32|bf16] [--format hf|llmc]"
+                               "[--dtype fp32|bf16] [--format hf|llmc] [--merge | --lora-format "
+                               "peft] (a LoRA run: one of the last two)"
                              : "usage: shardtrain ckpt import HF_DIR|LLMC_FILE --out RUN_DIR";
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
@@ -56,14 +59,20 @@ static int parse(int argc, char **argv, int export, port_args *a) {
       a->src = f;
       continue;
     }
+    if (export && strcmp(f, "--merge") == 0) {
+      a->merge = 1;
+      continue;
+    }
     const int known = strcmp(f, "--out") == 0 ||
-                      (export && (strcmp(f, "--dtype") == 0 || strcmp(f, "--format") == 0));
+                      (export && (strcmp(f, "--dtype") == 0 || strcmp(f, "--format") == 0 ||
+                                  strcmp(f, "--lora-format") == 0));
     if (!known)
       return st_error_setc(ST_EXIT_USAGE, "unknown flag '%s' for ckpt %s; %s", f, argv[0], usage);
     if (i + 1 >= argc) return st_error_setc(ST_EXIT_USAGE, "flag %s needs a value; %s", f, usage);
     const char *v = argv[++i];
     if (strcmp(f, "--out") == 0) a->out = v;
     else if (strcmp(f, "--dtype") == 0) a->dtype = v;
+    else if (strcmp(f, "--lora-format") == 0) a->lora_format = v;
     else a->format = v;
   }
   if (!a->src || !a->out || !a->out[0]) return st_error_setc(ST_EXIT_USAGE, "%s", usage);
@@ -71,6 +80,12 @@ static int parse(int argc, char **argv, int export, port_args *a) {
     return st_error_setc(ST_EXIT_USAGE, "--dtype %s: use fp32 or bf16", a->dtype);
   if (strcmp(a->format, "hf") && strcmp(a->format, "llmc"))
     return st_error_setc(ST_EXIT_USAGE, "--format %s: use hf or llmc", a->format);
+  if (a->lora_format && strcmp(a->lora_format, "peft"))
+    return st_error_setc(ST_EXIT_USAGE, "--lora-format %s: use peft (a Hugging Face PEFT adapter "
+                         "directory)", a->lora_format);
+  if (a->lora_format && a->merge)
+    return st_error_setc(ST_EXIT_USAGE, "--merge and --lora-format peft: give one (--merge: the "
+                         "base with the adapters merged; --lora-format peft: the adapters alone)");
   return 0;
 }
 
@@ -247,6 +262,66 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
   return rc;
 }
 
+#if __has_include("io/peft_export.h")
+#include "io/peft_export.h"
+/* --lora-format peft: the adapters of LoRA checkpoint s as a PEFT adapter
+ * directory (io/peft_export.h), in --dtype. */
+static int export_peft(const port_args *a, const st_model_source *s, const st_lora_config *lora,
+                       const char *base) {
+  st_lora_table lt;
+  float *ad;
+  if (st_model_source_read_adapters(s, lora, &lt, &ad)) return -1;
+  st_peft_adapter *pa = calloc((size_t)(lt.n > 0 ? lt.n : 1), sizeof *pa);
+  int rc = -1;
+  if (!pa) {
+    st_error_set("out of host memory for %d adapters", lt.n);
+  } else {
+    for (int i = 0; i < lt.n; i++) {
+      const st_lora_slot *sl = &lt.slot[i];
+      pa[i].layer = sl->layer;
+      snprintf(pa[i].module, sizeof pa[i].module, "%s", st_lora_peft_module(&s->cfg, sl->target));
+      pa[i].in = sl->in;
+      pa[i].out = sl->out;
+      pa[i].A = ad + sl->a_off;
+      pa[i].B = ad + sl->b_off;
+    }
+    const st_peft_config pc = {s->cfg.arch, lora->rank, lora->alpha, lora->dropout,
+                               strcmp(a->dtype, "bf16") == 0 ? ST_BF16 : ST_FP32, base};
+    rc = st_peft_export(a->out, &pc, pa, lt.n);
+  }
+  free(pa);
+  free(ad);
+  st_lora_table_free(&lt);
+  return rc;
+}
+#else
+static int export_peft(const port_args *a, const st_model_source *s, const st_lora_config *lora,
+                       const char *base) {
+  (void)a, (void)s, (void)lora, (void)base;
+  return st_error_setc(ST_EXIT_USAGE, "--lora-format peft: this build has no PEFT writer "
+                       "(io/peft_export.c); use --merge for a plain Hugging Face model");
+}
+#endif
+
+/* A LoRA checkpoint exports as base + merged adapters (--merge) or as its
+ * adapters (--lora-format peft): one must be asked for; neither applies
+ * to another model. 1: LoRA (*lora, base filled), 0: not, -1: refused. */
+static int export_lora_mode(const port_args *a, st_lora_config *lora, char *base, size_t cap) {
+  st_model_source s;
+  char digest[72];
+  if (st_model_source_open(a->src, &s)) return -1;
+  const int is = st_model_source_lora(&s, lora, base, cap, digest);
+  if (is < 0) return -1;
+  if (is && !a->merge && !a->lora_format)
+    return st_error_setc(ST_EXIT_USAGE, "%s is a LoRA run: give --merge (its base with the "
+                         "adapters merged, a plain model) or --lora-format peft (the adapters "
+                         "alone, a PEFT directory)", s.path);
+  if (!is && (a->merge || a->lora_format))
+    return st_error_setc(ST_EXIT_USAGE, "%s is not a LoRA run: drop %s", s.path,
+                         a->merge ? "--merge" : "--lora-format");
+  return is;
+}
+
 int st_cmd_ckpt_export(int argc, char **argv) {
   port_args a;
   int p = parse(argc, argv, 1, &a);
@@ -255,6 +330,19 @@ int st_cmd_ckpt_export(int argc, char **argv) {
     st_error_setc(ST_EXIT_CHECKPOINT, "--out %s already exists; ckpt export never overwrites: "
                   "give a new path", a.out);
     return st_cli_fail(ST_EXIT_CHECKPOINT);
+  }
+  st_lora_config lora;
+  char base[1200];
+  const int is_lora = export_lora_mode(&a, &lora, base, sizeof base);
+  if (is_lora < 0) return st_cli_fail(st_error_exit_code());
+  if (is_lora && a.lora_format) {
+    st_model_source ls;
+    if (st_model_source_open(a.src, &ls) || export_peft(&a, &ls, &lora, base))
+      return st_cli_fail(st_error_exit_code() == ST_EXIT_ERROR ? ST_EXIT_CHECKPOINT
+                                                                 : st_error_exit_code());
+    printf("ckpt export: %s -> %s (PEFT LoRA adapters r=%d, alpha %g, %s; base %s)\n", ls.path,
+           a.out, lora.rank, (double)lora.alpha, a.dtype, base);
+    return 0;
   }
   st_model_source s;
   st_param_table tab;

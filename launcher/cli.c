@@ -249,7 +249,7 @@ static void apply_model_flags(st_run_config *rc, const st_cli_seen *s) {
 static const char *const k_flags[] = {
     "--arch", "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--data-changed-ok", "--device",
     "--dim", "--dump-grads", "--dump-params", "--enforce-gpu-mem", "--eps", "--ffn-dim", "--global-batch", "--gpu-mem", "--gpu-stats-every",
-    "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--loss-scale-max",
+    "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--lora", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
     "--nccl-timeout", "--norm-eps", "--offload", "--ckpt-async",
@@ -488,6 +488,12 @@ int st_cli_parse_train(int argc, char **argv, st_run_config *rc) {
       continue;
     }
     STR_FLAG("--init-from", rc->init_from)
+    if (strcmp(f, "--lora") == 0) { /* kept normalised, so a resume compares like with like */
+      st_lora_config l;
+      if (st_lora_parse(v, &l)) return -1;
+      st_lora_format(&l, rc->lora_spec, (int)sizeof rc->lora_spec);
+      continue;
+    }
 #undef INT_FLAG
 #undef FLOAT_FLAG
 #undef STR_FLAG
@@ -533,6 +539,9 @@ void st_cli_print_train_usage(void) {
       "            model file or a run/step directory (ckpt import); fresh optimizer, step 0;\n"
       "            --seq-len T (<= its positions; default all of them) is the training length;\n"
       "            a checkpoint already in --out is resumed instead (--resume auto)\n"
+      "          --lora RANK[,alpha=A,dropout=P,targets=T1,T2,...]: LoRA on the frozen\n"
+      "            --init-from base (alpha 8, dropout 0; targets GPT-2 qkv,o,up,down,\n"
+      "            Llama/Qwen2 q,k,v,o,gate,up,down; default qkv / q,v; docs/lora.md)\n"
       "  batch   --micro-batch B (sequences per rank per micro-step, default 8)\n"
       "          --global-batch G (sequences per optimizer step, default 16;\n"
       "            gradient accumulation = G / (B * ranks))\n"
@@ -601,6 +610,12 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
     int common = common_flag(f, v, &o->rc, &o->seen);
     if (common < 0) return -1;
     if (common) continue;
+    if (strcmp(f, "--lora") == 0) { /* resolved for the family by st_cmd_plan */
+      st_lora_config l;
+      if (st_lora_parse(v, &l)) return -1;
+      st_lora_format(&l, o->rc.lora_spec, (int)sizeof o->rc.lora_spec);
+      continue;
+    }
     if (strcmp(f, "--ranks") == 0) {
       if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
       o->ranks = (int)x;

@@ -132,8 +132,18 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     snprintf(note, sizeof note, "ZeRO 3, %s: shard %s + head whole %s + 2 gathered blocks %s", dt,
              human(p->weights_shard, a, sizeof a), human(p->weights_head, b, sizeof b),
              human(p->weights_blocks, c, sizeof c));
+  } else if (in->lora.rank > 0) {
+    snprintf(note, sizeof note, "%s: frozen base %s (%s parameters) + adapters %s", dt,
+             human(p->weights_base, a, sizeof a), commas((uint64_t)p->base_params, b, sizeof b),
+             human(p->lora_weights, c, sizeof c));
   } else {
     snprintf(note, sizeof note, "%s, every parameter (padded)", dt);
+  }
+  if (in->lora.rank > 0) {
+    char spec[256];
+    st_lora_format(&in->lora, spec, sizeof spec);
+    printf("  LoRA %s: the parameters below are the adapters'; the base has no gradient, "
+           "master or Adam state\n", spec);
   }
   row("working weights", p->weights, note);
   if (in->zero_stage >= 2) {
@@ -158,6 +168,10 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("activations", p->acts.total, note);
   snprintf(note, sizeof note, "what backward needs, %d layers", m->n_layer);
   row("  kept per block", p->acts.blocks, note);
+  if (in->lora.rank > 0)
+    row("  LoRA adapters", p->acts.lora, in->lora.dropout > 0
+            ? "A x per adapter per layer, scratch, dropout(x) (masks recomputed, not stored)"
+            : "A x per adapter per layer, and their scratch");
   if (in->recompute != ST_RECOMPUTE_NONE)
     row("  recompute's shared block", p->acts.recompute, "rebuilt before each block's backward");
   row("  attention state", p->acts.attention,
@@ -316,6 +330,9 @@ int st_cmd_plan(int argc, char **argv) {
   st_plan_input in;
   memset(&in, 0, sizeof in);
   if (st_run_config_check_model(rc) || st_model_validate(&rc->model))
+    return st_cli_fail(ST_EXIT_USAGE);
+  if (rc->lora_spec[0] &&
+      (st_lora_parse(rc->lora_spec, &rc->lora) || st_lora_resolve(&rc->lora, &rc->model)))
     return st_cli_fail(ST_EXIT_USAGE);
   resolve_backend(&o, &in);
   long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */

@@ -142,6 +142,9 @@ static void free_trainer_host(trainer *t) {
   free(t->config_json);
 }
 
+/* --lora for check_one: NULL, full training; else the spec, resolved for the shape. */
+static const char *g_lora;
+
 static void check_one(const st_model_config *cfg, int B, int world, int rank, int zero,
                       st_recompute rec, st_backend be, st_dtype dt) {
   st_ops ops = shape_ops(be, dt);
@@ -152,6 +155,10 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   rc.micro_batch = B;
   rc.zero_stage = zero;
   snprintf(rc.recompute, sizeof rc.recompute, "%s", st_recompute_name(rec));
+  if (g_lora) {
+    assert_int_equal(st_lora_parse(g_lora, &rc.lora), 0);
+    assert_int_equal(st_lora_resolve(&rc.lora, cfg), 0);
+  }
   st_comm comm;
   memset(&comm, 0, sizeof comm);
   comm.rank = rank;
@@ -160,13 +167,27 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   alloc_trainer(&tr, &rc, &comm, &ops);
 
   st_plan_input in = {.model = *cfg, .micro_batch = B, .world = world, .zero_stage = zero,
-                      .dtype = dt, .recompute = rec, .backend = be};
+                      .dtype = dt, .recompute = rec, .backend = be, .lora = rc.lora};
   st_memory_plan p;
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   const st_model *m = &tr.model;
   /* model */
   assert_int_equal(p.params, m->tab.total);
-  assert_int_equal(p.params, st_model_num_params(cfg));
+  if (g_lora) { /* the adapters train; the base is frozen: working weights only */
+    st_lora_table lt;
+    assert_int_equal(st_lora_table_build(cfg, &rc.lora, &lt), 0);
+    assert_int_equal(p.params, lt.total);
+    st_lora_table_free(&lt);
+    assert_int_equal(p.base_params, st_model_num_params(cfg));
+    assert_int_equal(p.weights_base, size_of(m->base_params));
+    assert_int_equal(p.weights_base, st_arena_round((uint64_t)p.base_params * m->es));
+    assert_int_equal(p.lora_weights, size_of(m->params));
+    assert_int_equal(p.weights, p.weights_base + p.lora_weights);
+    assert_true(p.acts.lora > 0);
+  } else {
+    assert_int_equal(p.params, st_model_num_params(cfg));
+    assert_int_equal(p.weights_base + p.lora_weights + p.acts.lora, 0);
+  }
   assert_int_equal(p.padded_params, m->padded_total);
   assert_int_equal(p.shard, tr.part.shard);
   if (zero == 3) { /* the shard, the head whole, two gathered-block buffers; no whole vector */
@@ -180,7 +201,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
     assert_int_equal(p.weights, p.weights_shard + p.weights_head + p.weights_blocks);
     /* every rank's shard tiles the padded vector */
     assert_int_equal(tr.part.shard * world, m->padded_total);
-  } else {
+  } else if (!g_lora) {
     assert_int_equal(p.weights, size_of(m->params));
     assert_int_equal(p.weights, st_arena_round((uint64_t)m->padded_total * m->es));
     assert_int_equal(p.weights_shard + p.weights_head + p.weights_blocks, 0);
@@ -188,7 +209,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   assert_int_equal(p.acts.total, size_of(m->act_mem));
   assert_int_equal(p.acts.total, m->act_bytes);
   assert_int_equal(p.acts.embed + p.acts.blocks + p.acts.recompute + p.acts.attention +
-                       p.acts.head + p.acts.logits + p.acts.grad_scratch,
+                       p.acts.head + p.acts.logits + p.acts.grad_scratch + p.acts.lora,
                    p.acts.total);
   if (zero >= 2) {
     assert_null(m->grads);
@@ -299,6 +320,66 @@ static void test_plan_equals_allocation(void **state) {
       }
   }
   assert_int_equal(cases, nshapes * 4 * 2 * 4 * ST_PLAN_ZERO_STAGES * 3);
+}
+
+/* LoRA (rank/model/lora.h) on the same shapes at ZeRO 0-2 (3 is refused),
+ * with and without dropout, the family's default and every target: the
+ * frozen base's working weights, the adapters' weights, gradients, master
+ * and Adam state, and the adapters' activations, byte for byte. */
+static void test_lora_plan_equals_allocation(void **state) {
+  (void)state;
+  st_model_config shapes[] = {
+      {.n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = 32, .vocab_size = 256},
+      {.n_layer = 1, .n_head = 5, .n_embd = 5, .block_size = 7, .vocab_size = 131},
+      {.n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64, .ffn_dim = 96, .block_size = 16,
+       .vocab_size = 300, .untied = 1},
+      {.n_layer = 1, .n_head = 6, .n_kv_head = 1, .n_embd = 48, .ffn_dim = 80, .block_size = 12,
+       .vocab_size = 131},
+  };
+  st_model_arch_defaults(&shapes[2], ST_ARCH_LLAMA);
+  st_model_arch_defaults(&shapes[3], ST_ARCH_QWEN2);
+  const char *gpt2[] = {"8", "3,dropout=0.1,targets=qkv,o,up,down"};
+  const char *llama[] = {"8", "3,dropout=0.1,targets=q,k,v,o,gate,up,down"};
+  const int worlds[] = {1, 3};
+  int cases = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    assert_int_equal(st_model_validate(&shapes[s]), 0);
+    for (int k = 0; k < 2; k++) {
+      g_lora = shapes[s].arch == ST_ARCH_GPT2 ? gpt2[k] : llama[k];
+      for (int be = 0; be < 2; be++)
+        for (int dt = 0; dt < 3; dt++) {
+          if (be == ST_BACKEND_CPU && dt != ST_FP32) continue;
+          for (int wi = 0; wi < 2; wi++)
+            for (int z = 0; z < 3; z++)
+              for (int r = 0; r < 3; r++) {
+                const int w = worlds[wi];
+                check_one(&shapes[s], 2, w, w - 1, z, (st_recompute)r, (st_backend)be,
+                          (st_dtype)dt);
+                cases++;
+              }
+        }
+    }
+  }
+  g_lora = NULL;
+  assert_int_equal(cases, 4 * 2 * 4 * 2 * 3 * 3);
+  /* ZeRO 3 and --offload are refused with LoRA (exit 2) */
+  st_plan_input in = {.model = shapes[0], .micro_batch = 1, .world = 2, .zero_stage = 3,
+                      .dtype = ST_FP32};
+  assert_int_equal(st_lora_parse("4", &in.lora), 0);
+  assert_int_equal(st_lora_resolve(&in.lora, &shapes[0]), 0);
+  st_memory_plan p;
+  st_error_code(ST_EXIT_ERROR);
+  assert_int_equal(st_memory_plan_make(&in, &p), -1);
+  assert_int_equal(st_error_exit_code(), ST_EXIT_USAGE);
+  in.zero_stage = 1;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  /* the frozen base: the same working weights, no base gradient, master or Adam */
+  st_plan_input full = in;
+  memset(&full.lora, 0, sizeof full.lora);
+  st_memory_plan q;
+  assert_int_equal(st_memory_plan_make(&full, &q), 0);
+  assert_int_equal(p.weights_base, st_arena_round((uint64_t)q.params * 4));
+  assert_true(p.grads < q.grads / 10 && p.adam_m < q.adam_m / 10);
 }
 
 /* ---- the Llama family at its real shapes ---- */
@@ -637,6 +718,7 @@ static void test_sizes(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_equals_allocation),
+      cmocka_unit_test(test_lora_plan_equals_allocation),
       cmocka_unit_test(test_attention_state_formulas),
       cmocka_unit_test(test_family_shapes),
       cmocka_unit_test(test_gpt2_124m_parameters),

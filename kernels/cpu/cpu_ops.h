@@ -45,6 +45,9 @@ void cpu_swiglu_forward(void *out, const void *inp, int N, int F);
 void cpu_swiglu_backward(void *dinp, const void *dout, const void *inp, int N, int F);
 void cpu_residual_forward(void *out, const void *a, const void *b, int64_t n);
 void cpu_accumulate_f32(float *dst, const float *src, int64_t n);
+void cpu_lora_add_cols(void *y, const void *v, float scale, int N, int OC, int col0, int n);
+void cpu_lora_take_cols(void *dst, const void *y, float scale, int N, int OC, int col0, int n);
+void cpu_dropout(void *out, const void *in, int64_t n, float p, uint64_t seed);
 void cpu_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
                               const int *targets, float dloss, int N, int V, int Vp);
 void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,

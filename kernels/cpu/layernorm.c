@@ -55,6 +55,7 @@ void cpu_layernorm_backward(void *dinp_, float *dw, float *db, const void *dout_
       di[c] += s * (d[c] * w[c] - gmean - xhat * gxmean);
     }
   }
+  if (!dw && !db) return; /* a frozen norm (LoRA's base): no weight gradients */
   const int band = 32;
 #pragma omp parallel for
   for (int c0 = 0; c0 < C; c0 += band) {
@@ -62,8 +63,8 @@ void cpu_layernorm_backward(void *dinp_, float *dw, float *db, const void *dout_
     for (int n = 0; n < N; n++) {
       const float *x = inp + (int64_t)n * C, *d = dout + (int64_t)n * C;
       for (int c = c0; c < c1; c++) {
-        dw[c] += d[c] * (x[c] - mean[n]) * rstd[n];
-        db[c] += d[c];
+        if (dw) dw[c] += d[c] * (x[c] - mean[n]) * rstd[n];
+        if (db) db[c] += d[c];
       }
     }
   }

@@ -95,7 +95,14 @@ void cpu_matmul_backward(void *dinp_, float *dw, float *dbias, const void *dout_
       }
     }
   }
-  /* dw[o, :] += sum_n dout[n, o] * inp[n, :]; dbias[o] += sum_n dout[n, o] */
+  /* dw[o, :] += sum_n dout[n, o] * inp[n, :]; dbias[o] += sum_n dout[n, o]. dw NULL: a
+   * frozen weight (LoRA's base), no weight gradient at all. */
+  if (!dw) {
+    if (dbias)
+      for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) dbias[o] += dout[(int64_t)n * OC + o];
+    return;
+  }
 #pragma omp parallel for
   for (int o0 = 0; o0 < OC; o0 += ROWS) {
     int no = OC - o0 < ROWS ? OC - o0 : ROWS;

@@ -42,6 +42,7 @@ void cpu_rmsnorm_backward(void *dinp_, float *dw, const void *dout_, const void 
     gxmean /= C;
     for (int c = 0; c < C; c++) di[c] += s * (d[c] * w[c] - (x[c] * s) * gxmean);
   }
+  if (!dw) return; /* a frozen norm (LoRA's base): no weight gradient */
   const int band = 32;
 #pragma omp parallel for
   for (int c0 = 0; c0 < C; c0 += band) {

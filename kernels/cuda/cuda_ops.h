@@ -254,6 +254,12 @@ template <typename S>
 void cuda_residual_forward(void *out, const void *a, const void *b, int64_t n);
 void cuda_accumulate_f32(float *dst, const float *src, int64_t n);
 template <typename S>
+void cuda_lora_add_cols(void *y, const void *v, float scale, int N, int OC, int col0, int n);
+template <typename S>
+void cuda_lora_take_cols(void *dst, const void *y, float scale, int N, int OC, int col0, int n);
+template <typename S>
+void cuda_dropout(void *out, const void *in, int64_t n, float p, uint64_t seed);
+template <typename S>
 void cuda_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
                                const int *targets, float dloss, int N, int V, int Vp);
 template <typename S>

@@ -172,6 +172,7 @@ void cuda_layernorm_backward(void *dinp_, float *dw, float *db, const void *dout
     layernorm_backward_dinp_kernel<S, 1><<<grid, LN_THREADS>>>(dinp, dout, inp, w, mean, rstd,
                                                                N, C);
   ST_CUDA_LAUNCHED();
+  if (!dw && !db) return; /* a frozen norm (LoRA's base): no weight gradients */
   const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
   float *part = (float *)cuda_scratch((size_t)chunks * 2 * C * sizeof(float));
   dim3 pgrid(st_blocks(C, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);

@@ -308,7 +308,8 @@ template <typename S>
 static void weight_grads(float *dw, float *dbias, const void *dout, const void *inp, int N, int C,
                          int OC) {
   constexpr cudaDataType_t dt = st_cuda_type<S>();
-  lt_matmul(dw, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, dt, CUDA_R_32F);
+  /* dw NULL: a frozen weight (LoRA's base), no weight gradient */
+  if (dw) lt_matmul(dw, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, dt, CUDA_R_32F);
   if (dbias) {
     const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
     float *part = (float *)cuda_scratch((size_t)chunks * OC * sizeof(float));

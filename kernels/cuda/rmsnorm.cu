@@ -185,7 +185,8 @@ void cuda_rmsnorm_backward(void *dinp_, float *dw, const void *dout_, const void
   const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
   const bool vec = C % P == 0 && st_aligned16(dinp) && st_aligned16(dout) && st_aligned16(inp) &&
                    st_aligned16(w);
-  const int W = rms_fused_warps(C, chunks);
+  /* dw NULL (a frozen norm, LoRA's base): the input gradient only */
+  const int W = dw ? rms_fused_warps(C, chunks) : 0;
   if (W > 0) {
     float *part = (float *)cuda_scratch((size_t)chunks * C * sizeof(float));
     const size_t smem = (size_t)W * C * sizeof(float);
@@ -213,6 +214,7 @@ void cuda_rmsnorm_backward(void *dinp_, float *dw, const void *dout_, const void
   else
     rmsnorm_backward_dinp_kernel<S, 1><<<grid, RMS_THREADS>>>(dinp, dout, inp, w, rstd, N, C);
   ST_CUDA_LAUNCHED();
+  if (!dw) return;
   float *part = (float *)cuda_scratch((size_t)chunks * C * sizeof(float));
   dim3 pgrid(st_blocks(C, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
   rmsnorm_backward_part_kernel<S><<<pgrid, block>>>(part, dout, inp, rstd, N, C, rows);

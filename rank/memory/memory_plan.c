@@ -127,7 +127,23 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   /* The parameter table: front (wte, wpe), L equal blocks, tail (ln_f, an
    * untied lm_head); activations are counted by T. */
   int64_t front, block, tail;
-  if (table_split(c, &p->params, &front, &block, &tail)) return -1;
+  const int lora = in->lora.rank > 0;
+  if (lora) {
+    /* the adapters are the trainable vector: per-layer blocks, no head */
+    if (in->zero_stage == 3 || in->offload)
+      return st_error_setc(U, "--lora with %s is not supported; use --zero 0, 1 or 2 without "
+                           "--offload", in->zero_stage == 3 ? "--zero 3" : "--offload");
+    st_lora_table lt;
+    if (st_lora_table_build(c, &in->lora, &lt) || table_split(c, &p->base_params, &front, &block,
+                                                              &tail))
+      return -1;
+    p->params = lt.total;
+    front = tail = 0;
+    block = lt.layer_numel;
+    st_lora_table_free(&lt);
+  } else if (table_split(c, &p->params, &front, &block, &tail)) {
+    return -1;
+  }
   p->padded_params = (p->params + N - 1) / N * N;
   p->shard = p->padded_params / N;
   const uint64_t padded = (uint64_t)p->padded_params, shard = (uint64_t)p->shard;
@@ -143,6 +159,11 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->weights_head = R((uint64_t)(front + tail) * es);
     p->weights_blocks = 2 * R((uint64_t)block * es);
     p->weights = p->weights_shard + p->weights_head + p->weights_blocks;
+  } else if (lora) {
+    /* st_model_init_lora: the base unpadded, the adapters padded to N */
+    p->weights_base = R((uint64_t)p->base_params * es);
+    p->lora_weights = R(padded * es);
+    p->weights = p->weights_base + p->lora_weights;
   } else {
     p->weights = R(padded * es);
   }
@@ -191,7 +212,8 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
                          "matrix per head (%.3g bytes); lower --seq-len or --micro-batch",
                          (long long)T, natt_d * 4);
   const int64_t natt = in->backend == ST_BACKEND_CPU ? B * NH * T * T : B * NH * T;
-  st_model_measure_acts(c, in->dtype, natt, (int)B, (int)T, in->recompute, &p->acts);
+  st_model_measure_acts_lora(c, lora ? &in->lora : NULL, in->dtype, natt, (int)B, (int)T,
+                             in->recompute, &p->acts);
   p->tokens = 2 * R((uint64_t)(B * T) * sizeof(int));
 
   if (in->backend == ST_BACKEND_CUDA) {
@@ -225,12 +247,13 @@ typedef struct {
   const char *name;
   uint64_t bytes;
 } named_bytes;
-enum { N_CATEGORIES = 22 };
+enum { N_CATEGORIES = 24 };
 
 static void categories(const st_memory_plan *p, named_bytes k[N_CATEGORIES]) {
   const named_bytes all[N_CATEGORIES] = {
       {"weights", p->weights},         {"weights_shard", p->weights_shard},
       {"weights_head", p->weights_head}, {"weights_blocks", p->weights_blocks},
+      {"weights_base", p->weights_base}, {"lora_weights", p->lora_weights},
       {"grads", p->grads},
       {"grads_full", p->grads_full},   {"grads_head", p->grads_head},
       {"grads_buckets", p->grads_buckets}, {"grads_recv", p->grads_recv},
@@ -320,6 +343,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
     cJSON_AddNumberToObject(m, "positions", in->model.block_size);
   cJSON_AddNumberToObject(m, "params", (double)p->params);
   cJSON_AddNumberToObject(m, "padded_params", (double)p->padded_params);
+  if (p->base_params) cJSON_AddNumberToObject(m, "lora_base_params", (double)p->base_params);
   cJSON_AddNumberToObject(m, "shard", (double)p->shard);
   cJSON *c = cJSON_AddObjectToObject(j, "config");
   cJSON_AddNumberToObject(c, "micro_batch", in->micro_batch);
@@ -357,6 +381,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
                           st_model_head_rows(&in->model, in->dtype,
                                              (int64_t)in->micro_batch * st_plan_seq_len(in)));
   cJSON_AddNumberToObject(a, "grad_scratch", (double)p->acts.grad_scratch);
+  cJSON_AddNumberToObject(a, "lora", (double)p->acts.lora);
   cJSON_AddNumberToObject(a, "embed", (double)p->acts.embed);
   cJSON_AddNumberToObject(a, "head", (double)p->acts.head);
   cJSON *g = cJSON_AddObjectToObject(j, "gpu");

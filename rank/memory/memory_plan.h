@@ -30,6 +30,7 @@
 #include "kernels/dtype.h"
 #include "rank/model/config.h"
 #include "rank/model/model.h"
+#include "rank/model/lora.h"
 
 typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
 
@@ -84,6 +85,10 @@ typedef struct {
   /* --ckpt-async on: pinned host staging of this rank's checkpoint share
    * (rank/train/ckpt_save.c) */
   int ckpt_async;
+  /* --lora (rank/model/lora.h), resolved; rank 0: full training. The base
+   * is then frozen: its working weights only (no gradients, master or
+   * Adam state), and params/grads/master/Adam below count the adapters. */
+  st_lora_config lora;
 } st_plan_input;
 
 /* ZeRO stages the planner knows, 0 .. ST_PLAN_ZERO_STAGES - 1. */
@@ -106,6 +111,11 @@ typedef struct {
                            * once, an untied head apart, padded rows included */
   int64_t padded_params;  /* params rounded up to a multiple of world */
   int64_t shard;          /* padded_params / world: one rank's ZeRO partition */
+  /* LoRA: params above are the adapters (what trains); base_params the
+   * frozen base's, whose working weights are weights_base, the adapters'
+   * lora_weights (weights is their sum); 0 without LoRA */
+  int64_t base_params;
+  uint64_t weights_base, lora_weights;
   /* model (st_model_init / st_model_init_bucketed) */
   /* Each category: its buffers' bytes, each rounded up to 256 (the arena's
    * alignment). */

@@ -68,7 +68,7 @@ int st_model_head_rows(const st_model_config *cfg, st_dtype dtype, int64_t BT) {
  * measures, so sizing and layout come from the same code. Each take's
  * alignment padding is counted with the part it precedes, so the parts add
  * up to the whole. */
-enum { P_EMBED, P_BLOCKS, P_RECOMPUTE, P_ATTENTION, P_HEAD, P_LOGITS, P_GRADS, P_N };
+enum { P_EMBED, P_BLOCKS, P_RECOMPUTE, P_ATTENTION, P_HEAD, P_LOGITS, P_GRADS, P_LORA, P_N };
 typedef struct {
   char *base;
   size_t off;
@@ -82,6 +82,17 @@ static void *take(carver *cv, int64_t n, size_t elem, int part) {
   cv->off += (size_t)n * elem;
   cv->part[part] += cv->off - start;
   return p;
+}
+
+static int lora_on(const st_model *m) { return m->lora.rank > 0; }
+static int lora_has(const st_model *m, st_lora_target t) {
+  return lora_on(m) && (m->lora.targets >> t & 1);
+}
+/* GPT-2 with an adapter on mlp.fc (up) or mlp.proj (down): the GELU runs
+ * apart from its GEMMs, so the adapter's share lands before (up) or its
+ * gradient after (down) the GELU; down then needs d(fch_act) [B,T,F]. */
+static int lora_gelu_split(const st_model *m) {
+  return m->cfg.mlp != ST_MLP_SWIGLU && (lora_has(m, ST_LORA_UP) || lora_has(m, ST_LORA_DOWN));
 }
 
 /* The activation layout of m (cfg, es, B, T, recompute) with natt floats of
@@ -137,8 +148,22 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   m->datty = take(cv, BT * C, es, P_GRADS);
   m->dqkv = take(cv, BT * d.QKV, es, P_GRADS);
   m->dfch = take(cv, BT * d.FC, es, P_GRADS);
-  m->dfact = d.swiglu ? take(cv, BT * d.F, es, P_GRADS) : NULL;
+  m->dfact = d.swiglu || lora_has(m, ST_LORA_DOWN) ? take(cv, BT * d.F, es, P_GRADS) : NULL;
   m->datt = take(cv, natt, f4, P_ATTENTION);
+  if (lora_on(m)) {
+    /* A dropout(x) of every adapter is kept per layer under every policy:
+     * r columns each, small against the block's own activations. */
+    const st_lora_table *lt = &m->ltab;
+    const int64_t r = m->lora.rank;
+    for (int i = 0; i < lt->n; i++) {
+      void *u = take(cv, BT * r, es, P_LORA);
+      if (m->lora_u) m->lora_u[i] = u;
+    }
+    const int64_t w = lt->max_in > lt->max_out ? lt->max_in : lt->max_out;
+    m->lora_s = take(cv, BT * w, es, P_LORA);
+    m->lora_du = take(cv, BT * r, es, P_LORA);
+    m->lora_x = m->lora.dropout > 0 ? take(cv, BT * lt->max_in, es, P_LORA) : NULL;
+  }
   /* The arena hands out whole 256-byte units; counting the tail here keeps
    * act_bytes the bytes act_mem really takes there. */
   take(cv, 0, 1, P_ATTENTION);
@@ -152,13 +177,24 @@ static void parts_of(const carver *cv, st_act_bytes *out) {
   out->head = cv->part[P_HEAD];
   out->logits = cv->part[P_LOGITS];
   out->grad_scratch = cv->part[P_GRADS];
+  out->lora = cv->part[P_LORA];
   out->total = cv->off;
 }
 
 void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t att_floats, int B,
                            int T, st_recompute recompute, st_act_bytes *out) {
+  st_model_measure_acts_lora(cfg, NULL, dtype, att_floats, B, T, recompute, out);
+}
+
+void st_model_measure_acts_lora(const st_model_config *cfg, const st_lora_config *lora,
+                                st_dtype dtype, int64_t att_floats, int B, int T,
+                                st_recompute recompute, st_act_bytes *out) {
   st_model m;
   memset(&m, 0, sizeof m);
+  if (lora && lora->rank > 0) {
+    m.lora = *lora;
+    if (st_lora_table_build(cfg, lora, &m.ltab)) m.lora.rank = 0; /* unresolved: measured without */
+  }
   m.cfg = *cfg;
   st_model_fill_derived(&m.cfg);
   m.es = st_dtype_size(dtype);
@@ -169,6 +205,7 @@ void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t a
   carver measure = {NULL, 0, {0}};
   layout_acts(&m, att_floats, &measure);
   parts_of(&measure, out);
+  st_lora_table_free(&m.ltab);
 }
 
 /* Flat offset of the first tensor after the blocks (ln_f). */
@@ -225,8 +262,9 @@ static void bind_block_grads(st_model *m, int l, float *bucket) {
  * buffers) instead of a whole vector; implies grad_buckets. */
 static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
                       int pad_multiple, st_recompute recompute, int grad_buckets,
-                      int64_t shard_begin, int64_t shard_numel) {
+                      int64_t shard_begin, int64_t shard_numel, const st_lora_config *lora) {
   memset(m, 0, sizeof *m);
+  if (lora && lora->rank > 0) m->lora = *lora;
   m->recompute = recompute;
   m->cfg = *cfg;
   st_model_fill_derived(&m->cfg);
@@ -242,14 +280,27 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
                         "(the LM head then picks its chunk itself) or give e.g. 1024",
                         env);
   m->head_rows = st_model_head_rows(cfg, ops->dtype, (int64_t)B * T);
-  if (st_param_table_build(cfg, &m->tab)) return -1;
+  if (lora_on(m)) {
+    /* the adapters are the model's parameters; the base keeps its own table */
+    if (shard_numel > 0) return st_error_set("internal: LoRA with a sharded (ZeRO 3) base");
+    if (st_param_table_build(cfg, &m->base_tab) || st_lora_table_build(cfg, &m->lora, &m->ltab) ||
+        st_lora_param_table(cfg, &m->ltab, &m->tab))
+      return -1;
+    m->lora_u = calloc((size_t)(m->ltab.n > 0 ? m->ltab.n : 1), sizeof *m->lora_u);
+    if (!m->lora_u) return st_error_set("out of host memory for the LoRA activation table");
+  } else if (st_param_table_build(cfg, &m->tab)) {
+    return -1;
+  }
   m->padded_total = (m->tab.total + pad_multiple - 1) / pad_multiple * pad_multiple;
   /* Table order: head tensors (wte, wpe), block_tensors per block, then ln_f
    * (and lm_head): blocks are one contiguous range of equal-sized pieces. */
   const st_param_table *tb = &m->tab;
   m->block_begin = tb->t[tb->block_first].offset;
-  m->block_numel =
-      cfg->n_layer > 0 ? tb->t[tb->block_first + tb->block_tensors].offset - m->block_begin : 0;
+  if (lora_on(m)) /* the adapters: one layer's after another, no tail tensor */
+    m->block_numel = m->ltab.layer_numel;
+  else
+    m->block_numel =
+        cfg->n_layer > 0 ? tb->t[tb->block_first + tb->block_tensors].offset - m->block_begin : 0;
   m->blk = calloc((size_t)cfg->n_layer + 1, sizeof *m->blk);
   if (!m->blk) return st_error_set("out of host memory for the model's activation table");
   const int64_t natt = ops->attention_state_floats(B, T, cfg->n_head);
@@ -272,6 +323,12 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
     m->wbuf[0] = ops->alloc(nb * m->es, "weights_blocks");
     m->wbuf[1] = ops->alloc(nb * m->es, "weights_blocks");
     params_ok = m->shard_params && m->head_params && m->wbuf[0] && m->wbuf[1];
+  } else if (lora_on(m)) {
+    const size_t bb = (size_t)m->base_tab.total * m->es, ab = (size_t)m->padded_total * m->es;
+    pbytes = bb + ab;
+    m->base_params = ops->alloc(bb, "weights_base");
+    m->params = ops->alloc(ab, "lora_weights");
+    params_ok = m->base_params && m->params;
   } else {
     pbytes = (size_t)m->padded_total * m->es;
     m->params = ops->alloc(pbytes, "weights");
@@ -297,10 +354,15 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
                         "(parameters, gradients, activations); lower --micro-batch or --seq-len",
                         mib, ops->name);
   }
-  if (shard_numel > 0 ? bind_sharded_views(m)
-                      : st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p))
+  if (shard_numel > 0   ? bind_sharded_views(m)
+      : lora_on(m)      ? st_param_views_bind(cfg, &m->base_tab, m->base_params, m->es, &m->p)
+                        : st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p))
     return -1;
-  if (!grad_buckets) {
+  if (lora_on(m)) {
+    /* no view into a base gradient: every base weight's gradient is NULL */
+    m->g.h = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof *m->g.h);
+    if (!m->g.h) return st_error_set("out of host memory for gradient views");
+  } else if (!grad_buckets) {
     if (st_param_views_bind(cfg, &m->tab, m->grads, sizeof(float), &m->g)) return -1;
   } else {
     /* Head tensors in head_grads (wte, wpe, then ln_f, lm_head); block
@@ -334,19 +396,27 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
 
 int st_model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
                   int pad_multiple, st_recompute recompute) {
-  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 0, 0, 0);
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 0, 0, 0, NULL);
+}
+
+int st_model_init_lora(st_model *m, const st_model_config *cfg, const st_lora_config *lora,
+                       const st_ops *ops, int B, int T, int pad_multiple, st_recompute recompute,
+                       int buckets) {
+  if (!lora || lora->rank < 1) return st_error_set("internal: st_model_init_lora without a rank");
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, buckets, 0, 0, lora);
 }
 
 int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
                            int T, int pad_multiple, st_recompute recompute) {
-  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1, 0, 0);
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1, 0, 0, NULL);
 }
 
 int st_model_init_sharded(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
                           int T, int pad_multiple, st_recompute recompute, int64_t shard_begin,
                           int64_t shard_numel) {
   if (shard_numel < 1) return st_error_set("internal: an empty weight shard");
-  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1, shard_begin, shard_numel);
+  return model_init(m, cfg, ops, B, T, pad_multiple, recompute, 1, shard_begin, shard_numel,
+                    NULL);
 }
 
 void st_model_weights_settle(st_model *m) {
@@ -423,6 +493,35 @@ int st_model_set_weights(st_model *m, const float *host) {
   return 0;
 }
 
+/* n fp32 host values -> dst (backend memory, storage dtype). */
+static int put_f32(const st_model *m, void *dst, const float *host, size_t n) {
+  const size_t bytes = n * m->es;
+  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
+  if (m->ops->dtype != ST_FP32 && !staged)
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
+  if (staged) st_dtype_from_f32(m->ops->dtype, staged, host, n);
+  m->ops->to_device(dst, staged ? staged : host, bytes);
+  free(staged);
+  return 0;
+}
+
+int st_model_set_base_weights(st_model *m, const float *host) {
+  if (!m->base_params) return st_error_set("internal: not a LoRA model");
+  return put_f32(m, m->base_params, host, (size_t)m->base_tab.total);
+}
+
+int st_model_get_base_weights(const st_model *m, float *host) {
+  if (!m->base_params) return st_error_set("internal: not a LoRA model");
+  size_t n = (size_t)m->base_tab.total, bytes = n * m->es;
+  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
+  if (m->ops->dtype != ST_FP32 && !staged)
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
+  m->ops->to_host(staged ? staged : host, m->base_params, bytes);
+  if (staged) st_dtype_to_f32(m->ops->dtype, host, staged, n);
+  free(staged);
+  return 0;
+}
+
 int st_model_get_weights(const st_model *m, float *host) {
   if (m->shard_params)
     return st_error_set("internal: a ZeRO-3 model holds only its shard of the weights");
@@ -440,7 +539,11 @@ void st_model_free(st_model *m) {
   st_param_views_free(&m->p);
   st_param_views_free(&m->g);
   st_param_table_free(&m->tab);
+  st_param_table_free(&m->base_tab);
+  st_lora_table_free(&m->ltab);
+  free(m->lora_u);
   if (m->ops) {
+    m->ops->free(m->base_params);
     m->ops->free(m->params);
     m->ops->free(m->grads);
     m->ops->free(m->act_mem);
@@ -469,6 +572,10 @@ int st_model_draw_weights(const st_model *m, st_rng *rng, float *host) {
   const int scaled_proj = c->arch == ST_ARCH_GPT2;
   const float std = 0.02f, proj_std = scaled_proj ? 0.02f / sqrtf(2.0f * c->n_layer) : std;
   memset(host, 0, (size_t)m->padded_total * sizeof(float));
+  if (lora_on(m)) {
+    st_lora_init(&m->ltab, host, rng);
+    return 0;
+  }
   for (int i = 0; i < m->tab.n; i++) {
     const st_tensor *t = &m->tab.t[i];
     float *x = host + t->offset;
@@ -523,6 +630,76 @@ static void norm_backward(const st_model *m, void *dx, float *dw, float *db, con
     m->ops->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, m->cfg.n_embd);
 }
 
+/* Slot i's dropout mask seed for this micro-step (m->lora_seed). */
+static uint64_t lora_slot_seed(const st_model *m, int i) {
+  return m->lora_seed ^ ((uint64_t)(i + 1) * 0xD1B54A32D192ED03ull);
+}
+
+/* Slot s's A or B in the working adapters (storage dtype). */
+static const void *lora_w(const st_model *m, int64_t off) {
+  return (const char *)m->params + (size_t)off * m->es;
+}
+
+/* Slot s's gradient of the element at flat offset off: in m->grads, or
+ * (ZeRO 2) in the bucket of the slot's layer. */
+static float *lora_g(const st_model *m, const st_lora_slot *s, int64_t off) {
+  if (!m->head_grads) return m->grads + off;
+  return m->bucket[s->layer % 2] + (off - (int64_t)s->layer * m->block_numel);
+}
+
+/* LoRA forward of layer l's adapters on projection proj: y [BT, proj_out]
+ * += scale * (dropout(x) A^T) B^T on each adapter's columns, x [BT, in] the
+ * projection's input; A dropout(x) kept in lora_u for backward. */
+static void lora_forward(st_model *m, int l, st_lora_proj proj, void *y, const void *x, int BT) {
+  if (!lora_on(m)) return;
+  const st_ops *op = m->ops;
+  const st_lora_table *lt = &m->ltab;
+  const int r = m->lora.rank;
+  const float scale = st_lora_scale(&m->lora), p = m->lora_dropout_on ? m->lora.dropout : 0.0f;
+  for (int i = l * lt->per_layer; i < (l + 1) * lt->per_layer; i++) {
+    const st_lora_slot *s = &lt->slot[i];
+    if (s->proj != proj) continue;
+    const void *xin = x;
+    if (p > 0) {
+      op->dropout(m->lora_x, x, (int64_t)BT * s->in, p, lora_slot_seed(m, i));
+      xin = m->lora_x;
+    }
+    op->matmul_forward(m->lora_u[i], xin, lora_w(m, s->a_off), NULL, BT, s->in, r);
+    op->matmul_forward(m->lora_s, m->lora_u[i], lora_w(m, s->b_off), NULL, BT, r, s->out);
+    op->lora_add_cols(y, m->lora_s, scale, BT, s->proj_out, s->row0, s->out);
+  }
+}
+
+/* LoRA backward of layer l's adapters on projection proj, after the base's
+ * matmul_backward wrote dx [BT, in] from dy [BT, proj_out]: per adapter
+ * dv = scale * dy[:, cols], dB += dv^T u, du = dv B, dA += du^T
+ * dropout(x), and dx += dropout'(du A) (the same mask: dropout is linear). */
+static void lora_backward(st_model *m, int l, st_lora_proj proj, const void *dy, void *dx,
+                          const void *x, int BT) {
+  if (!lora_on(m)) return;
+  const st_ops *op = m->ops;
+  const st_lora_table *lt = &m->ltab;
+  const int r = m->lora.rank;
+  const float scale = st_lora_scale(&m->lora), p = m->lora_dropout_on ? m->lora.dropout : 0.0f;
+  for (int i = l * lt->per_layer; i < (l + 1) * lt->per_layer; i++) {
+    const st_lora_slot *s = &lt->slot[i];
+    if (s->proj != proj) continue;
+    const int64_t nx = (int64_t)BT * s->in;
+    op->lora_take_cols(m->lora_s, dy, scale, BT, s->proj_out, s->row0, s->out);
+    op->matmul_backward(m->lora_du, lora_g(m, s, s->b_off), NULL, m->lora_s, m->lora_u[i],
+                        lora_w(m, s->b_off), BT, r, s->out);
+    const void *xin = x;
+    if (p > 0) {
+      op->dropout(m->lora_x, x, nx, p, lora_slot_seed(m, i));
+      xin = m->lora_x;
+    }
+    op->matmul_backward(m->lora_s, lora_g(m, s, s->a_off), NULL, m->lora_du, xin,
+                        lora_w(m, s->a_off), BT, s->in, r);
+    if (p > 0) op->dropout(m->lora_s, m->lora_s, nx, p, lora_slot_seed(m, i));
+    op->residual_forward(dx, dx, m->lora_s, nx);
+  }
+}
+
 /* Block l's forward from its input x: the one definition that forward and
  * full recompute share, so a recomputed block is bit-identical. */
 static void block_forward(st_model *m, int l, const void *x, int B, int T) {
@@ -533,25 +710,30 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   const st_block_params *w = &m->p.h[l];
   norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
   op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, d.QKV);
+  lora_forward(m, l, ST_LORA_PROJ_QKV, a->qkv, a->ln1, BT);
   if (d.rope) op->rope_forward(a->qkv, m->rope_cs, B, T, 0, d.NH, d.NKV, d.HD);
   op->attention_forward(a->atty, a->att, a->qkv, B, T, C, d.NH, d.NKV);
   op->matmul_forward(a->attproj, a->atty, w->attproj_w, w->attproj_b, BT, C, C);
+  lora_forward(m, l, ST_LORA_PROJ_ATTN, a->attproj, a->atty, BT);
   op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
   norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
   if (d.swiglu) {
     op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.FC);
+    lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
     op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
-  } else if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
+  } else if (m->recompute == ST_RECOMPUTE_SELECTIVE || lora_gelu_split(m)) {
     /* Selective recompute rebuilds the GELU output from the stored (rounded)
      * fch with gelu_forward; forward must produce it the same way, not in
      * the GEMM epilogue from the unrounded sum, or backward would see other
      * values than the loss was computed with. */
     op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.F);
+    lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
     op->gelu_forward(a->fch_act, a->fch, (int64_t)BT * d.F);
   } else {
     op->matmul_gelu_forward(a->fch_act, a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.F);
   }
   op->matmul_forward(a->fcproj, a->fch_act, w->fcproj_w, w->fcproj_b, BT, d.F, C);
+  lora_forward(m, l, ST_LORA_PROJ_MLP, a->fcproj, a->fch_act, BT);
   op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
 }
 
@@ -693,28 +875,38 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
     if (m->head_grads) {
       if (h && h->reuse) h->reuse(h->ctx, l % 2);
       (op->zero)(m->bucket[l % 2], (size_t)m->block_numel * sizeof(float));
-      bind_block_grads(m, l, m->bucket[l % 2]);
+      if (!lora_on(m)) bind_block_grads(m, l, m->bucket[l % 2]);
     }
     block_recompute(m, l, x, B, T);
 
     if (d.swiglu) {
       op->matmul_backward(m->dfact, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
                           w->fcproj_w, BT, d.F, C);
+      lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
       op->swiglu_backward(m->dfch, m->dfact, a->fch, BT, d.F);
+    } else if (lora_has(m, ST_LORA_DOWN)) {
+      /* the adapter's share of d(fch_act) joins before the GELU's backward */
+      op->matmul_backward(m->dfact, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
+                          w->fcproj_w, BT, d.F, C);
+      lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
+      op->gelu_backward(m->dfch, a->fch, m->dfact, (int64_t)BT * d.F);
     } else {
       op->matmul_backward_gelu(m->dfch, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
                                w->fcproj_w, a->fch, BT, d.F, C);
     }
     op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, w->fc_w, BT, C, d.FC);
+    lora_backward(m, l, ST_LORA_PROJ_FC, m->dfch, m->dln, a->ln2, BT);
     norm_backward(m, m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w, a->ln2_mean,
                   a->ln2_rstd, BT);
 
     op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty, w->attproj_w,
                         BT, C, C);
+    lora_backward(m, l, ST_LORA_PROJ_ATTN, m->dres, m->datty, a->atty, BT);
     op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, d.NH,
                            d.NKV);
     if (d.rope) op->rope_backward(m->dqkv, m->rope_cs, B, T, d.NH, d.NKV, d.HD);
     op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, d.QKV);
+    lora_backward(m, l, ST_LORA_PROJ_QKV, m->dqkv, m->dln, a->ln1, BT);
     norm_backward(m, m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
                   a->ln1_rstd, BT);
     if (h) {
@@ -723,7 +915,7 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
       h->ready(h->ctx, src, b0, b0 + m->block_numel, l % 2);
     }
   }
-  op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
+  if (!lora_on(m)) op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
   if (h) {
     const int64_t lnf = lnf_begin(m);
     const float *head = m->head_grads ? m->head_grads : m->grads;

@@ -13,6 +13,7 @@
 
 #include "kernels/ops.h"
 #include "rank/model/config.h"
+#include "rank/model/lora.h"
 #include "rank/model/params.h"
 #include "util/rng.h"
 
@@ -110,6 +111,25 @@ typedef struct {
    * chunked head's backward) to backward's first step. */
   void *dres, *dln, *dqkv, *datty, *dfch, *dfact;
   float *datt;
+  /* LoRA (lora.rank > 0; st_model_init_lora): the base is frozen and the
+   * adapters are what trains. tab, params (storage dtype), grads (fp32),
+   * padded_total and the ZeRO-2 buckets then describe the adapter vector
+   * (block_begin 0, block_numel one layer's adapters, no head tensors); the
+   * base's working weights are base_params [base_tab.total], which p views;
+   * g has no base views (no base gradient exists). lora_u[i]: slot i's
+   * A dropout(x) [B,T,r], kept for backward; lora_s [B,T,max(max_in,
+   * max_out)] scratch (B u, the output gradient's share, the adapter's dx);
+   * lora_du [B,T,r]; lora_x [B,T,max_in] dropout(x) (only with dropout).
+   * lora_seed: this micro-step's dropout masks (the trainer sets it before
+   * forward; backward and recompute rebuild the same masks from it). */
+  st_lora_config lora;
+  st_lora_table ltab;
+  st_param_table base_tab;
+  void *base_params;
+  void **lora_u;
+  void *lora_s, *lora_du, *lora_x;
+  uint64_t lora_seed;
+  int lora_dropout_on;  /* 1: dropout applies (training); 0 (after init): evaluation */
 } st_model;
 
 /* Bytes of the activation allocation (act_mem) by part. Each buffer's
@@ -126,6 +146,7 @@ typedef struct {
   size_t head;         /* ln_f output and statistics, per-token losses */
   size_t logits;       /* one head chunk [R, Vp] (st_model_head_rows), storage dtype */
   size_t grad_scratch; /* backward's activation gradients dres, dln, datty, dqkv, dfch, dfact */
+  size_t lora;         /* LoRA: A x per adapter per layer, and the adapters' scratch (0 without) */
   size_t total;        /* == st_model.act_bytes */
 } st_act_bytes;
 
@@ -165,6 +186,11 @@ int st_model_head_rows(const st_model_config *cfg, st_dtype dtype, int64_t BT);
 void st_model_measure_acts(const st_model_config *cfg, st_dtype dtype, int64_t att_floats, int B,
                            int T, st_recompute recompute, st_act_bytes *out);
 
+/* As st_model_measure_acts for a LoRA model (lora NULL or rank 0: none). */
+void st_model_measure_acts_lora(const st_model_config *cfg, const st_lora_config *lora,
+                                st_dtype dtype, int64_t att_floats, int B, int T,
+                                st_recompute recompute, st_act_bytes *out);
+
 /* Build the parameter table and allocate working weights (ops->dtype),
  * fp32 gradients (both padded to a multiple of pad_multiple elements) and
  * activations for micro-batch B x T under the recompute policy, all in the
@@ -187,6 +213,21 @@ int st_model_init_bucketed(st_model *m, const st_model_config *cfg, const st_ops
 int st_model_init_sharded(st_model *m, const st_model_config *cfg, const st_ops *ops, int B,
                           int T, int pad_multiple, st_recompute recompute, int64_t shard_begin,
                           int64_t shard_numel);
+/* A LoRA model (rank/model/lora.h; lora resolved, rank >= 1): the frozen
+ * base's working weights (ops->dtype, category "weights", base table size,
+ * unpadded) and no base gradient; the adapters are the model's parameters
+ * (tab, params in category "lora_weights", fp32 grads padded to
+ * pad_multiple; buckets: ZeRO 2's per-layer buckets as
+ * st_model_init_bucketed), and their activations in act_mem. ZeRO 3 is
+ * not supported. 0, or -1 with st_error. */
+int st_model_init_lora(st_model *m, const st_model_config *cfg, const st_lora_config *lora,
+                       const st_ops *ops, int B, int T, int pad_multiple, st_recompute recompute,
+                       int buckets);
+/* LoRA: the base's working weights from host fp32 host[base_tab.total],
+ * and back. 0, or -1 with st_error. */
+int st_model_set_base_weights(st_model *m, const float *host);
+int st_model_get_base_weights(const st_model *m, float *host);
+
 /* The shard changed (an optimizer step, loaded weights): no block buffer
  * holds valid weights any more. Call after any pending fill was waited for
  * (st_model_weights_settle). No-op for an unsharded model. */
@@ -210,7 +251,8 @@ int st_model_get_weights(const st_model *m, float *host);
  * every matrix N(0, 0.02), no special scaling of the projections, biases 0,
  * RMSNorm gain 1. Padded vocabulary rows (wte, lm_head) 0. Deterministic in
  * the rng's state; drawn in fp32 into host[padded_total], the source of
- * master and working weights. 0, or -1 with st_error. */
+ * master and working weights. LoRA: the adapters (st_lora_init: B = 0, A
+ * uniform) into host[padded_total]. 0, or -1 with st_error. */
 int st_model_draw_weights(const st_model *m, st_rng *rng, float *host);
 /* Draw as above and set the working weights. 0, or -1 with st_error. */
 int st_model_init_weights(st_model *m, st_rng *rng);

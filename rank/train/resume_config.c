@@ -65,6 +65,10 @@ static const field k_fields[] = {
     F("--log-every", "train", "log_every", K_INT, log_every, INHERIT),
     /* where the weights first came from: kept in later checkpoints' configs */
     F("--init-from", "train", "init_from", K_STR, init_from, INHERIT),
+    /* LoRA: the adapters' shape and function, and the base they were
+     * trained on (train_setup.c checks the base's digest again) */
+    F("--lora", "lora", "spec", K_STR, lora_spec, ARCH),
+    F("(lora base digest)", "lora", "base_sha256", K_STR, lora_base_digest, ARCH),
     /* No flag sets these (never "given"): always the checkpoint's, and
      * train_setup.c refuses data of another tokenizer. */
     F("(tokenizer)", "tokenizer", "name", K_STR, tokenizer_name, ARCH),

@@ -164,6 +164,14 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddNumberToObject(t, "log_every", rc->log_every);
   cJSON_AddNumberToObject(t, "loss_scale_max", dec(rc->loss_scale_max));
   cJSON_AddStringToObject(t, "attention", rc->attention);
+  if (rc->lora_spec[0]) { /* the adapters' config and the base they belong to */
+    cJSON *l = cJSON_AddObjectToObject(o, "lora");
+    cJSON_AddStringToObject(l, "spec", rc->lora_spec);
+    cJSON_AddStringToObject(l, "base_sha256", rc->lora_base_digest);
+    cJSON_AddStringToObject(l, "base_path", rc->init_from);
+    cJSON_AddNumberToObject(l, "trainable_params", (double)rc->lora_trainable);
+    cJSON_AddNumberToObject(l, "base_params", (double)rc->lora_base_params);
+  }
   /* what the ids mean: a resumed run refuses data of another tokenizer */
   cJSON *k = cJSON_AddObjectToObject(o, "tokenizer");
   cJSON_AddStringToObject(k, "name", rc->tokenizer_name);
@@ -203,6 +211,7 @@ void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dty
   in->offload = rc->offload;
   in->ckpt_async = rc->ckpt_async;
   in->offload_chunk = st_run_offload_chunk();
+  in->lora = rc->lora;
 }
 
 int64_t st_run_offload_chunk(void) {

@@ -10,6 +10,7 @@
 
 #include "rank/model/config.h"
 #include "rank/model/config_fields.h"
+#include "rank/model/lora.h"
 #include "rank/memory/memory_plan.h"
 #include "rank/optim/optimizer.h"
 
@@ -37,6 +38,15 @@ typedef struct {
   /* --init-from: the model source (io/model_source.h) the weights and the
    * shape come from, with a fresh optimizer at step 0; "" = none. */
   char init_from[1024];
+  /* --lora (rank/model/lora.h): the spec as st_lora_format writes it ("" =
+   * full fine-tuning; targets= empty: the family's default), and the
+   * config st_trainer_setup resolves from it for the model; the base's
+   * identity (st_lora_base_digest of the weights --init-from read), and the
+   * parameter counts, for the checkpoint's config (section "lora"). */
+  char lora_spec[256];
+  st_lora_config lora;
+  char lora_base_digest[72];
+  int64_t lora_trainable, lora_base_params;
   int micro_batch;          /* sequences per rank per micro-step */
   int global_batch;         /* sequences per optimizer step */
   int zero_stage;           /* 0, 1 or 2 */

@@ -27,8 +27,18 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     printf("  positions  %d (%s%s%s), training at seq-len %d\n", m->block_size,
            m->pos == ST_POS_ROPE ? "rotary" : "rows of wpe",
            rc->init_from[0] ? "; --init-from " : "", rc->init_from, rc->seq_len);
-  printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
-         tr->model.tab.total / 1e6);
+  if (rc->lora.rank > 0) {
+    char spec[256];
+    st_lora_format(&rc->lora, spec, sizeof spec);
+    printf("  params     %lld trainable (LoRA %s, scale %g) of %lld (%.3f%%); base frozen, "
+           "SHA-256 %.16s...\n", (long long)tr->model.tab.total, spec,
+           (double)st_lora_scale(&rc->lora), (long long)tr->model.base_tab.total,
+           100.0 * (double)tr->model.tab.total / (double)tr->model.base_tab.total,
+           rc->lora_base_digest);
+  } else {
+    printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
+           tr->model.tab.total / 1e6);
+  }
   printf("  batch      micro-batch %d x grad-accum %d x %d rank%s = global batch %d sequences "
          "x %d = %lld tokens\n", rc->micro_batch, tr->accum, tr->comm->world,
          tr->comm->world == 1 ? "" : "s", rc->global_batch,

@@ -238,6 +238,28 @@ static int setup_data_resume(trainer *tr) {
                               &tr->resume_note);
 }
 
+/* --lora against the model it ended on (after a resume's or --init-from's
+ * shape): resolved for the family, and the combinations not supported
+ * refused (exit 2). */
+static int setup_lora_config(trainer *tr) {
+  st_run_config *rc = tr->rc;
+  memset(&rc->lora, 0, sizeof rc->lora);
+  if (!rc->lora_spec[0]) return 0;
+  const int U = ST_EXIT_USAGE;
+  if (st_lora_parse(rc->lora_spec, &rc->lora) || st_lora_resolve(&rc->lora, &rc->model))
+    return -1;
+  if (rc->zero_stage == 3)
+    return st_error_setc(U, "--lora with --zero 3: the frozen base is not sharded; use --zero "
+                         "0, 1 or 2 (the adapters' state is partitioned at 1 and 2)");
+  if (rc->offload)
+    return st_error_setc(U, "--lora with --offload optimizer: the adapters' optimizer state is "
+                         "small; drop --offload");
+  if (!rc->init_from[0])
+    return st_error_setc(U, "--lora needs the base: give --init-from BASE (a Hugging Face "
+                         "directory, a run or step directory)");
+  return 0;
+}
+
 static int setup_batch(trainer *tr) {
   st_run_config *rc = tr->rc;
   int world = tr->comm->world, B = rc->micro_batch, T = rc->seq_len;
@@ -278,6 +300,7 @@ static int setup_batch(trainer *tr) {
    * heads, --norm-eps under LayerNorm) is a bad flag combination, as plan
    * says too */
   if (st_run_config_check_model(rc) || st_model_validate(&rc->model)) return -1;
+  if (setup_lora_config(tr)) return -1;
   st_error_code(ST_EXIT_ERROR);
   return 0;
 }
@@ -291,7 +314,15 @@ int st_trainer_alloc_state(trainer *tr) {
   /* ZeRO 2 never holds a full gradient vector, not even during setup;
    * ZeRO 3 no whole weight vector either: the partition is made from the
    * table's size first (st_model_num_params counts it as the table does). */
-  if (rc->zero_stage == 3) {
+  if (rc->lora.rank > 0) {
+    /* the adapters are what trains (rank/model/model.h): the partition, the
+     * optimizer and the checkpoints below see only them */
+    if (st_model_init_lora(&tr->model, &rc->model, &rc->lora, ops, B, T, c->world, rec,
+                           rc->zero_stage == 2))
+      return -1;
+    rc->lora_trainable = tr->model.tab.total;
+    rc->lora_base_params = tr->model.base_tab.total;
+  } else if (rc->zero_stage == 3) {
     st_partition_make(st_model_num_params(&rc->model), c->rank, c->world, &tr->part);
     if (st_model_init_sharded(&tr->model, &rc->model, ops, B, T, c->world, rec,
                               (int64_t)c->rank * tr->part.shard, tr->part.shard))
@@ -515,6 +546,13 @@ static int setup_init_from(trainer *tr) {
                            st_model_field_show(&now, id, y, sizeof y));
     }
     size_t n = strlen(tr->resume_note.text);
+    if (rc->lora_spec[0]) {
+      snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n,
+               "  notice     --init-from %s: the LoRA base, checked against the digest of "
+               "the one %s (step %lld) was trained on\n", rc->init_from, rc->out,
+               (long long)tr->resume_meta.step);
+      return 0;
+    }
     snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n,
              "  notice     --init-from %s not read: %s holds a checkpoint (step %lld), which "
              "--resume %s continues (a requeued fine-tune continues, it does not restart)\n",
@@ -626,6 +664,38 @@ static int setup_agree_resolved(trainer *tr) {
   return st_agree_check(tr->comm, &l);
 }
 
+/* LoRA: the base's weights from --init-from into the frozen model, and
+ * their digest: recorded at a fresh start, and on resume checked against
+ * the checkpoint's (another base: exit 4; --init-from may name a moved
+ * copy of the same weights). The config the checkpoints store is rebuilt
+ * with it. */
+static int setup_lora_base(trainer *tr, int resuming) {
+  st_run_config *rc = tr->rc;
+  if (rc->lora.rank < 1) return 0;
+  const size_t nb = (size_t)tr->model.base_tab.total;
+  float *host = malloc((nb ? nb : 1) * sizeof(float));
+  if (!host) return st_error_set("cannot allocate %zu bytes of host memory for the LoRA base",
+                                 nb * sizeof(float));
+  st_model_source s;
+  char hex[65];
+  int err = st_model_source_open(rc->init_from, &s) ||
+            st_model_source_read(&s, &tr->model.base_tab, host);
+  if (err) st_error_prefix("--init-from (the LoRA base)");
+  if (!err) err = st_lora_base_digest(&tr->model.base_tab, host, hex);
+  if (!err && resuming && strcmp(hex, rc->lora_base_digest) != 0)
+    err = st_error_setc(ST_EXIT_DATA, "--init-from %s: these base weights (SHA-256 %.16s...) are "
+                        "not the base the LoRA checkpoint %s was trained on (%.16s...); give "
+                        "--init-from the original base, or start a new run in another --out",
+                        rc->init_from, hex, tr->resume_from, rc->lora_base_digest);
+  if (!err) err = st_model_set_base_weights(&tr->model, host);
+  free(host);
+  if (err) return -1;
+  snprintf(rc->lora_base_digest, sizeof rc->lora_base_digest, "%s", hex);
+  free(tr->config_json);
+  tr->config_json = st_run_config_to_json(rc);
+  return 0;
+}
+
 /* Resume from the checkpoint setup_checkpoint found, or initialise fresh
  * weights. */
 static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
@@ -634,6 +704,14 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   *resumed = 0;
   st_rng_seed(&tr->rng, rc->seed);
   snprintf(from, (size_t)cap, "%s", tr->resume_from);
+  if (setup_lora_base(tr, found)) return -1;
+  if (!found && rc->lora.rank > 0) { /* fresh adapters (B = 0) on the base */
+    float *host = calloc((size_t)tr->model.padded_total, sizeof(float));
+    if (!host) return st_error_set("cannot allocate host memory for initial adapters");
+    int rc_init = st_model_draw_weights(&tr->model, &tr->rng, host) || set_weights(tr, host);
+    free(host);
+    return rc_init ? -1 : 0;
+  }
   if (!found) {
     size_t np = (size_t)tr->model.padded_total;
     float *host = calloc(np, sizeof(float));

@@ -61,6 +61,20 @@ int st_trainer_agree(trainer *tr, int failed) {
  * collectively, so there every rank runs the same number of forwards: a
  * rank past the last micro-batch runs one sequence of token 0 that does
  * not count. */
+/* The seed of LoRA's dropout masks for micro-step k of the step after
+ * `step` on `rank`: splitmix64 (Steele et al. 2014) of the three. */
+static uint64_t lora_mask_seed(uint64_t seed, int64_t step, int k, int rank) {
+  uint64_t z = seed ^ 0x4C6F524144524F50ull;
+  const uint64_t parts[3] = {(uint64_t)step, (uint64_t)k, (uint64_t)rank};
+  for (int i = 0; i < 3; i++) {
+    z += parts[i] * 0x9E3779B97F4A7C15ull + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+  }
+  return z;
+}
+
 static int validate(trainer *tr, double *loss_out) {
   st_run_config *rc = tr->rc;
   const int T = rc->seq_len, B = rc->micro_batch;
@@ -91,6 +105,7 @@ static int validate(trainer *tr, double *loss_out) {
     }
     tr->ops->to_device(tr->d_inp, tr->inp, (size_t)b * T * sizeof(int));
     tr->ops->to_device(tr->d_tgt, tr->tgt, (size_t)b * T * sizeof(int));
+    tr->model.lora_dropout_on = 0; /* evaluation: no dropout */
     const double sum = st_model_forward(&tr->model, tr->d_inp, tr->d_tgt, b, T, 0.0f);
     if (real && !failed) {
       acc[0] += sum;
@@ -339,6 +354,10 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
      * micro-step's worth; zeroed before the forward, which accumulates the
      * LM head's weight gradient (st_model_forward). */
     if (zero2) st_model_zero_grad(m);
+    /* LoRA dropout: masks from (seed, step, micro-step, rank) alone, so a
+     * resumed run draws the masks the uninterrupted one would have */
+    m->lora_dropout_on = 1;
+    m->lora_seed = lora_mask_seed(rc->seed, tr->step, k, tr->comm->rank);
     gmark(tr, "fwd", k); /* fwd .. bwd: the forward and the LM head's backward */
     loss_sum += st_model_forward(m, tr->d_inp, tr->d_tgt, B, T, dloss);
     gmark(tr, "bwd", k);

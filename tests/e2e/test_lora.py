@@ -1,0 +1,164 @@
+"""LoRA on a frozen base (issue 20, docs/lora.md), on the CPU: a Llama-shaped
+model imported from tests/data/hf/llama-tiny is the base.
+
+- `train --init-from BASE --lora ...` prints the trainable count; the plan's
+  gradients and optimizer are the adapters' only; the checkpoint holds only
+  the adapters (and their Adam state) plus the LoRA config and the base's
+  SHA-256 (index.h5's config, section "lora");
+- dropout 0.1, stop after step 4 and resume (same ranks): steps 5-8 and the
+  final adapters equal the uninterrupted run bit for bit;
+- dropout 0: 1 rank ZeRO 0, 2 ranks ZeRO 2 and 4 ranks ZeRO 1 agree within
+  1e-5 per step (only fp32 summation order differs); a 2-rank ZeRO 2
+  checkpoint resumes on 1 rank at ZeRO 0 within 1e-5 of the uninterrupted run;
+- resume with --init-from a moved copy of the base works; with another base
+  of the same shape: exit 4 naming --init-from; bad --lora specs and
+  unsupported combinations: exit 2 naming --lora.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import check, corpus_text, losses, parse_args, run, train  # noqa: E402
+
+a = parse_args()
+REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODEL = os.path.join(REPO, "tests", "data", "hf", "llama-tiny")
+W = lambda *p: os.path.join(a.work, *p)  # noqa: E731
+os.makedirs(a.work, exist_ok=True)
+for d in os.listdir(a.work):
+    p = W(d)
+    shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+
+open(W("kjv.txt"), "w").write(corpus_text()[:200000])
+run([a.bin, "prep", "--input", W("kjv.txt"), "--out", W("kjv.h5"), "--val-fraction", "0.05"])
+run([a.bin, "ckpt", "import", MODEL, "--out", W("base")])
+common = ["--data", W("kjv.h5"), "--seq-len", 32, "--micro-batch", 1, "--global-batch", 4,
+          "--steps", 8, "--lr", 3e-3, "--warmup", 2, "--log-every", 1, "--val-seqs", 4]
+ALL = "targets=q,k,v,o,gate,up,down"
+
+
+def lora_run(out, np_, zero, spec, *extra, expect_rc=0, base=None):
+    return train(a, np_, ["--init-from", base or W("base"), "--lora", spec, "--out", W(out),
+                          "--zero", zero] + common + list(extra), expect_rc=expect_rc)
+
+
+def adapters(run_dir):
+    step = open(os.path.join(run_dir, "ckpt", "latest")).read().strip()
+    with h5py.File(os.path.join(run_dir, "ckpt", step, "index.h5"), "r") as f:
+        names = sorted(f["params"].keys())
+        cfg = json.loads(f.attrs["config"])
+        return names, {n: f["params"][n][...] for n in names}, cfg
+
+
+# a fresh run, dropout on: trainable count, plan, checkpoint contents
+spec = "4,alpha=16,dropout=0.1," + ALL
+r = lora_run("ref", 1, 1, spec)
+check("trainable (LoRA 4,alpha=16,dropout=0.1,targets=q,k,v,o,gate,up,down, scale 4)"
+      in r.stdout, "the configuration block names the trainable count and the LoRA config")
+# per layer: q 4*(64+64), k 4*(64+32), v 4*(64+32), o 4*(64+64), gate/up 4*(64+96), down 4*(96+64)
+per_layer = 4 * (128 + 96 + 96 + 128 + 160 + 160 + 160)
+check(f"params     {2 * per_layer} trainable" in r.stdout, f"{2 * per_layer} adapter elements")
+names, ref_ad, cfg = adapters(W("ref"))
+check(all(".lora_" in n for n in names) and len(names) == 2 * 7 * 2,
+      f"the checkpoint holds the 28 adapter tensors only: {names[:3]}...")
+lora_cfg = cfg.get("lora", {})
+check(len(lora_cfg.get("base_sha256", "")) == 64 and lora_cfg.get("trainable_params") ==
+      2 * per_layer and lora_cfg.get("spec") == "4,alpha=16,dropout=0.1," + ALL,
+      f"the config records the LoRA spec, counts and base digest: {lora_cfg}")
+with h5py.File(W("ref", "ckpt", "step_00000008", "index.h5"), "r") as f:
+    check(sorted(f["adam_m"].keys()) == names, "Adam state for the adapters only")
+ref = losses(W("ref"))
+check(ref[8] < ref[1], f"the loss falls: {ref[1]:.4f} -> {ref[8]:.4f}")
+plan = None
+with open(W("ref", "metrics.jsonl")) as f:
+    for line in f:
+        d = json.loads(line)
+        if "plan" in d:
+            plan = d["plan"]
+            break
+
+# sample, eval and export of a LoRA run: the base with the adapters merged
+def evaluate(src):
+    r = run([a.bin, "eval", "--init", src, "--data", W("kjv.h5"), "--seq-len", "32",
+             "--max-windows", "4", "--device", "cpu", "--json"])
+    return json.loads(r.stdout.strip().splitlines()[-1])["loss"]
+
+
+val = [json.loads(line)["val_loss"] for line in open(W("ref", "metrics.jsonl"))
+       if "val_loss" in json.loads(line)][-1]
+got = evaluate(W("ref"))
+check(abs(got - val) <= 1e-5, f"eval of the LoRA run (merged) = the trainer's val loss: {got:.6f} "
+      f"vs {val:.6f}")
+r = run([a.bin, "ckpt", "export", W("ref"), "--out", W("plain")], expect_rc=2)
+check("--merge" in r.stderr, "export of a LoRA run without --merge/--lora-format: exit 2")
+run([a.bin, "ckpt", "export", W("ref"), "--out", W("merged"), "--merge"])
+check(abs(evaluate(W("merged")) - val) <= 1e-5, "the --merge export (a plain HF model) evaluates "
+      "to the same loss")
+r = run([a.bin, "ckpt", "export", W("base"), "--out", W("nolora"), "--merge"], expect_rc=2)
+check("not a LoRA run" in r.stderr, "--merge on a model that is not a LoRA run: exit 2")
+
+
+def sample(src, *extra):
+    """stdout as bytes: the greedy bytes of a barely trained model need not be UTF-8."""
+    r = subprocess.run([a.bin, "sample", "--init", src, "--prompt", "And God", "--max-new", "12",
+                        "--temperature", "0", "--device", "cpu"] + list(extra),
+                       capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if r.returncode != 0:
+        sys.exit(f"FAIL: sample --init {src}: {r.stderr[-300:]!r}")
+    return r.stdout
+
+
+s1, s2 = sample(W("ref")), sample(W("merged"), "--tokenizer", "bytes")
+check(len(s1) > 12 and s1 == s2, "sample of the LoRA run = sample of its --merge export")
+
+# preemption and an exact resume, dropout on
+lora_run("cut", 1, 1, spec, "--stop-after", 4)
+check(max(losses(W("cut"))) == 4, "stopped after step 4")
+r = lora_run("cut", 1, 1, spec)
+check("at step 4" in r.stdout, "resumed at step 4")
+got = losses(W("cut"))
+check(all(got[s] == ref[s] for s in range(5, 9)), "steps 5-8 equal the uninterrupted run exactly")
+_, cut_ad, _ = adapters(W("cut"))
+check(all(np.array_equal(cut_ad[n], ref_ad[n]) for n in names),
+      "final adapters equal the uninterrupted run bit for bit")
+
+# ranks and ZeRO stages agree (dropout 0: masks are drawn per rank)
+spec0 = "4,alpha=16," + ALL
+one = losses(lora_run("r1", 1, 0, spec0) and W("r1"))
+for np_, zero in ((2, 2), (4, 1)):
+    got = losses(lora_run(f"r{np_}", np_, zero, spec0) and W(f"r{np_}"))
+    worst = max(abs(got[s] - one[s]) for s in one)
+    check(worst < 1e-5, f"{np_} ranks at ZeRO {zero} agree with 1 rank: max |dloss| {worst:.2e}")
+lora_run("re", 2, 2, spec0, "--stop-after", 4)
+lora_run("re", 1, 0, spec0)
+got = losses(W("re"))
+worst = max(abs(got[s] - one[s]) for s in range(5, 9))
+check(worst < 1e-5, f"a 2-rank ZeRO 2 checkpoint resumes on 1 rank at ZeRO 0: {worst:.2e}")
+
+# the base's identity: a moved copy resumes, another base is refused (exit 4)
+lora_run("moved", 1, 1, spec0, "--stop-after", 4, "--steps", 8)
+shutil.copytree(W("base"), W("base_moved"))
+shutil.rmtree(W("base"))
+r = lora_run("moved", 1, 1, spec0, "--steps", 6, base=W("base_moved"))
+check("at step 4" in r.stdout, "a moved copy of the base (--init-from on resume) resumes")
+shutil.copytree(W("base_moved"), W("base"))
+train(a, 1, ["--init-from", W("base"), "--out", W("other")] + common[:-6] + ["--steps", 1])
+r = lora_run("moved", 1, 1, spec0, "--steps", 8, base=W("other"), expect_rc=4)
+check("--init-from" in r.stdout + r.stderr and "not the base" in r.stdout + r.stderr,
+      "another base of the same shape: exit 4 naming --init-from")
+
+# usage errors (exit 2)
+for bad, what in (("4,targets=qkv", "qkv"), ("0", "rank"), ("4,alpha=x", "alpha")):
+    r = lora_run("bad", 1, 1, bad, expect_rc=2)
+    check("--lora" in r.stdout + r.stderr, f"--lora {bad}: exit 2 naming --lora ({what})")
+r = lora_run("bad", 1, 3, "4", expect_rc=2)
+check("--zero 3" in r.stdout + r.stderr, "--lora with --zero 3: exit 2")
+r = train(a, 1, ["--model", "tiny", "--lora", "4", "--out", W("bad")] + common, expect_rc=2)
+check("--init-from" in r.stdout + r.stderr, "--lora without a base: exit 2 naming --init-from")
+print("PASS")
