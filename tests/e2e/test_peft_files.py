@@ -10,7 +10,9 @@ GPT-2 only, inference_mode, target_modules, base_model_name_or_path, no
 rsLoRA/DoRA); every tensor name PEFT's save_pretrained would write and no
 other, lora_A [r, in] and lora_B [out, r], the dtype, __metadata__ format pt,
 and every value: fp32 and fp16 bit-identical to the recomputed ones (fp16 as
-numpy rounds), bf16 the fp32 bits rounded to nearest even.
+numpy rounds), bf16 the fp32 bits rounded to nearest even. Where torch,
+transformers and peft import (the GPU machine; not CI), PEFT itself loads
+each directory onto a tiny base of its shapes (peft_check below).
 
 The safetensors package is imported, or pip-installed into .cache/oracle;
 without network the file is read by the header (tests/e2e/common.py's
@@ -150,22 +152,105 @@ def check_dir(d, fx, st):
                        "(header read)")
 
 
+def peft_check(d):
+    """Where torch, transformers and peft import (the GPU machine, not CI):
+    PeftModel.from_pretrained on tiny bases of the fixtures' shapes puts
+    exactly our adapters on exactly our modules (no others: target_modules),
+    with our values, and merge_and_unload adds scale * B @ A to a Llama
+    Linear weight [out, in] and its transpose to GPT-2's Conv1D weight
+    [in, out] (fan_in_fan_out)."""
+    try:
+        import torch
+        import transformers
+        from peft import PeftModel
+    except ImportError as e:
+        print(f"note: {e}: the PEFT load check needs torch, transformers and peft (not in CI)")
+        return
+    import warnings
+    print("torch", torch.__version__, "transformers", transformers.__version__)
+    torch.manual_seed(0)
+    bases = {
+        "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=4, n_inner=128)),
+        "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)),
+    }
+    for name, fx in fixtures().items():
+        mods, prefix, r, alpha, _, dt, _, fifo, _, ads = fx
+        fam = name.split("_")[0]
+        base = bases[fam]().eval()
+        w0 = {n: q.detach().clone() for n, q in base.named_parameters()}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m = PeftModel.from_pretrained(base, os.path.join(d, name))
+        bad = [str(w.message)[:160] for w in caught if "missing" in str(w.message).lower()
+               or "unexpected" in str(w.message).lower()]
+        soft_check(not bad, f"{name}: PeftModel.from_pretrained warns of no missing or "
+                   f"unexpected keys {bad[:2]}")
+        lora = {n[len("base_model.model."):-len(".lora_A")] for n, _ in m.named_modules()
+                if n.endswith(".lora_A")}
+        inner = "transformer.h." if fam == "gpt2" else "model.layers."
+        want = {f"{inner}{l}.{mod}" for l, mod, _, _ in ads}
+        soft_check(lora == want, f"{name}: PEFT made adapters on exactly our {len(want)} "
+                   f"modules (extra {sorted(lora - want)[:2]}, missing {sorted(want - lora)[:2]})")
+        ok = True
+        for l, mod, fin, fout in ads:
+            sub = m.base_model.model.get_submodule(f"{inner}{l}.{mod}")
+            seed = 16 * l + 2 * mods.index(mod)
+            A = value(seed, r * fin).reshape(r, fin)
+            B = value(seed + 1, fout * r).reshape(fout, r)
+            if dt != "F32":
+                A = A.astype(np.float16).astype(np.float32) if dt == "F16" else \
+                    (bf16_round(A).astype(np.uint32) << 16).view(np.float32)
+                B = B.astype(np.float16).astype(np.float32) if dt == "F16" else \
+                    (bf16_round(B).astype(np.uint32) << 16).view(np.float32)
+            ga = sub.lora_A["default"].weight.detach().float().numpy()
+            gb = sub.lora_B["default"].weight.detach().float().numpy()
+            ok &= np.array_equal(ga, A) and np.array_equal(gb, B)
+            ok &= abs(sub.scaling["default"] - alpha / r) < 1e-12
+            ok &= bool(getattr(sub, "fan_in_fan_out", False)) == fifo
+        soft_check(ok, f"{name}: lora_A/lora_B.default hold our values, scaling alpha / r = "
+                   f"{alpha / r}, fan_in_fan_out {fifo}")
+        merged = m.merge_and_unload()
+        worst = 0.0
+        for l, mod, fin, fout in ads:
+            seed = 16 * l + 2 * mods.index(mod)
+            A = torch.from_numpy(value(seed, r * fin).reshape(r, fin))
+            B = torch.from_numpy(value(seed + 1, fout * r).reshape(fout, r))
+            delta = (alpha / r) * (B @ A)          # [out, in]
+            if fifo:
+                delta = delta.T                    # Conv1D stores [in, out]
+            key = f"{inner}{l}.{mod}.weight"
+            got = merged.get_parameter(key).detach() - w0[key]
+            worst = max(worst, float((got - delta).abs().max()))
+        tol = 1e-5 if dt == "F32" else 0.05
+        soft_check(worst <= tol, f"{name}: merge_and_unload adds scale * B @ A"
+                   f"{'^T (Conv1D)' if fifo else ''}: max error {worst:.2e} <= {tol}")
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--writer", required=True, help="the test_peft_io binary")
+    p.add_argument("--writer", help="the test_peft_io binary")
+    p.add_argument("--adapters", help="instead of --writer: a directory it wrote")
     p.add_argument("--work", required=True)
     a = p.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
-    d = os.path.join(a.work, "adapters")
-    r = subprocess.run([a.writer, "--write", d], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"FAIL: {a.writer} --write exited {r.returncode}: {r.stderr[-2000:]}")
+    d = a.adapters or os.path.join(a.work, "adapters")
+    if not a.adapters:
+        r = subprocess.run([a.writer, "--write", d], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"FAIL: {a.writer} --write exited {r.returncode}: {r.stderr[-2000:]}")
     st = safetensors_module()
     if st is not None:
         print("safetensors", st.__version__)
     for name, fx in fixtures().items():
         check_dir(os.path.join(d, name), fx, st)
+    peft_check(d)
+    if a.adapters:
+        soft_finish()
+        return
     # Written twice, the same bytes: the layout does not depend on the order given.
     d2 = os.path.join(a.work, "again")
     subprocess.run([a.writer, "--write", d2], capture_output=True, check=True)
