@@ -26,6 +26,8 @@
 #include "kernels/arena.h"
 #include "kernels/dtype.h"
 
+struct st_nf4; /* kernels/nf4.h */
+
 typedef struct {
   const char *name;   /* "cpu-fp32", "cuda-bf16", ... */
   st_dtype dtype;     /* storage dtype of the void * tensors */
@@ -142,6 +144,24 @@ typedef struct {
   void (*matmul_backward)(void *dinp, float *dw, float *dbias,
                           const void *dout, const void *inp, const void *w,
                           int N, int C, int OC);
+
+  /* dinp[N,C] = dout[N,OC] @ w[OC,C], OVERWRITTEN: matmul_backward's input
+   * gradient alone, for a frozen weight (QLoRA's base: no dw, no dbias). */
+  void (*matmul_backward_input)(void *dinp, const void *dout, const void *w, int N, int C,
+                                int OC);
+
+  /* NF4 weights (kernels/nf4.h) whose arrays live in this backend's memory.
+   * nf4_dequantize: dst[rows*cols] (storage dtype) = the dequantised weight,
+   * the fp32 of st_nf4_dequantize rounded once to the storage dtype (bit for
+   * bit the host reference's). nf4_quantize: q (arrays carved by
+   * st_nf4_carve, shape set) from src[rows*cols] in the storage dtype, with
+   * q->offset set on return; workspace: st_nf4_quantize_scratch_bytes of
+   * backend memory. Bit for bit st_nf4_quantize of the same values widened
+   * to fp32. Returns 0, or -1 when src holds a NaN or an infinity. Both
+   * synchronous from the caller's point of view only in that nf4_quantize
+   * waits for its offset. */
+  void (*nf4_dequantize)(void *dst, const struct st_nf4 *q);
+  int (*nf4_quantize)(struct st_nf4 *q, const void *src, void *workspace);
 
   /* The MLP's first linear layer and its GELU in one: pre[N,OC] = inp @ w^T
    * + bias (the GELU input, kept for backward), out[N,OC] = gelu(pre).

@@ -26,6 +26,11 @@ void cpu_matmul_forward(void *out, const void *inp, const void *w, const void *b
                         int N, int C, int OC);
 void cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                          const void *inp, const void *w, int N, int C, int OC);
+void cpu_matmul_backward_input(void *dinp, const void *dout, const void *w, int N, int C,
+                               int OC);
+struct st_nf4;
+void cpu_nf4_dequantize(void *dst, const struct st_nf4 *q);
+int cpu_nf4_quantize(struct st_nf4 *q, const void *src, void *workspace);
 int64_t cpu_attention_state_floats(int B, int T, int NH);
 void cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                            int NH, int NKV);

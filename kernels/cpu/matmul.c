@@ -75,13 +75,12 @@ void cpu_matmul_forward(void *out_, const void *inp_, const void *w_, const void
   free(wT);
 }
 
-void cpu_matmul_backward(void *dinp_, float *dw, float *dbias, const void *dout_,
-                         const void *inp_, const void *w_, int N, int C, int OC) {
+/* dinp[n, :] = sum_o dout[n, o] * w[o, :] */
+void cpu_matmul_backward_input(void *dinp_, const void *dout_, const void *w_, int N, int C,
+                               int OC) {
   float *dinp = dinp_;
   const float *dout = dout_;
-  const float *inp = inp_;
   const float *w = w_;
-  /* dinp[n, :] = sum_o dout[n, o] * w[o, :] */
 #pragma omp parallel for
   for (int n0 = 0; n0 < N; n0 += ROWS) {
     int nr = N - n0 < ROWS ? N - n0 : ROWS;
@@ -95,6 +94,13 @@ void cpu_matmul_backward(void *dinp_, float *dw, float *dbias, const void *dout_
       }
     }
   }
+}
+
+void cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout_,
+                         const void *inp_, const void *w, int N, int C, int OC) {
+  const float *dout = dout_;
+  const float *inp = inp_;
+  cpu_matmul_backward_input(dinp, dout_, w, N, C, OC);
   /* dw[o, :] += sum_n dout[n, o] * inp[n, :]; dbias[o] += sum_n dout[n, o]. dw NULL: a
    * frozen weight (LoRA's base), no weight gradient at all. */
   if (!dw) {

@@ -227,6 +227,11 @@ template <typename S>
 void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                           const void *inp, const void *w, int N, int C, int OC);
 template <typename S>
+void cuda_matmul_backward_input(void *dinp, const void *dout, const void *w, int N, int C,
+                                int OC);
+template <typename S> void cuda_nf4_dequantize(void *dst, const struct st_nf4 *q);
+template <typename S> int cuda_nf4_quantize(struct st_nf4 *q, const void *src, void *workspace);
+template <typename S>
 void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w,
                               const void *bias, int N, int C, int OC);
 template <typename S>

@@ -351,6 +351,20 @@ void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
   weight_grads<S>(dw, dbias, dout, inp, N, C, OC);
 }
 
+/* The input side alone (frozen weights: kernels/nf4_matmul.h). The same
+ * GEMM as cuda_matmul_backward's dinp, so the same plan and the same bits. */
+template <typename S>
+void cuda_matmul_backward_input(void *dinp, const void *dout, const void *w, int N, int C,
+                                int OC) {
+  constexpr cudaDataType_t dt = st_cuda_type<S>();
+  if (N == 0 || C == 0) return;
+  if (OC == 0) { /* an empty sum */
+    cuda_zero(dinp, (size_t)N * C * sizeof(S));
+    return;
+  }
+  lt_matmul(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, dt, dt);
+}
+
 /* GELU fused into the GEMM epilogue (cuBLASLt's tanh-form GELU) for bf16 and
  * fp16: saves a read and a write of the [N, 4C] activation each way. The
  * fp32 table, the debugging reference, keeps the separate GELU kernels so
@@ -389,6 +403,8 @@ void cuda_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *
                                        int, int);                                           \
   template void cuda_matmul_backward<S>(void *, float *, float *, const void *, const void *, \
                                         const void *, int, int, int);                         \
+  template void cuda_matmul_backward_input<S>(void *, const void *, const void *, int, int,    \
+                                              int);                                           \
   template void cuda_matmul_gelu_forward<S>(void *, void *, const void *, const void *,       \
                                             const void *, int, int, int);                     \
   template void cuda_matmul_backward_gelu<S>(void *, float *, float *, const void *,         \

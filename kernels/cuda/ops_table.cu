@@ -61,6 +61,9 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.rope_backward = cuda_rope_backward<S>;
   t.matmul_forward = cuda_matmul_forward<S>;
   t.matmul_backward = cuda_matmul_backward<S>;
+  t.matmul_backward_input = cuda_matmul_backward_input<S>;
+  t.nf4_dequantize = cuda_nf4_dequantize<S>;
+  t.nf4_quantize = cuda_nf4_quantize<S>;
   t.matmul_gelu_forward = cuda_matmul_gelu_forward<S>;
   t.matmul_backward_gelu = cuda_matmul_backward_gelu<S>;
   t.attention_state_floats = cuda_attention_state_floats;
