@@ -16,6 +16,7 @@
 #include "io/hf_arch.h"
 #include "io/llmc_model.h"
 #include "io/model_source.h"
+#include "io/peft_export.h"
 #include "launcher/cli.h"
 #include "rank/train/run_config.h"
 #include "util/error.h"
@@ -262,8 +263,6 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
   return rc;
 }
 
-#if __has_include("io/peft_export.h")
-#include "io/peft_export.h"
 /* --lora-format peft: the adapters of LoRA checkpoint s as a PEFT adapter
  * directory (io/peft_export.h), in --dtype. */
 static int export_peft(const port_args *a, const st_model_source *s, const st_lora_config *lora,
@@ -294,14 +293,6 @@ static int export_peft(const port_args *a, const st_model_source *s, const st_lo
   st_lora_table_free(&lt);
   return rc;
 }
-#else
-static int export_peft(const port_args *a, const st_model_source *s, const st_lora_config *lora,
-                       const char *base) {
-  (void)a, (void)s, (void)lora, (void)base;
-  return st_error_setc(ST_EXIT_USAGE, "--lora-format peft: this build has no PEFT writer "
-                       "(io/peft_export.c); use --merge for a plain Hugging Face model");
-}
-#endif
 
 /* A LoRA checkpoint exports as base + merged adapters (--merge) or as its
  * adapters (--lora-format peft): one must be asked for; neither applies

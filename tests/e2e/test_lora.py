@@ -100,6 +100,46 @@ check("--merge" in r.stderr, "export of a LoRA run without --merge/--lora-format
 run([a.bin, "ckpt", "export", W("ref"), "--out", W("merged"), "--merge"])
 check(abs(evaluate(W("merged")) - val) <= 1e-5, "the --merge export (a plain HF model) evaluates "
       "to the same loss")
+
+
+def safetensors_read(path):
+    """{name: float32 array} of an F32 safetensors file (its 8-byte header
+    length, the JSON header, then the data): no package needed."""
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        check(v["dtype"] == "F32", f"{k}: F32 in an fp32 export ({v['dtype']})")
+        b, e = v["data_offsets"]
+        out[k] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(v["shape"])
+    return out
+
+
+# --lora-format peft: the checkpoint's adapters under PEFT's names, bit for bit
+run([a.bin, "ckpt", "export", W("ref"), "--out", W("peft"), "--lora-format", "peft"])
+pc = json.load(open(W("peft", "adapter_config.json")))
+check(pc.get("peft_type") == "LORA" and pc.get("r") == 4 and pc.get("lora_alpha") == 16 and
+      sorted(pc.get("target_modules", [])) == sorted(["q_proj", "k_proj", "v_proj", "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"]),
+      f"adapter_config.json: LORA, r 4, alpha 16, the seven modules: {pc}")
+st = safetensors_read(W("peft", "adapter_model.safetensors"))
+MOD = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+       "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
+       "down": "mlp.down_proj"}
+want = {}
+for n in names:  # h.L.lora_T.A / .B
+    layer, t, ab = n.split(".")[1], n.split(".")[2][5:], n.split(".")[3]
+    want[f"base_model.model.model.layers.{layer}.{MOD[t]}.lora_{ab}.weight"] = ref_ad[n]
+check(sorted(st) == sorted(want), f"PEFT's tensor names, one per adapter: {sorted(st)[:2]}...")
+check(all(st[k].shape == want[k].shape and np.array_equal(st[k], want[k]) for k in want),
+      "every PEFT tensor equals the checkpoint's adapter bit for bit, shape [r, in] / [out, r]")
+r = run([a.bin, "ckpt", "export", W("ref"), "--out", W("peft"), "--lora-format", "peft"],
+        expect_rc=3)
+check(os.path.exists(W("peft", "adapter_model.safetensors")),
+      "a second --lora-format export onto the same --out is refused and the first stays")
 r = run([a.bin, "ckpt", "export", W("base"), "--out", W("nolora"), "--merge"], expect_rc=2)
 check("not a LoRA run" in r.stderr, "--merge on a model that is not a LoRA run: exit 2")
 
