@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, corpus_text, losses, parse_args, run, train  # noqa: E402
+from common import check, corpus_text, losses, parse_args, read_st, run, train  # noqa: E402
 
 a = parse_args()
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -102,22 +102,6 @@ check(abs(evaluate(W("merged")) - val) <= 1e-5, "the --merge export (a plain HF 
       "to the same loss")
 
 
-def safetensors_read(path):
-    """{name: float32 array} of an F32 safetensors file (its 8-byte header
-    length, the JSON header, then the data): no package needed."""
-    raw = open(path, "rb").read()
-    n = int.from_bytes(raw[:8], "little")
-    head = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        check(v["dtype"] == "F32", f"{k}: F32 in an fp32 export ({v['dtype']})")
-        b, e = v["data_offsets"]
-        out[k] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(v["shape"])
-    return out
-
-
 # --lora-format peft: the checkpoint's adapters under PEFT's names, bit for bit
 run([a.bin, "ckpt", "export", W("ref"), "--out", W("peft"), "--lora-format", "peft"])
 pc = json.load(open(W("peft", "adapter_config.json")))
@@ -125,7 +109,8 @@ check(pc.get("peft_type") == "LORA" and pc.get("r") == 4 and pc.get("lora_alpha"
       sorted(pc.get("target_modules", [])) == sorted(["q_proj", "k_proj", "v_proj", "o_proj",
                                                       "gate_proj", "up_proj", "down_proj"]),
       f"adapter_config.json: LORA, r 4, alpha 16, the seven modules: {pc}")
-st = safetensors_read(W("peft", "adapter_model.safetensors"))
+st = {k: v for k, (dt, v) in read_st(W("peft", "adapter_model.safetensors")).items()
+      if check(dt == "F32", f"{k}: F32 in an fp32 export") is None}
 MOD = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
        "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
        "down": "mlp.down_proj"}
