@@ -22,7 +22,9 @@
 #    an imported Hugging Face model against transformers (tests/data/hf);
 #    the Llama family: an imported llama-tiny across precisions, attention
 #    kernels, ZeRO stages and recompute, a wider GQA Llama and an MQA Qwen2,
-#    sample/eval on CUDA against the CPU, and a bit-exact resume.
+#    sample/eval on CUDA against the CPU, and a bit-exact resume;
+#    LoRA on the imported llama-tiny across precisions, ZeRO stages and
+#    recompute, and a bit-exact LoRA resume.
 #
 # Exits non-zero on any failure and ends with one line:
 #   smoke: N passed, M failed (GPU, tree DIGEST, seconds)
@@ -395,6 +397,19 @@ check "qwen2-mqa-bf16-cudnn" 8 "$B" train "${LW[@]}" --arch qwen2 --kv-heads 1 -
   --precision bf16 --attention cudnn --zero 2 --resume none --out "$W/qwen2-mqa-bf16-cudnn"
 sample_eval "$W/llama-tiny-fp32-flash-z0-none" llama-sample-eval-cuda " (RoPE, GQA decode)"
 
+# LoRA on the imported llama-tiny (docs/lora.md): the frozen base's
+# input-only backward and the adapter ops on CUDA, every target, dropout on,
+# ZeRO 0-2 and each recompute policy; a bit-exact resume follows in 4.
+LORA=(--data "$DATA" --init-from "$LT" --lora 8,alpha=16,dropout=0.1,targets=q,k,v,o,gate,up,down
+      --seq-len 64 --micro-batch 4 --global-batch 8 --steps 12 --lr 1e-2 --warmup 2
+      --val-every 6 --val-seqs 16 --log-every 1 --device cuda)
+for spec in "bf16 cudnn 1 none" "bf16 flash 2 full" "fp16 cudnn 0 selective" "fp32 flash 2 none"; do
+  set -- $spec
+  name=lora-llama-tiny-$1-$2-z$3-$4
+  check "$name" 12 "$B" train "${LORA[@]}" --precision $1 --attention $2 --zero $3 \
+    --recompute $4 --resume none --out "$W/$name"
+done
+
 # 4. Stop, resume, verify: the resumed run's losses equal an uninterrupted
 # run's, bit for bit (deterministic kernels, restored data position and RNG).
 resume_case() {
@@ -430,4 +445,5 @@ resume_case resume-tiny-bf16-cudnn-z1 12 6 "${TINY[@]}" --precision bf16 --atten
 resume_case resume-tiny-fp32-flash-z2 12 6 "${TINY[@]}" --precision fp32 --attention flash --zero 2
 resume_case resume-gpt2-124m-bf16-z1 6 3 "${G124[@]}" --precision bf16 --attention cudnn --zero 1
 resume_case resume-llama-wide-bf16-z2 8 4 "${LW[@]}" --precision bf16 --attention cudnn --zero 2
+resume_case resume-lora-llama-tiny-bf16-z2 12 6 "${LORA[@]}" --precision bf16 --attention cudnn --zero 2
 summary
