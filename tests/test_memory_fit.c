@@ -358,6 +358,28 @@ static void test_fit_zero3(void **state) {
   assert_int_equal(f.choice.in.zero_stage, 2);
 }
 
+/* LoRA (rank/model/lora.h): the search never tries ZeRO 3 or --offload,
+ * which the planner refuses with LoRA (it used to, and the whole search
+ * failed on that refusal); where only those would fit the full model, the
+ * frozen base's small state fits at a stage of 0 .. 2. */
+static void test_fit_lora(void **state) {
+  (void)state;
+  st_plan_fit_query q = fit_query("llama-3.1-8b", 8, 1);
+  assert_int_equal(st_model_preset("llama-3.1-8b", &q.base.model), 0);
+  assert_int_equal(st_model_validate(&q.base.model), 0);
+  q.base.seq_len = 2048;
+  q.base.gpu_mem = 40ULL << 30;
+  assert_int_equal(st_lora_parse("16,targets=q,k,v,o", &q.base.lora), 0);
+  assert_int_equal(st_lora_resolve(&q.base.lora, &q.base.model), 0);
+  st_plan_fit f;
+  assert_int_equal(st_memory_plan_fit(&q, &f), 0);
+  check_fit_contract(&f);
+  assert_true(f.found);
+  assert_true(f.choice.in.zero_stage <= 2 && !f.choice.in.offload);
+  assert_true(f.choice.plan.fits == 1);
+  assert_int_equal(f.choice.plan.base_params, st_model_num_params(&q.base.model));
+}
+
 static void test_fit_errors(void **state) {
   (void)state;
   st_plan_fit f;
@@ -406,6 +428,7 @@ int main(void) {
       cmocka_unit_test(test_fit_1558m),
       cmocka_unit_test(test_fit_keeps_given_stage),
       cmocka_unit_test(test_fit_zero3),
+      cmocka_unit_test(test_fit_lora),
       cmocka_unit_test(test_fit_errors),
       cmocka_unit_test(test_describe_change),
   };

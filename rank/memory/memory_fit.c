@@ -207,13 +207,17 @@ int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
   search *s = calloc(1, sizeof *s);
   if (!s) return st_error_set("out of host memory");
   s->q = q;
-  const int z = q->base.zero_stage, nz = ST_PLAN_ZERO_STAGES;
+  /* LoRA: ZeRO 3 and offload are not supported (rank/model/lora.h), so
+   * neither is searched */
+  const int lora = q->base.lora.rank > 0;
+  const int z = q->base.zero_stage, nz = lora ? 3 : ST_PLAN_ZERO_STAGES;
   /* Offload is searched where it can help: on CUDA, when the stage is
    * searched too, after the on-device placements (a tie goes to the device);
    * given (--offload optimizer), it is kept. The CPU's "device" is host
    * memory already. */
   const int off_given = q->base.offload ? PLACE_OFFLOAD : 0;
-  const int off_search = !off_given && q->search_zero && q->base.backend == ST_BACKEND_CUDA;
+  const int off_search =
+      !off_given && !lora && q->search_zero && q->base.backend == ST_BACKEND_CUDA;
   for (int o = off_given; o <= (off_search ? PLACE_OFFLOAD : off_given); o += PLACE_OFFLOAD) {
     if (q->search_zero == 1) {
       for (int k = 0; k < nz; k++) s->stages[s->ns++] = o + k;
