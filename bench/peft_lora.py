@@ -196,11 +196,14 @@ def main():
 
     cuda = a.device.startswith("cuda")
     frac = a.mem_fraction
+    if cuda:  # set_per_process_memory_fraction wants an index, not "cuda"
+        idx = torch.device(a.device).index
+        idx = torch.cuda.current_device() if idx is None else idx
     if cuda and a.mem_gib:
-        total = torch.cuda.get_device_properties(torch.device(a.device)).total_memory
+        total = torch.cuda.get_device_properties(idx).total_memory
         frac = min(1.0, a.mem_gib * 2**30 / total)
     if cuda and frac:
-        torch.cuda.set_per_process_memory_fraction(frac, torch.device(a.device))
+        torch.cuda.set_per_process_memory_fraction(frac, idx)
     result = {"tokens_per_s": None, "steps": 0, "loss_first": None, "loss_last": None,
               "max_allocated_mib": None}
     try:
