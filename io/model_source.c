@@ -1,6 +1,8 @@
 /* model_source.c - open and read a model from any source (see model_source.h). */
 #include "io/model_source.h"
 
+#include "kernels/nf4.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +94,7 @@ int st_model_source_lora(const st_model_source *s, st_lora_config *lora, char *b
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(l, "spec");
   const cJSON *bp = cJSON_GetObjectItemCaseSensitive(l, "base_path");
   const cJSON *dg = cJSON_GetObjectItemCaseSensitive(l, "base_sha256");
+  const cJSON *bd = cJSON_GetObjectItemCaseSensitive(l, "base_dtype");
   int rc = 0;
   if (cJSON_IsString(spec) && spec->valuestring[0]) {
     rc = 1;
@@ -101,6 +104,8 @@ int st_model_source_lora(const st_model_source *s, st_lora_config *lora, char *b
     if (st_lora_parse(spec->valuestring, lora) || st_lora_resolve(lora, &s->cfg))
       rc = st_error_setc(ST_EXIT_CHECKPOINT, "%s: its LoRA config '%s' does not read (%s)",
                          s->path, spec->valuestring, st_error_msg());
+    else /* QLoRA: the adapters were trained on the NF4 rounding of the base */
+      lora->nf4_base = cJSON_IsString(bd) && strcmp(bd->valuestring, "nf4") == 0;
   }
   cJSON_Delete(j);
   return rc;
@@ -127,6 +132,34 @@ int st_model_source_read_adapters(const st_model_source *s, const st_lora_config
   return coded(rc);
 }
 
+/* QLoRA: each block's four projection weights of params replaced by their
+ * NF4 quantisation dequantised (kernels/nf4.h, fp32): the base the
+ * adapters were trained on. Exact for the CPU backend's runs (fp32 base);
+ * a bf16 run quantised the base's bf16 rounding on the GPU, which is the
+ * same whenever the base holds bf16 values (any Hugging Face bf16 model). */
+static int nf4_round_trip(const st_model_source *s, const st_param_table *tab, float *params) {
+  for (int i = 0; i < tab->n; i++) {
+    const st_tensor *t = &tab->t[i];
+    const char *n = t->name;
+    if (strncmp(n, "h.", 2) != 0 || t->ndim != 2 ||
+        !(strstr(n, ".attn.qkv.weight") || strstr(n, ".attn.proj.weight") ||
+          strstr(n, ".mlp.fc.weight") || strstr(n, ".mlp.proj.weight")))
+      continue;
+    st_nf4 q;
+    const size_t bytes = st_nf4_bytes(t->shape[0], t->shape[1]);
+    void *mem = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!mem) return st_error_set("cannot allocate %zu bytes of host memory for NF4", bytes);
+    st_nf4_carve(&q, t->shape[0], t->shape[1], mem);
+    const int bad = st_nf4_quantize(&q, params + t->offset);
+    if (!bad) st_nf4_dequantize(&q, params + t->offset);
+    free(mem);
+    if (bad)
+      return st_error_setc(ST_EXIT_CHECKPOINT, "the QLoRA base of %s: %s holds a NaN or an "
+                           "infinity", s->path, n);
+  }
+  return 0;
+}
+
 /* A LoRA checkpoint: its base (checked against the recorded digest) with
  * the adapters merged. */
 static int read_lora_merged(const st_model_source *s, const st_lora_config *lora,
@@ -145,6 +178,7 @@ static int read_lora_merged(const st_model_source *s, const st_lora_config *lora
     return st_error_setc(ST_EXIT_DATA, "%s: the LoRA base %s (SHA-256 %.16s...) is not the base "
                          "its adapters were trained on (%.16s...); set ST_LORA_BASE to that "
                          "base", s->path, base, hex, digest);
+  if (lora->nf4_base && nf4_round_trip(s, tab, params)) return coded(-1);
   st_lora_table lt;
   float *ad;
   int rc = st_model_source_read_adapters(s, lora, &lt, &ad);

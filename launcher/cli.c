@@ -138,6 +138,11 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     if (one_of(f, v, k_prec)) return -1;
     return copy_str(rc->precision, sizeof rc->precision, f, v) ? -1 : 1;
   }
+  if (strcmp(f, "--base-dtype") == 0) {
+    static const char *const k_bd[] = {"bf16", "nf4", NULL};
+    if (one_of(f, v, k_bd)) return -1;
+    return copy_str(rc->base_dtype, sizeof rc->base_dtype, f, v) ? -1 : 1;
+  }
   if (strcmp(f, "--recompute") == 0) {
     if (one_of(f, v, k_rec)) return -1;
     seen->recompute = 1;
@@ -247,7 +252,7 @@ static void apply_model_flags(st_run_config *rc, const st_cli_seen *s) {
 /* Every flag train takes, then plan's own, for "did you mean". Kept next
  * to the parsers above; a flag missing here only loses its suggestion. */
 static const char *const k_flags[] = {
-    "--arch", "--attention", "--auto-fit", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--data-changed-ok", "--device",
+    "--arch", "--attention", "--auto-fit", "--base-dtype", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--data-changed-ok", "--device",
     "--dim", "--dump-grads", "--dump-params", "--enforce-gpu-mem", "--eps", "--ffn-dim", "--global-batch", "--gpu-mem", "--gpu-stats-every",
     "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--lora", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
@@ -541,7 +546,10 @@ void st_cli_print_train_usage(void) {
       "            a checkpoint already in --out is resumed instead (--resume auto)\n"
       "          --lora RANK[,alpha=A,dropout=P,targets=T1,T2,...]: LoRA on the frozen\n"
       "            --init-from base (alpha 8, dropout 0; targets GPT-2 qkv,o,up,down,\n"
-      "            Llama/Qwen2 q,k,v,o,gate,up,down; default qkv / q,v; docs/lora.md)\n"
+      "            Llama/Qwen2 q,k,v,o,gate,up,down; default qkv / q,v; docs/lora.md);\n"
+      "            without --init-from the seeded --model initialisation is the base\n"
+      "          --base-dtype bf16|nf4: the LoRA base's storage (bf16: the working dtype;\n"
+      "            nf4: QLoRA's 4-bit NormalFloat projection weights, docs/nf4.md)\n"
       "  batch   --micro-batch B (sequences per rank per micro-step, default 8)\n"
       "          --global-batch G (sequences per optimizer step, default 16;\n"
       "            gradient accumulation = G / (B * ranks))\n"

@@ -132,6 +132,13 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     snprintf(note, sizeof note, "ZeRO 3, %s: shard %s + head whole %s + 2 gathered blocks %s", dt,
              human(p->weights_shard, a, sizeof a), human(p->weights_head, b, sizeof b),
              human(p->weights_blocks, c, sizeof c));
+  } else if (in->lora.rank > 0 && in->lora.nf4_base) {
+    char d[32], e[32], f[32];
+    snprintf(note, sizeof note, "QLoRA: frozen base %s (%s parameters): NF4 projections %s + "
+             "%s %s + dequantisation scratch %s; adapters %s", human(p->weights_base + p->weights_nf4, a, sizeof a),
+             commas((uint64_t)p->base_params, b, sizeof b), human(p->weights_nf4, d, sizeof d),
+             dt, human(p->weights_base, e, sizeof e), human(p->nf4_scratch, c, sizeof c),
+             human(p->lora_weights, f, sizeof f));
   } else if (in->lora.rank > 0) {
     snprintf(note, sizeof note, "%s: frozen base %s (%s parameters) + adapters %s", dt,
              human(p->weights_base, a, sizeof a), commas((uint64_t)p->base_params, b, sizeof b),
@@ -334,6 +341,7 @@ int st_cmd_plan(int argc, char **argv) {
   if (rc->lora_spec[0] &&
       (st_lora_parse(rc->lora_spec, &rc->lora) || st_lora_resolve(&rc->lora, &rc->model)))
     return st_cli_fail(ST_EXIT_USAGE);
+  if (st_run_config_base_dtype(rc)) return st_cli_fail(ST_EXIT_USAGE);
   resolve_backend(&o, &in);
   long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */
   if (st_nccl_buffsize_env(&nccl_bs)) return st_cli_fail(ST_EXIT_USAGE);

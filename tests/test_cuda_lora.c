@@ -17,6 +17,10 @@
  * every adapter gradient against the CPU. fp32: |cuda - cpu| <= 1e-4
  * max|cpu tensor| + 1e-3|cpu|, loss 1e-5 relative; bf16: 5e-2 and 5e-2,
  * loss 1e-2. A second CUDA step reproduces loss and gradients bit for bit.
+ * QLoRA (the same models with --base-dtype nf4; the GPU under full
+ * recompute): the dequantised base is the CPU's bit for bit (after the
+ * storage dtype's rounding), then the same bounds; and GPT-2 with qkv only
+ * (the fused GELU GEMMs on a dequantised weight).
  *
  * Exit 0: all passed; 1: a check failed; 77: no CUDA device (skipped).
  */
@@ -115,7 +119,10 @@ static void test_ops(void) {
   GPU->free(dgw), GPU->free(dy), GPU->free(dv);
 }
 
-static void test_model(int llama, const char *spec, double tol) {
+/* nf4: QLoRA (lora.nf4_base): both bases quantised on their own backend,
+ * the GPU model under full recompute (so its backward re-dequantises every
+ * projection after the recompute's forward used the scratch). */
+static void test_model(int llama, const char *spec, double tol, int nf4) {
   st_model_config cfg = {.n_layer = 2, .n_head = 3, .n_embd = 72, .block_size = 40,
                          .vocab_size = 200};
   if (llama) {
@@ -131,12 +138,15 @@ static void test_model(int llama, const char *spec, double tol) {
     g_checks++, g_failures++;
     return;
   }
+  l.nf4_base = nf4;
   const int B = 3, T = 40, BT = B * T;
-  printf("model (%s): %s, LoRA %s, B=%d T=%d\n", GPU->name, llama ? "llama" : "gpt2", spec, B, T);
+  printf("model (%s): %s, %s %s, B=%d T=%d\n", GPU->name, llama ? "llama" : "gpt2",
+         nf4 ? "QLoRA (NF4 base, GPU recompute full)" : "LoRA", spec, B, T);
   st_model mc, mg, plain;
   if (st_model_init(&plain, &cfg, CPU, 1, 1, 1, ST_RECOMPUTE_NONE) ||
       st_model_init_lora(&mc, &cfg, &l, CPU, B, T, 4, ST_RECOMPUTE_NONE, 0) ||
-      st_model_init_lora(&mg, &cfg, &l, GPU, B, T, 4, ST_RECOMPUTE_NONE, 0)) {
+      st_model_init_lora(&mg, &cfg, &l, GPU, B, T, 4, nf4 ? ST_RECOMPUTE_FULL : ST_RECOMPUTE_NONE,
+                         0)) {
     printf("  init failed: %s  FAIL\n", st_error_msg());
     g_checks++, g_failures++;
     return;
@@ -158,6 +168,23 @@ static void test_model(int llama, const char *spec, double tol) {
   int ok = !st_model_set_base_weights(&mc, base) && !st_model_set_base_weights(&mg, base) &&
            !st_model_set_weights(&mc, ad) && !st_model_set_weights(&mg, ad);
   expect_true("weights set", ok);
+  if (nf4) {
+    /* the same NF4 arrays on both sides (base values representable in the
+     * storage dtype): the GPU's dequantised base is the CPU's rounded once
+     * to the storage dtype, bit for bit */
+    const int64_t nb = mc.base_tab.total;
+    float *bc = malloc((size_t)nb * sizeof(float)), *bg = malloc((size_t)nb * sizeof(float));
+    ok = !st_model_get_base_weights(&mc, bc) && !st_model_get_base_weights(&mg, bg);
+    round_st(bc, nb);
+    g_checks++;
+    const int same = ok && memcmp(bc, bg, (size_t)nb * sizeof(float)) == 0;
+    int moved = 0;
+    for (int64_t i = 0; i < nb && ok; i++) moved += bc[i] != base[i];
+    printf("  %-40s %s (%d of %lld values moved by NF4)\n", "dequantised base, gpu vs cpu",
+           same && moved ? "bit-identical" : "DIFFERENT  FAIL", moved, (long long)nb);
+    if (!same || !moved) g_failures++;
+    free(bc), free(bg);
+  }
   mc.lora_seed = mg.lora_seed = 42;
   mc.lora_dropout_on = mg.lora_dropout_on = 1;
   int *inp = rand_ints(BT + 1, cfg.vocab_size);
@@ -216,8 +243,11 @@ int main(void) {
     use_dtype(dts[k]);
     const double tol = dts[k] == ST_FP32 ? 0 : 5e-2;
     test_ops();
-    test_model(0, "4,alpha=8,dropout=0.1,targets=qkv,o,up,down", tol);
-    test_model(1, "4,alpha=8,dropout=0.1,targets=q,k,v,o,gate,up,down", tol);
+    for (int nf4 = 0; nf4 < 2; nf4++) {
+      test_model(0, "4,alpha=8,dropout=0.1,targets=qkv,o,up,down", tol, nf4);
+      test_model(1, "4,alpha=8,dropout=0.1,targets=q,k,v,o,gate,up,down", tol, nf4);
+      test_model(0, "4,alpha=8,targets=qkv", tol, nf4); /* GPT-2's fused GELU GEMMs */
+    }
   }
   printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures ? 1 : 0;

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kernels/nf4.h"
 #include "rank/memory/memory_plan.h"
 #include "rank/model/params.h"
 #include "rank/train/trainer_state.h"
@@ -144,6 +145,8 @@ static void free_trainer_host(trainer *t) {
 
 /* --lora for check_one: NULL, full training; else the spec, resolved for the shape. */
 static const char *g_lora;
+/* with g_lora: 1 for --base-dtype nf4 (QLoRA) */
+static int g_nf4;
 
 static void check_one(const st_model_config *cfg, int B, int world, int rank, int zero,
                       st_recompute rec, st_backend be, st_dtype dt) {
@@ -158,6 +161,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   if (g_lora) {
     assert_int_equal(st_lora_parse(g_lora, &rc.lora), 0);
     assert_int_equal(st_lora_resolve(&rc.lora, cfg), 0);
+    rc.lora.nf4_base = g_nf4;
   }
   st_comm comm;
   memset(&comm, 0, sizeof comm);
@@ -180,9 +184,32 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
     st_lora_table_free(&lt);
     assert_int_equal(p.base_params, st_model_num_params(cfg));
     assert_int_equal(p.weights_base, size_of(m->base_params));
-    assert_int_equal(p.weights_base, st_arena_round((uint64_t)p.base_params * m->es));
     assert_int_equal(p.lora_weights, size_of(m->params));
-    assert_int_equal(p.weights, p.weights_base + p.lora_weights);
+    if (g_nf4) { /* QLoRA: the projections as NF4 only, one dequantisation scratch */
+      int64_t kept = 0, big = 0;
+      uint64_t nf4 = 0;
+      for (int i = 0; i < m->base_tab.n; i++) {
+        const st_tensor *t = &m->base_tab.t[i];
+        if (strstr(t->name, ".attn.qkv.weight") || strstr(t->name, ".attn.proj.weight") ||
+            strstr(t->name, ".mlp.fc.weight") || strstr(t->name, ".mlp.proj.weight")) {
+          nf4 += st_nf4_bytes(t->shape[0], t->shape[1]);
+          if (t->numel > big) big = t->numel;
+        } else {
+          kept += t->numel;
+        }
+      }
+      assert_int_equal(p.weights_base, st_arena_round((uint64_t)kept * m->es));
+      assert_int_equal(p.weights_nf4, size_of(m->nf4_mem));
+      assert_int_equal(p.weights_nf4, st_arena_round(nf4));
+      assert_int_equal(p.nf4_scratch, size_of(m->nf4_scratch));
+      assert_true(p.nf4_scratch >= (uint64_t)big * m->es);
+      assert_int_equal(p.weights, p.weights_base + p.lora_weights + p.weights_nf4 +
+                                      p.nf4_scratch);
+    } else {
+      assert_int_equal(p.weights_base, st_arena_round((uint64_t)p.base_params * m->es));
+      assert_int_equal(p.weights, p.weights_base + p.lora_weights);
+      assert_int_equal(p.weights_nf4 + p.nf4_scratch, 0);
+    }
     assert_true(p.acts.lora > 0);
   } else {
     assert_int_equal(p.params, st_model_num_params(cfg));
@@ -344,8 +371,9 @@ static void test_lora_plan_equals_allocation(void **state) {
   int cases = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     assert_int_equal(st_model_validate(&shapes[s]), 0);
-    for (int k = 0; k < 2; k++) {
-      g_lora = shapes[s].arch == ST_ARCH_GPT2 ? gpt2[k] : llama[k];
+    for (int k = 0; k < 4; k++) { /* k >= 2: the same specs with --base-dtype nf4 */
+      g_lora = shapes[s].arch == ST_ARCH_GPT2 ? gpt2[k % 2] : llama[k % 2];
+      g_nf4 = k >= 2;
       for (int be = 0; be < 2; be++)
         for (int dt = 0; dt < 3; dt++) {
           if (be == ST_BACKEND_CPU && dt != ST_FP32) continue;
@@ -361,7 +389,8 @@ static void test_lora_plan_equals_allocation(void **state) {
     }
   }
   g_lora = NULL;
-  assert_int_equal(cases, 4 * 2 * 4 * 2 * 3 * 3);
+  g_nf4 = 0;
+  assert_int_equal(cases, 4 * 4 * 4 * 2 * 3 * 3);
   /* ZeRO 3 and --offload are refused with LoRA (exit 2) */
   st_plan_input in = {.model = shapes[0], .micro_batch = 1, .world = 2, .zero_stage = 3,
                       .dtype = ST_FP32};

@@ -161,9 +161,16 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->weights = p->weights_shard + p->weights_head + p->weights_blocks;
   } else if (lora) {
     /* st_model_init_lora: the base unpadded, the adapters padded to N */
-    p->weights_base = R((uint64_t)p->base_params * es);
+    int64_t kept = p->base_params;
+    if (in->lora.nf4_base) {
+      uint64_t nf4, scratch;
+      st_model_nf4_bytes(c, in->dtype, &nf4, &scratch, &kept);
+      p->weights_nf4 = R(nf4 ? nf4 : 1);
+      p->nf4_scratch = R(scratch);
+    }
+    p->weights_base = R((uint64_t)(kept ? kept * (int64_t)es : 1));
     p->lora_weights = R(padded * es);
-    p->weights = p->weights_base + p->lora_weights;
+    p->weights = p->weights_base + p->lora_weights + p->weights_nf4 + p->nf4_scratch;
   } else {
     p->weights = R(padded * es);
   }
@@ -247,13 +254,14 @@ typedef struct {
   const char *name;
   uint64_t bytes;
 } named_bytes;
-enum { N_CATEGORIES = 24 };
+enum { N_CATEGORIES = 26 };
 
 static void categories(const st_memory_plan *p, named_bytes k[N_CATEGORIES]) {
   const named_bytes all[N_CATEGORIES] = {
       {"weights", p->weights},         {"weights_shard", p->weights_shard},
       {"weights_head", p->weights_head}, {"weights_blocks", p->weights_blocks},
       {"weights_base", p->weights_base}, {"lora_weights", p->lora_weights},
+      {"weights_nf4", p->weights_nf4}, {"nf4_scratch", p->nf4_scratch},
       {"grads", p->grads},
       {"grads_full", p->grads_full},   {"grads_head", p->grads_head},
       {"grads_buckets", p->grads_buckets}, {"grads_recv", p->grads_recv},

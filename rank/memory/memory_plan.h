@@ -113,9 +113,14 @@ typedef struct {
   int64_t shard;          /* padded_params / world: one rank's ZeRO partition */
   /* LoRA: params above are the adapters (what trains); base_params the
    * frozen base's, whose working weights are weights_base, the adapters'
-   * lora_weights (weights is their sum); 0 without LoRA */
+   * lora_weights (weights is their sum); 0 without LoRA. QLoRA
+   * (lora.nf4_base): weights_base holds only the tensors that stay in the
+   * working dtype; weights_nf4 the NF4 arrays of every block's four
+   * projection weights (st_nf4_bytes each, one buffer), nf4_scratch the one
+   * dequantisation buffer of the largest of them plus nf4_quantize's
+   * workspace (st_model_nf4_bytes); both are part of weights. */
   int64_t base_params;
-  uint64_t weights_base, lora_weights;
+  uint64_t weights_base, lora_weights, weights_nf4, nf4_scratch;
   /* model (st_model_init / st_model_init_bucketed) */
   /* Each category: its buffers' bytes, each rounded up to 256 (the arena's
    * alignment). */

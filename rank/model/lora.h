@@ -41,6 +41,8 @@ typedef struct {
   float alpha;       /* lora_alpha; scale = alpha / r */
   float dropout;     /* lora_dropout on the adapter's input, [0, 1) */
   unsigned targets;  /* bit t: target t enabled; 0 before st_lora_resolve: the family default */
+  int nf4_base;      /* QLoRA (--base-dtype nf4): the base's four projection weights of every
+                      * block stored NF4 (kernels/nf4.h); not part of the spec string */
 } st_lora_config;
 
 /* One adapter. in, out: A [rank, in], B [out, rank]; row0: its first row

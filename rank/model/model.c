@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/nf4.h"
 #include "rank/model/rope.h"
 #include "util/envparse.h"
 #include "util/error.h"
@@ -93,6 +94,65 @@ static int lora_has(const st_model *m, st_lora_target t) {
  * gradient after (down) the GELU; down then needs d(fch_act) [B,T,F]. */
 static int lora_gelu_split(const st_model *m) {
   return m->cfg.mlp != ST_MLP_SWIGLU && (lora_has(m, ST_LORA_UP) || lora_has(m, ST_LORA_DOWN));
+}
+
+/* QLoRA: which projection (st_lora_proj) base tensor `name` is, or -1 for
+ * a tensor that stays in the storage dtype; *layer its block. */
+static int nf4_proj_of(const char *name, int *layer) {
+  static const char *const suffix[4] = {"attn.qkv.weight", "attn.proj.weight", "mlp.fc.weight",
+                                        "mlp.proj.weight"};
+  if (strncmp(name, "h.", 2) != 0) return -1;
+  char *end;
+  const long l = strtol(name + 2, &end, 10);
+  if (*end != '.') return -1;
+  for (int P = 0; P < 4; P++)
+    if (strcmp(end + 1, suffix[P]) == 0) {
+      *layer = (int)l;
+      return P;
+    }
+  return -1;
+}
+
+void st_model_nf4_bytes(const st_model_config *cfg, st_dtype dtype, uint64_t *nf4,
+                        uint64_t *scratch, int64_t *base) {
+  st_param_table tab;
+  *nf4 = *scratch = 0;
+  *base = 0;
+  if (st_param_table_build(cfg, &tab)) return;
+  int64_t big_r = 0, big_c = 0;
+  for (int i = 0; i < tab.n; i++) {
+    const st_tensor *t = &tab.t[i];
+    int l;
+    if (nf4_proj_of(t->name, &l) < 0) {
+      *base += t->numel;
+      continue;
+    }
+    *nf4 += st_nf4_bytes(t->shape[0], t->shape[1]);
+    if (t->numel > big_r * big_c) {
+      big_r = t->shape[0];
+      big_c = t->shape[1];
+    }
+  }
+  *scratch = st_nf4_scratch_bytes(big_r, big_c, dtype) +
+             st_nf4_quantize_scratch_bytes(big_r, big_c);
+  st_param_table_free(&tab);
+}
+
+/* The weight of projection P (st_lora_proj) of block l for the GEMMs: the
+ * storage-dtype view, or under QLoRA the NF4 weight dequantised into
+ * nf4_scratch (kept there until another projection needs the scratch, so
+ * the backward right after a forward of the same weight reuses it). */
+static const void *proj_w(st_model *m, int l, int P) {
+  if (!m->nf4) {
+    const st_block_params *w = &m->p.h[l];
+    const void *const v[4] = {w->qkv_w, w->attproj_w, w->fc_w, w->fcproj_w};
+    return v[P];
+  }
+  if (m->nf4_held != 4 * l + P) {
+    m->ops->nf4_dequantize(m->nf4_scratch, &m->nf4[4 * l + P]);
+    m->nf4_held = 4 * l + P;
+  }
+  return m->nf4_scratch;
 }
 
 /* The activation layout of m (cfg, es, B, T, recompute) with natt floats of
@@ -250,6 +310,26 @@ static int bind_sharded_views(st_model *m) {
   return 0;
 }
 
+/* LoRA's views into base_params. QLoRA: base_params holds the tensors
+ * that are not NF4 back to back (base_coff), so the views are bound to a
+ * copy of the table with those offsets; the projections' views are NULL. */
+static int bind_base_views(st_model *m) {
+  if (!m->nf4) return st_param_views_bind(&m->cfg, &m->base_tab, m->base_params, m->es, &m->p);
+  st_param_table t = m->base_tab;
+  t.t = malloc((size_t)t.n * sizeof *t.t);
+  if (!t.t) return st_error_set("out of host memory for weight views");
+  for (int i = 0; i < t.n; i++) {
+    t.t[i] = m->base_tab.t[i];
+    t.t[i].offset = m->base_coff[i] < 0 ? 0 : m->base_coff[i];
+  }
+  const int rc = st_param_views_bind(&m->cfg, &t, m->base_params, m->es, &m->p);
+  free(t.t);
+  if (rc) return -1;
+  for (int l = 0; l < m->cfg.n_layer; l++)
+    m->p.h[l].qkv_w = m->p.h[l].attproj_w = m->p.h[l].fc_w = m->p.h[l].fcproj_w = NULL;
+  return 0;
+}
+
 /* Bind block l's gradient views to a one-block bucket. */
 static void bind_block_grads(st_model *m, int l, float *bucket) {
   st_param_block_bind(&m->tab, l, bucket, m->block_begin + (int64_t)l * m->block_numel,
@@ -324,11 +404,39 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
     m->wbuf[1] = ops->alloc(nb * m->es, "weights_blocks");
     params_ok = m->shard_params && m->head_params && m->wbuf[0] && m->wbuf[1];
   } else if (lora_on(m)) {
-    const size_t bb = (size_t)m->base_tab.total * m->es, ab = (size_t)m->padded_total * m->es;
-    pbytes = bb + ab;
-    m->base_params = ops->alloc(bb, "weights_base");
+    size_t bb = (size_t)m->base_tab.total * m->es, ab = (size_t)m->padded_total * m->es;
+    if (m->lora.nf4_base) {
+      uint64_t nb4, ns4;
+      int64_t nbase;
+      st_model_nf4_bytes(cfg, ops->dtype, &nb4, &ns4, &nbase);
+      bb = (size_t)nbase * m->es;
+      m->nf4 = calloc((size_t)(4 * (cfg->n_layer > 0 ? cfg->n_layer : 1)), sizeof *m->nf4);
+      m->base_coff = malloc((size_t)m->base_tab.n * sizeof *m->base_coff);
+      if (!m->nf4 || !m->base_coff) return st_error_set("out of host memory for the NF4 table");
+      m->nf4_mem = ops->alloc(nb4 ? nb4 : 1, "weights_nf4");
+      m->nf4_scratch = ops->alloc(ns4, "nf4_scratch");
+      m->nf4_held = -1;
+      pbytes = nb4 + ns4;
+      char *at = m->nf4_mem;
+      int64_t off = 0;
+      for (int i = 0; i < m->base_tab.n && at; i++) {
+        const st_tensor *t = &m->base_tab.t[i];
+        int l, P = nf4_proj_of(t->name, &l);
+        m->base_coff[i] = P < 0 ? off : -1;
+        if (P < 0) {
+          off += t->numel;
+          continue;
+        }
+        st_nf4_carve(&m->nf4[4 * l + P], t->shape[0], t->shape[1], at);
+        at += st_nf4_bytes(t->shape[0], t->shape[1]);
+      }
+    } else {
+      pbytes = 0;
+    }
+    pbytes += bb + ab;
+    m->base_params = ops->alloc(bb ? bb : 1, "weights_base");
     m->params = ops->alloc(ab, "lora_weights");
-    params_ok = m->base_params && m->params;
+    params_ok = m->base_params && m->params && (!m->lora.nf4_base || (m->nf4_mem && m->nf4_scratch));
   } else {
     pbytes = (size_t)m->padded_total * m->es;
     m->params = ops->alloc(pbytes, "weights");
@@ -355,7 +463,7 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
                         mib, ops->name);
   }
   if (shard_numel > 0   ? bind_sharded_views(m)
-      : lora_on(m)      ? st_param_views_bind(cfg, &m->base_tab, m->base_params, m->es, &m->p)
+      : lora_on(m)      ? bind_base_views(m)
                         : st_param_views_bind(cfg, &m->tab, m->params, m->es, &m->p))
     return -1;
   if (lora_on(m)) {
@@ -507,11 +615,54 @@ static int put_f32(const st_model *m, void *dst, const float *host, size_t n) {
 
 int st_model_set_base_weights(st_model *m, const float *host) {
   if (!m->base_params) return st_error_set("internal: not a LoRA model");
-  return put_f32(m, m->base_params, host, (size_t)m->base_tab.total);
+  if (!m->nf4) return put_f32(m, m->base_params, host, (size_t)m->base_tab.total);
+  /* QLoRA: each projection goes through the scratch in the storage dtype
+   * (what a bf16 base would hold) and is quantised there on the backend;
+   * the 16-bit copy never outlives its quantisation. */
+  m->nf4_held = -1;
+  for (int i = 0; i < m->base_tab.n; i++) {
+    const st_tensor *t = &m->base_tab.t[i];
+    const float *src = host + t->offset;
+    int l, P = nf4_proj_of(t->name, &l);
+    if (P < 0) {
+      if (put_f32(m, (char *)m->base_params + (size_t)m->base_coff[i] * m->es, src,
+                  (size_t)t->numel))
+        return -1;
+      continue;
+    }
+    st_nf4 *q = &m->nf4[4 * l + P];
+    if (put_f32(m, m->nf4_scratch, src, (size_t)t->numel)) return -1;
+    void *ws = (char *)m->nf4_scratch + st_nf4_scratch_bytes(q->rows, q->cols, m->ops->dtype);
+    if (m->ops->nf4_quantize(q, m->nf4_scratch, ws))
+      return st_error_setc(ST_EXIT_CHECKPOINT, "base tensor %s holds a NaN or an infinity: it cannot be quantised "
+                           "to NF4; check the base's weights", t->name);
+  }
+  return 0;
+}
+
+/* QLoRA's get: each tensor in turn, the projections dequantised. */
+static int get_nf4_base(st_model *m, float *host) {
+  for (int i = 0; i < m->base_tab.n; i++) {
+    const st_tensor *t = &m->base_tab.t[i];
+    int l, P = nf4_proj_of(t->name, &l);
+    const void *src = P < 0 ? (const char *)m->base_params + (size_t)m->base_coff[i] * m->es
+                            : proj_w(m, l, P);
+    const size_t n = (size_t)t->numel, bytes = n * m->es;
+    void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
+    if (m->ops->dtype != ST_FP32 && !staged)
+      return st_error_set("cannot allocate %zu bytes of host memory to convert the weights",
+                          bytes);
+    m->ops->to_host(staged ? staged : host + t->offset, src, bytes);
+    if (staged) st_dtype_to_f32(m->ops->dtype, host + t->offset, staged, n);
+    free(staged);
+  }
+  return 0;
 }
 
 int st_model_get_base_weights(const st_model *m, float *host) {
   if (!m->base_params) return st_error_set("internal: not a LoRA model");
+  /* the scratch is a cache, not state: reading through it changes nothing observable */
+  if (m->nf4) return get_nf4_base((st_model *)m, host);
   size_t n = (size_t)m->base_tab.total, bytes = n * m->es;
   void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
   if (m->ops->dtype != ST_FP32 && !staged)
@@ -542,7 +693,11 @@ void st_model_free(st_model *m) {
   st_param_table_free(&m->base_tab);
   st_lora_table_free(&m->ltab);
   free(m->lora_u);
+  free(m->nf4);
+  free(m->base_coff);
   if (m->ops) {
+    m->ops->free(m->nf4_mem);
+    m->ops->free(m->nf4_scratch);
     m->ops->free(m->base_params);
     m->ops->free(m->params);
     m->ops->free(m->grads);
@@ -564,20 +719,17 @@ static void fill_normal(float *x, int64_t n, float std, st_rng *rng) {
   for (int64_t i = 0; i < n; i++) x[i] = std * st_rng_normal(rng);
 }
 
-int st_model_draw_weights(const st_model *m, st_rng *rng, float *host) {
-  const st_model_config *c = &m->cfg;
+/* The initialisation st_model_draw_weights documents, over table tab into
+ * host[tab->total] (already zeroed). */
+static void draw_table(const st_model_config *c, const st_param_table *tab, st_rng *rng,
+                       float *host) {
   /* GPT-2 scales the residual projections by 1/sqrt(2L) (Radford et al.
    * 2019, sec. 2.3); Hugging Face's Llama and Qwen2 draw every matrix at
    * initializer_range (0.02) alike. */
   const int scaled_proj = c->arch == ST_ARCH_GPT2;
   const float std = 0.02f, proj_std = scaled_proj ? 0.02f / sqrtf(2.0f * c->n_layer) : std;
-  memset(host, 0, (size_t)m->padded_total * sizeof(float));
-  if (lora_on(m)) {
-    st_lora_init(&m->ltab, host, rng);
-    return 0;
-  }
-  for (int i = 0; i < m->tab.n; i++) {
-    const st_tensor *t = &m->tab.t[i];
+  for (int i = 0; i < tab->n; i++) {
+    const st_tensor *t = &tab->t[i];
     float *x = host + t->offset;
     if (t->ndim == 2) {
       int is_proj = strstr(t->name, "attn.proj.weight") || strstr(t->name, "mlp.proj.weight");
@@ -589,6 +741,22 @@ int st_model_draw_weights(const st_model *m, st_rng *rng, float *host) {
       for (int64_t k = 0; k < t->numel; k++) x[k] = 1.0f; /* LayerNorm and RMSNorm gains */
     }
   }
+}
+
+int st_model_draw_weights(const st_model *m, st_rng *rng, float *host) {
+  memset(host, 0, (size_t)m->padded_total * sizeof(float));
+  if (lora_on(m)) {
+    st_lora_init(&m->ltab, host, rng);
+    return 0;
+  }
+  draw_table(&m->cfg, &m->tab, rng, host);
+  return 0;
+}
+
+int st_model_draw_base(const st_model *m, st_rng *rng, float *host) {
+  if (!lora_on(m)) return st_error_set("internal: st_model_draw_base of a model without LoRA");
+  memset(host, 0, (size_t)m->base_tab.total * sizeof(float));
+  draw_table(&m->cfg, &m->base_tab, rng, host);
   return 0;
 }
 
@@ -709,16 +877,16 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   st_block_acts *a = &m->blk[l];
   const st_block_params *w = &m->p.h[l];
   norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
-  op->matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, BT, C, d.QKV);
+  op->matmul_forward(a->qkv, a->ln1, proj_w(m, l, 0), w->qkv_b, BT, C, d.QKV);
   lora_forward(m, l, ST_LORA_PROJ_QKV, a->qkv, a->ln1, BT);
   if (d.rope) op->rope_forward(a->qkv, m->rope_cs, B, T, 0, d.NH, d.NKV, d.HD);
   op->attention_forward(a->atty, a->att, a->qkv, B, T, C, d.NH, d.NKV);
-  op->matmul_forward(a->attproj, a->atty, w->attproj_w, w->attproj_b, BT, C, C);
+  op->matmul_forward(a->attproj, a->atty, proj_w(m, l, 1), w->attproj_b, BT, C, C);
   lora_forward(m, l, ST_LORA_PROJ_ATTN, a->attproj, a->atty, BT);
   op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
   norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
   if (d.swiglu) {
-    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.FC);
+    op->matmul_forward(a->fch, a->ln2, proj_w(m, l, 2), w->fc_b, BT, C, d.FC);
     lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
     op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
   } else if (m->recompute == ST_RECOMPUTE_SELECTIVE || lora_gelu_split(m)) {
@@ -726,13 +894,13 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
      * fch with gelu_forward; forward must produce it the same way, not in
      * the GEMM epilogue from the unrounded sum, or backward would see other
      * values than the loss was computed with. */
-    op->matmul_forward(a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.F);
+    op->matmul_forward(a->fch, a->ln2, proj_w(m, l, 2), w->fc_b, BT, C, d.F);
     lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
     op->gelu_forward(a->fch_act, a->fch, (int64_t)BT * d.F);
   } else {
-    op->matmul_gelu_forward(a->fch_act, a->fch, a->ln2, w->fc_w, w->fc_b, BT, C, d.F);
+    op->matmul_gelu_forward(a->fch_act, a->fch, a->ln2, proj_w(m, l, 2), w->fc_b, BT, C, d.F);
   }
-  op->matmul_forward(a->fcproj, a->fch_act, w->fcproj_w, w->fcproj_b, BT, d.F, C);
+  op->matmul_forward(a->fcproj, a->fch_act, proj_w(m, l, 3), w->fcproj_b, BT, d.F, C);
   lora_forward(m, l, ST_LORA_PROJ_MLP, a->fcproj, a->fch_act, BT);
   op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
 }
@@ -881,31 +1049,33 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
 
     if (d.swiglu) {
       op->matmul_backward(m->dfact, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
-                          w->fcproj_w, BT, d.F, C);
+                          proj_w(m, l, 3), BT, d.F, C);
       lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
       op->swiglu_backward(m->dfch, m->dfact, a->fch, BT, d.F);
     } else if (lora_has(m, ST_LORA_DOWN)) {
       /* the adapter's share of d(fch_act) joins before the GELU's backward */
       op->matmul_backward(m->dfact, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
-                          w->fcproj_w, BT, d.F, C);
+                          proj_w(m, l, 3), BT, d.F, C);
       lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
       op->gelu_backward(m->dfch, a->fch, m->dfact, (int64_t)BT * d.F);
     } else {
       op->matmul_backward_gelu(m->dfch, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
-                               w->fcproj_w, a->fch, BT, d.F, C);
+                               proj_w(m, l, 3), a->fch, BT, d.F, C);
     }
-    op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, w->fc_w, BT, C, d.FC);
+    op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, proj_w(m, l, 2), BT, C,
+                        d.FC);
     lora_backward(m, l, ST_LORA_PROJ_FC, m->dfch, m->dln, a->ln2, BT);
     norm_backward(m, m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w, a->ln2_mean,
                   a->ln2_rstd, BT);
 
-    op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty, w->attproj_w,
-                        BT, C, C);
+    op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty,
+                        proj_w(m, l, 1), BT, C, C);
     lora_backward(m, l, ST_LORA_PROJ_ATTN, m->dres, m->datty, a->atty, BT);
     op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, d.NH,
                            d.NKV);
     if (d.rope) op->rope_backward(m->dqkv, m->rope_cs, B, T, d.NH, d.NKV, d.HD);
-    op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, w->qkv_w, BT, C, d.QKV);
+    op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, proj_w(m, l, 0), BT, C,
+                        d.QKV);
     lora_backward(m, l, ST_LORA_PROJ_QKV, m->dqkv, m->dln, a->ln1, BT);
     norm_backward(m, m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
                   a->ln1_rstd, BT);

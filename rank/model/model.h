@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "kernels/nf4.h"
 #include "kernels/ops.h"
 #include "rank/model/config.h"
 #include "rank/model/lora.h"
@@ -129,6 +130,18 @@ typedef struct {
   void **lora_u;
   void *lora_s, *lora_du, *lora_x;
   uint64_t lora_seed;
+  /* QLoRA (lora.nf4_base): the four projection weights of block l (qkv,
+   * attn.proj, mlp.fc, mlp.proj) are nf4[4 l + P] (P: st_lora_proj), their
+   * arrays carved from nf4_mem (category "weights_nf4"); base_params then
+   * holds only the other base tensors (at base_coff[i] for base tensor i,
+   * -1 for a projection) and p's projection views are NULL. nf4_scratch
+   * (category "nf4_scratch", st_model_nf4_scratch_bytes) holds one
+   * dequantised weight at a time, nf4_held = 4 l + P of the one it holds
+   * (-1: none); its tail is nf4_quantize's workspace at setup. */
+  st_nf4 *nf4;
+  void *nf4_mem, *nf4_scratch;
+  int64_t *base_coff;
+  int nf4_held;
   int lora_dropout_on;  /* 1: dropout applies (training); 0 (after init): evaluation */
 } st_model;
 
@@ -224,9 +237,22 @@ int st_model_init_lora(st_model *m, const st_model_config *cfg, const st_lora_co
                        const st_ops *ops, int B, int T, int pad_multiple, st_recompute recompute,
                        int buckets);
 /* LoRA: the base's working weights from host fp32 host[base_tab.total],
- * and back. 0, or -1 with st_error. */
+ * and back. QLoRA (lora.nf4_base): set quantises each projection weight on
+ * the backend (rounded to the storage dtype first, then nf4_quantize;
+ * exit 3 for a NaN or infinity, naming the tensor) and get returns the
+ * dequantised projections (the storage dtype's rounding of them), i.e. the
+ * base the adapters train on. 0, or -1 with st_error. */
 int st_model_set_base_weights(st_model *m, const float *host);
 int st_model_get_base_weights(const st_model *m, float *host);
+
+/* QLoRA's bytes in backend memory for cfg: *nf4 the NF4 arrays of every
+ * block's four projection weights (one allocation, st_nf4_bytes each),
+ * *scratch the dequantisation buffer of the largest of them in dtype plus
+ * nf4_quantize's workspace for it (one allocation); *base the other base
+ * tensors' elements (embeddings, norms, biases, LM head). Before the
+ * arena's rounding. */
+void st_model_nf4_bytes(const st_model_config *cfg, st_dtype dtype, uint64_t *nf4,
+                        uint64_t *scratch, int64_t *base);
 
 /* The shard changed (an optimizer step, loaded weights): no block buffer
  * holds valid weights any more. Call after any pending fill was waited for
@@ -254,6 +280,10 @@ int st_model_get_weights(const st_model *m, float *host);
  * master and working weights. LoRA: the adapters (st_lora_init: B = 0, A
  * uniform) into host[padded_total]. 0, or -1 with st_error. */
 int st_model_draw_weights(const st_model *m, st_rng *rng, float *host);
+/* LoRA: a fresh base (train --lora without --init-from) into
+ * host[base_tab.total], drawn as a full model's weights of the same
+ * description would be from the same rng state. 0, or -1 with st_error. */
+int st_model_draw_base(const st_model *m, st_rng *rng, float *host);
 /* Draw as above and set the working weights. 0, or -1 with st_error. */
 int st_model_init_weights(st_model *m, st_rng *rng);
 

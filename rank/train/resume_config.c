@@ -18,7 +18,7 @@ typedef enum { K_INT, K_I64, K_U64, K_FLOAT, K_STR } kind;
  * (INHERIT); the same, but chosen by --auto-fit (FIT) or --auto-fit-zero
  * (FIT_ZERO) when they are on; or part of the function the weights compute
  * (ARCH): never overridden. */
-enum { INHERIT, FIT, FIT_ZERO, ARCH };
+enum { INHERIT, FIT, FIT_ZERO, ARCH, IDENT }; /* IDENT: as ARCH, exit 4 (the base's identity) */
 
 typedef struct {
   const char *flag, *section, *key;
@@ -69,6 +69,9 @@ static const field k_fields[] = {
      * trained on (train_setup.c checks the base's digest again) */
     F("--lora", "lora", "spec", K_STR, lora_spec, ARCH),
     F("(lora base digest)", "lora", "base_sha256", K_STR, lora_base_digest, ARCH),
+    /* the base the adapters trained on is its NF4 rounding under nf4: another
+     * dtype is another base (older checkpoints: bf16, the default) */
+    F("--base-dtype", "lora", "base_dtype", K_STR, base_dtype, IDENT),
     /* No flag sets these (never "given"): always the checkpoint's, and
      * train_setup.c refuses data of another tokenizer. */
     F("(tokenizer)", "tokenizer", "name", K_STR, tokenizer_name, ARCH),
@@ -196,8 +199,8 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
                           !strcmp(now->valuestring, "auto");
     if (!same && !auto_prec) {
       char *vo = cJSON_PrintUnformatted(v), *vn = cJSON_PrintUnformatted(now);
-      if (f->cls == ARCH) {
-        err = st_error_setc(ST_EXIT_CHECKPOINT, "%s %s differs from the checkpoint %s, "
+      if (f->cls == ARCH || f->cls == IDENT) {
+        err = st_error_setc(f->cls == IDENT ? ST_EXIT_DATA : ST_EXIT_CHECKPOINT, "%s %s differs from the checkpoint %s, "
                               "written with %s %s: resuming would give its weights a different "
                               "shape or function than they were trained for. Drop %s to "
                               "continue with %s, or start a new run in another --out", f->flag,

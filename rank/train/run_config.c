@@ -28,6 +28,7 @@ void st_run_config_defaults(st_run_config *rc) {
   rc->zero_stage = 1;
   snprintf(rc->precision, sizeof rc->precision, "auto");
   snprintf(rc->recompute, sizeof rc->recompute, "none");
+  snprintf(rc->base_dtype, sizeof rc->base_dtype, "bf16");
   snprintf(rc->attention, sizeof rc->attention, "auto");
   snprintf(rc->shuffle, sizeof rc->shuffle, "auto");
   rc->loss_scale_max = 16777216.0f;
@@ -71,6 +72,15 @@ int st_run_config_set_special_ids(st_run_config *rc, const cJSON *ids, const cha
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: its bos/eos/pad token ids take %zu characters "
                          "of JSON, more than the %zu a checkpoint keeps; shorten eos_token_id's "
                          "list in its config.json", from, n, sizeof rc->hf_special_ids - 1);
+  return 0;
+}
+
+int st_run_config_base_dtype(st_run_config *rc) {
+  const int nf4 = strcmp(rc->base_dtype, "nf4") == 0;
+  if (nf4 && !rc->lora_spec[0])
+    return st_error_setc(ST_EXIT_USAGE, "--base-dtype nf4 quantises a frozen LoRA base: add "
+                         "--lora RANK, or drop --base-dtype");
+  rc->lora.nf4_base = nf4 && rc->lora.rank > 0;
   return 0;
 }
 
@@ -168,6 +178,7 @@ char *st_run_config_to_json(const st_run_config *rc) {
     cJSON *l = cJSON_AddObjectToObject(o, "lora");
     cJSON_AddStringToObject(l, "spec", rc->lora_spec);
     cJSON_AddStringToObject(l, "base_sha256", rc->lora_base_digest);
+    cJSON_AddStringToObject(l, "base_dtype", rc->base_dtype);
     cJSON_AddStringToObject(l, "base_path", rc->init_from);
     cJSON_AddNumberToObject(l, "trainable_params", (double)rc->lora_trainable);
     cJSON_AddNumberToObject(l, "base_params", (double)rc->lora_base_params);

@@ -46,6 +46,11 @@ typedef struct {
   char lora_spec[256];
   st_lora_config lora;
   char lora_base_digest[72];
+  /* --base-dtype bf16|nf4: the frozen base's storage. bf16 (the default) is
+   * the working dtype (fp32 on the CPU backend); nf4 is QLoRA's 4-bit
+   * NormalFloat for the four projection weights of every block (--lora
+   * only; resolved into lora.nf4_base). */
+  char base_dtype[8];
   int64_t lora_trainable, lora_base_params;
   int micro_batch;          /* sequences per rank per micro-step */
   int global_batch;         /* sequences per optimizer step */
@@ -156,6 +161,9 @@ void st_run_config_set_tokenizer(st_run_config *rc, const char *name, const char
 int st_run_config_set_special_ids(st_run_config *rc, const cJSON *ids, const char *from);
 
 /* 1 when flag ("--lr") was given on the command line (rc->given). */
+/* --base-dtype into rc->lora.nf4_base (after rc->lora is parsed): nf4
+ * without --lora is refused (exit 2). 0, or -1 with st_error. */
+int st_run_config_base_dtype(st_run_config *rc);
 int st_run_config_given(const st_run_config *rc, const char *flag);
 /* Record flag as given (at most once; a full list drops it, which only
  * loses the flag's override on resume). */

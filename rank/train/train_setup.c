@@ -244,9 +244,10 @@ static int setup_data_resume(trainer *tr) {
 static int setup_lora_config(trainer *tr) {
   st_run_config *rc = tr->rc;
   memset(&rc->lora, 0, sizeof rc->lora);
-  if (!rc->lora_spec[0]) return 0;
+  if (!rc->lora_spec[0]) return st_run_config_base_dtype(rc);
   const int U = ST_EXIT_USAGE;
-  if (st_lora_parse(rc->lora_spec, &rc->lora) || st_lora_resolve(&rc->lora, &rc->model))
+  if (st_lora_parse(rc->lora_spec, &rc->lora) || st_lora_resolve(&rc->lora, &rc->model) ||
+      st_run_config_base_dtype(rc))
     return -1;
   if (rc->zero_stage == 3)
     return st_error_setc(U, "--lora with --zero 3: the frozen base is not sharded; use --zero "
@@ -254,9 +255,6 @@ static int setup_lora_config(trainer *tr) {
   if (rc->offload)
     return st_error_setc(U, "--lora with --offload optimizer: the adapters' optimizer state is "
                          "small; drop --offload");
-  if (!rc->init_from[0])
-    return st_error_setc(U, "--lora needs the base: give --init-from BASE (a Hugging Face "
-                         "directory, a run or step directory)");
   return 0;
 }
 
@@ -678,15 +676,24 @@ static int setup_lora_base(trainer *tr, int resuming) {
                                  nb * sizeof(float));
   st_model_source s;
   char hex[65];
-  int err = st_model_source_open(rc->init_from, &s) ||
-            st_model_source_read(&s, &tr->model.base_tab, host);
-  if (err) st_error_prefix("--init-from (the LoRA base)");
+  int err;
+  if (rc->init_from[0]) {
+    err = st_model_source_open(rc->init_from, &s) ||
+          st_model_source_read(&s, &tr->model.base_tab, host);
+    if (err) st_error_prefix("--init-from (the LoRA base)");
+  } else {
+    /* no --init-from: the seeded initialisation of --model is the base, drawn
+     * before the adapters; a resume (same --seed, same shape) draws it again
+     * and the digest below proves it the same */
+    err = st_model_draw_base(&tr->model, &tr->rng, host);
+  }
   if (!err) err = st_lora_base_digest(&tr->model.base_tab, host, hex);
   if (!err && resuming && strcmp(hex, rc->lora_base_digest) != 0)
     err = st_error_setc(ST_EXIT_DATA, "--init-from %s: these base weights (SHA-256 %.16s...) are "
                         "not the base the LoRA checkpoint %s was trained on (%.16s...); give "
                         "--init-from the original base, or start a new run in another --out",
-                        rc->init_from, hex, tr->resume_from, rc->lora_base_digest);
+                        rc->init_from[0] ? rc->init_from : "(none: the seeded initialisation)",
+                        hex, tr->resume_from, rc->lora_base_digest);
   if (!err) err = st_model_set_base_weights(&tr->model, host);
   free(host);
   if (err) return -1;
