@@ -24,7 +24,8 @@
 #    kernels, ZeRO stages and recompute, a wider GQA Llama and an MQA Qwen2,
 #    sample/eval on CUDA against the CPU, and a bit-exact resume;
 #    LoRA on the imported llama-tiny across precisions, ZeRO stages and
-#    recompute, and a bit-exact LoRA resume.
+#    recompute, the same with an NF4 base (QLoRA), and bit-exact LoRA and
+#    QLoRA resumes.
 #
 # Exits non-zero on any failure and ends with one line:
 #   smoke: N passed, M failed (GPU, tree DIGEST, seconds)
@@ -409,6 +410,13 @@ for spec in "bf16 cudnn 1 none" "bf16 flash 2 full" "fp16 cudnn 0 selective" "fp
   check "$name" 12 "$B" train "${LORA[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
 done
+# QLoRA: the same with the base's projections in NF4 (docs/nf4.md), dequantised before each GEMM.
+for spec in "bf16 cudnn 1 none" "bf16 flash 2 full" "fp32 flash 0 selective"; do
+  set -- $spec
+  name=qlora-llama-tiny-$1-$2-z$3-$4
+  check "$name" 12 "$B" train "${LORA[@]}" --base-dtype nf4 --precision $1 --attention $2 \
+    --zero $3 --recompute $4 --resume none --out "$W/$name"
+done
 
 # 4. Stop, resume, verify: the resumed run's losses equal an uninterrupted
 # run's, bit for bit (deterministic kernels, restored data position and RNG).
@@ -446,4 +454,5 @@ resume_case resume-tiny-fp32-flash-z2 12 6 "${TINY[@]}" --precision fp32 --atten
 resume_case resume-gpt2-124m-bf16-z1 6 3 "${G124[@]}" --precision bf16 --attention cudnn --zero 1
 resume_case resume-llama-wide-bf16-z2 8 4 "${LW[@]}" --precision bf16 --attention cudnn --zero 2
 resume_case resume-lora-llama-tiny-bf16-z2 12 6 "${LORA[@]}" --precision bf16 --attention cudnn --zero 2
+resume_case resume-qlora-llama-tiny-bf16-z1 12 6 "${LORA[@]}" --base-dtype nf4 --precision bf16 --attention cudnn --zero 1
 summary
