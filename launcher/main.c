@@ -17,6 +17,7 @@
 
 #include "collectives/collectives.h"
 #include "io/checkpoint.h"
+#include "io/model_source.h"
 #include "io/tokens.h"
 #include "launcher/bench.h"
 #include "launcher/ckpt_port.h"
@@ -28,6 +29,7 @@
 #include "launcher/prep_cmd.h"
 #include "launcher/sample.h"
 #include "launcher/signals.h"
+#include "rank/model/lora.h"
 #include "rank/train/config_agree.h"
 #include "rank/train/trainer.h"
 #include "util/error.h"
@@ -126,15 +128,28 @@ static int cmd_ckpt(int argc, char **argv) {
   if (strcmp(argv[1], "info") == 0 && st_ckpt_check_files(dir))
     return st_cli_fail(ST_EXIT_CHECKPOINT);
   if (strcmp(argv[1], "verify") == 0) {
-    st_model_config cfg = {0}; /* from_json sets the shape; the rest is GPT-2 (zeros) */
+    /* A LoRA run's checkpoint holds its adapters, laid out by the adapter
+     * table, not the model's parameter table. */
+    st_model_source src;
+    st_lora_config lora;
+    char base[1024], digest[72];
+    if (st_model_source_open(dir, &src)) return st_cli_fail(ST_EXIT_CHECKPOINT);
+    const int is_lora = st_model_source_lora(&src, &lora, base, sizeof base, digest);
+    if (is_lora < 0) return st_cli_fail(ST_EXIT_CHECKPOINT);
     st_param_table tab;
-    if (st_model_from_json(meta.config_json, &cfg) || st_param_table_build(&cfg, &tab))
+    st_lora_table lt = {0};
+    if (is_lora ? st_lora_table_build(&src.cfg, &lora, &lt) ||
+                      st_lora_param_table(&src.cfg, &lt, &tab)
+                : st_param_table_build(&src.cfg, &tab)) {
+      st_lora_table_free(&lt);
       return st_cli_fail(ST_EXIT_CHECKPOINT);
+    }
     int rc = st_ckpt_verify(dir, &tab);
     st_param_table_free(&tab);
+    st_lora_table_free(&lt);
     if (rc) return st_cli_fail(ST_EXIT_CHECKPOINT);
     printf("  verify: OK (all rank files present, checksums good, values finite, shapes match "
-           "the config)\n");
+           "the config%s)\n", is_lora ? "'s LoRA adapters" : "");
   }
   return 0;
 }

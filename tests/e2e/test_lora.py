@@ -103,6 +103,12 @@ check(abs(evaluate(W("merged")) - val) <= 1e-5, "the --merge export (a plain HF 
       "to the same loss")
 
 
+# ckpt verify reads a LoRA checkpoint by its adapter table (the H200 smoke of
+# 2026-12-02 found it checked the model's table and refused every LoRA run)
+r = run([a.bin, "ckpt", "verify", W("ref")])
+check("verify: OK" in r.stdout and "LoRA adapters" in r.stdout,
+      "ckpt verify of a LoRA run: OK against its adapters")
+
 # --lora-format peft: the checkpoint's adapters under PEFT's names, bit for bit
 run([a.bin, "ckpt", "export", W("ref"), "--out", W("peft"), "--lora-format", "peft"])
 pc = json.load(open(W("peft", "adapter_config.json")))
