@@ -7,6 +7,7 @@
  * wte. Llama (Touvron et al. 2023) / Qwen2: RMSNorm, RoPE on q and k, GQA,
  * SwiGLU (act(gate | up) = silu(gate) * up), the head tied or its own. */
 #include "rank/model/model.h"
+#include "rank/model/model_lora.h"
 
 #include <limits.h>
 #include <math.h>
@@ -798,75 +799,7 @@ static void norm_backward(const st_model *m, void *dx, float *dw, float *db, con
     m->ops->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, m->cfg.n_embd);
 }
 
-/* Slot i's dropout mask seed for this micro-step (m->lora_seed). */
-static uint64_t lora_slot_seed(const st_model *m, int i) {
-  return m->lora_seed ^ ((uint64_t)(i + 1) * 0xD1B54A32D192ED03ull);
-}
-
-/* Slot s's A or B in the working adapters (storage dtype). */
-static const void *lora_w(const st_model *m, int64_t off) {
-  return (const char *)m->params + (size_t)off * m->es;
-}
-
-/* Slot s's gradient of the element at flat offset off: in m->grads, or
- * (ZeRO 2) in the bucket of the slot's layer. */
-static float *lora_g(const st_model *m, const st_lora_slot *s, int64_t off) {
-  if (!m->head_grads) return m->grads + off;
-  return m->bucket[s->layer % 2] + (off - (int64_t)s->layer * m->block_numel);
-}
-
-/* LoRA forward of layer l's adapters on projection proj: y [BT, proj_out]
- * += scale * (dropout(x) A^T) B^T on each adapter's columns, x [BT, in] the
- * projection's input; A dropout(x) kept in lora_u for backward. */
-static void lora_forward(st_model *m, int l, st_lora_proj proj, void *y, const void *x, int BT) {
-  if (!lora_on(m)) return;
-  const st_ops *op = m->ops;
-  const st_lora_table *lt = &m->ltab;
-  const int r = m->lora.rank;
-  const float scale = st_lora_scale(&m->lora), p = m->lora_dropout_on ? m->lora.dropout : 0.0f;
-  for (int i = l * lt->per_layer; i < (l + 1) * lt->per_layer; i++) {
-    const st_lora_slot *s = &lt->slot[i];
-    if (s->proj != proj) continue;
-    const void *xin = x;
-    if (p > 0) {
-      op->dropout(m->lora_x, x, (int64_t)BT * s->in, p, lora_slot_seed(m, i));
-      xin = m->lora_x;
-    }
-    op->matmul_forward(m->lora_u[i], xin, lora_w(m, s->a_off), NULL, BT, s->in, r);
-    op->matmul_forward(m->lora_s, m->lora_u[i], lora_w(m, s->b_off), NULL, BT, r, s->out);
-    op->lora_add_cols(y, m->lora_s, scale, BT, s->proj_out, s->row0, s->out);
-  }
-}
-
-/* LoRA backward of layer l's adapters on projection proj, after the base's
- * matmul_backward wrote dx [BT, in] from dy [BT, proj_out]: per adapter
- * dv = scale * dy[:, cols], dB += dv^T u, du = dv B, dA += du^T
- * dropout(x), and dx += dropout'(du A) (the same mask: dropout is linear). */
-static void lora_backward(st_model *m, int l, st_lora_proj proj, const void *dy, void *dx,
-                          const void *x, int BT) {
-  if (!lora_on(m)) return;
-  const st_ops *op = m->ops;
-  const st_lora_table *lt = &m->ltab;
-  const int r = m->lora.rank;
-  const float scale = st_lora_scale(&m->lora), p = m->lora_dropout_on ? m->lora.dropout : 0.0f;
-  for (int i = l * lt->per_layer; i < (l + 1) * lt->per_layer; i++) {
-    const st_lora_slot *s = &lt->slot[i];
-    if (s->proj != proj) continue;
-    const int64_t nx = (int64_t)BT * s->in;
-    op->lora_take_cols(m->lora_s, dy, scale, BT, s->proj_out, s->row0, s->out);
-    op->matmul_backward(m->lora_du, lora_g(m, s, s->b_off), NULL, m->lora_s, m->lora_u[i],
-                        lora_w(m, s->b_off), BT, r, s->out);
-    const void *xin = x;
-    if (p > 0) {
-      op->dropout(m->lora_x, x, nx, p, lora_slot_seed(m, i));
-      xin = m->lora_x;
-    }
-    op->matmul_backward(m->lora_s, lora_g(m, s, s->a_off), NULL, m->lora_du, xin,
-                        lora_w(m, s->a_off), BT, s->in, r);
-    if (p > 0) op->dropout(m->lora_s, m->lora_s, nx, p, lora_slot_seed(m, i));
-    op->residual_forward(dx, dx, m->lora_s, nx);
-  }
-}
+/* The adapter path (lora_forward, lora_backward): rank/model/model_lora.c. */
 
 /* Block l's forward from its input x: the one definition that forward and
  * full recompute share, so a recomputed block is bit-identical. */
@@ -878,16 +811,16 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   const st_block_params *w = &m->p.h[l];
   norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
   op->matmul_forward(a->qkv, a->ln1, proj_w(m, l, 0), w->qkv_b, BT, C, d.QKV);
-  lora_forward(m, l, ST_LORA_PROJ_QKV, a->qkv, a->ln1, BT);
+  st_model_lora_forward(m, l, ST_LORA_PROJ_QKV, a->qkv, a->ln1, BT);
   if (d.rope) op->rope_forward(a->qkv, m->rope_cs, B, T, 0, d.NH, d.NKV, d.HD);
   op->attention_forward(a->atty, a->att, a->qkv, B, T, C, d.NH, d.NKV);
   op->matmul_forward(a->attproj, a->atty, proj_w(m, l, 1), w->attproj_b, BT, C, C);
-  lora_forward(m, l, ST_LORA_PROJ_ATTN, a->attproj, a->atty, BT);
+  st_model_lora_forward(m, l, ST_LORA_PROJ_ATTN, a->attproj, a->atty, BT);
   op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
   norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
   if (d.swiglu) {
     op->matmul_forward(a->fch, a->ln2, proj_w(m, l, 2), w->fc_b, BT, C, d.FC);
-    lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
+    st_model_lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
     op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
   } else if (m->recompute == ST_RECOMPUTE_SELECTIVE || lora_gelu_split(m)) {
     /* Selective recompute rebuilds the GELU output from the stored (rounded)
@@ -895,13 +828,13 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
      * the GEMM epilogue from the unrounded sum, or backward would see other
      * values than the loss was computed with. */
     op->matmul_forward(a->fch, a->ln2, proj_w(m, l, 2), w->fc_b, BT, C, d.F);
-    lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
+    st_model_lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
     op->gelu_forward(a->fch_act, a->fch, (int64_t)BT * d.F);
   } else {
     op->matmul_gelu_forward(a->fch_act, a->fch, a->ln2, proj_w(m, l, 2), w->fc_b, BT, C, d.F);
   }
   op->matmul_forward(a->fcproj, a->fch_act, proj_w(m, l, 3), w->fcproj_b, BT, d.F, C);
-  lora_forward(m, l, ST_LORA_PROJ_MLP, a->fcproj, a->fch_act, BT);
+  st_model_lora_forward(m, l, ST_LORA_PROJ_MLP, a->fcproj, a->fch_act, BT);
   op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
 }
 
@@ -1050,13 +983,13 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
     if (d.swiglu) {
       op->matmul_backward(m->dfact, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
                           proj_w(m, l, 3), BT, d.F, C);
-      lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
+      st_model_lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
       op->swiglu_backward(m->dfch, m->dfact, a->fch, BT, d.F);
     } else if (lora_has(m, ST_LORA_DOWN)) {
       /* the adapter's share of d(fch_act) joins before the GELU's backward */
       op->matmul_backward(m->dfact, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
                           proj_w(m, l, 3), BT, d.F, C);
-      lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
+      st_model_lora_backward(m, l, ST_LORA_PROJ_MLP, m->dres, m->dfact, a->fch_act, BT);
       op->gelu_backward(m->dfch, a->fch, m->dfact, (int64_t)BT * d.F);
     } else {
       op->matmul_backward_gelu(m->dfch, gw->fcproj_w, gw->fcproj_b, m->dres, a->fch_act,
@@ -1064,19 +997,19 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
     }
     op->matmul_backward(m->dln, gw->fc_w, gw->fc_b, m->dfch, a->ln2, proj_w(m, l, 2), BT, C,
                         d.FC);
-    lora_backward(m, l, ST_LORA_PROJ_FC, m->dfch, m->dln, a->ln2, BT);
+    st_model_lora_backward(m, l, ST_LORA_PROJ_FC, m->dfch, m->dln, a->ln2, BT);
     norm_backward(m, m->dres, gw->ln2_w, gw->ln2_b, m->dln, a->residual2, w->ln2_w, a->ln2_mean,
                   a->ln2_rstd, BT);
 
     op->matmul_backward(m->datty, gw->attproj_w, gw->attproj_b, m->dres, a->atty,
                         proj_w(m, l, 1), BT, C, C);
-    lora_backward(m, l, ST_LORA_PROJ_ATTN, m->dres, m->datty, a->atty, BT);
+    st_model_lora_backward(m, l, ST_LORA_PROJ_ATTN, m->dres, m->datty, a->atty, BT);
     op->attention_backward(m->dqkv, m->datt, m->datty, a->qkv, a->atty, a->att, B, T, C, d.NH,
                            d.NKV);
     if (d.rope) op->rope_backward(m->dqkv, m->rope_cs, B, T, d.NH, d.NKV, d.HD);
     op->matmul_backward(m->dln, gw->qkv_w, gw->qkv_b, m->dqkv, a->ln1, proj_w(m, l, 0), BT, C,
                         d.QKV);
-    lora_backward(m, l, ST_LORA_PROJ_QKV, m->dqkv, m->dln, a->ln1, BT);
+    st_model_lora_backward(m, l, ST_LORA_PROJ_QKV, m->dqkv, m->dln, a->ln1, BT);
     norm_backward(m, m->dres, gw->ln1_w, gw->ln1_b, m->dln, x, w->ln1_w, a->ln1_mean,
                   a->ln1_rstd, BT);
     if (h) {
