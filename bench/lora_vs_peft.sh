@@ -41,7 +41,8 @@
 # median step time after the warmup. Prints a table and one JSON line per
 # run: model, seq_len, micro_batch, rank, targets, tokens_per_s,
 # peer_tokens_per_s, ratio, mem_mib, peer_mem_mib, date (and ckpt, alpha,
-# gpu_mem_gib, base, peer_max_allocated_mib, failures).
+# gpu_mem_gib, base, planned: our plan's total, peer_max_allocated_mib,
+# failures).
 set -u
 PEERS=${1:?usage: bench/lora_vs_peft.sh PEERS_DIR PRESET MICRO_BATCH SEQ_LEN [GPU_MEM_GIB]}
 PRESET=${2:?preset}; MB=${3:?micro-batch}; T=${4:?seq-len}; CAP=${5:-}
@@ -131,6 +132,7 @@ row = dict(model=M, seq_len=T, micro_batch=MB, rank=R, alpha=float(ALPHA), targe
            mem_mib=sm if src == 0 else None, peer_mem_mib=pm if prc == 0 else None,
            peer_max_allocated_mib=pj.get("max_allocated_mib"),
            gpu_mem_gib=float(CAP) if CAP else None, base=BASE, base_dtype=BDT,
+           planned=(re.findall(r"memory     planned (\S+ \S+) per", st) or [None])[0],
            loss_first=rows[0].get("loss") if rows else None,
            peer_loss_first=pj.get("loss_first"), peer=dict(
                torch=pj.get("torch"), transformers=pj.get("transformers"), peft=pj.get("peft")),
