@@ -285,8 +285,10 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   /* The same setup in a real arena of exactly the plan's size. */
   /* Mapped, not malloc'ed: nothing is computed, untouched pages cost nothing,
    * and under AddressSanitizer a malloc of the CUDA cases' 32 MiB cuBLASLt
-   * workspace poisons and quarantines its shadow each time (54 s of this
-   * test there against 1 s without). Page-aligned, so ST_ARENA_ALIGN too. */
+   * workspace poisons and quarantines its shadow each time (this test took
+   * 70 s there with malloc, 22 s with mmap, on shared cores; the unit tests'
+   * fast unwinder, tests/CMakeLists.txt, does the rest). Page-aligned, so
+   * ST_ARENA_ALIGN too. */
   void *block = mmap(NULL, (size_t)p.arena, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   assert_true(block != MAP_FAILED);
