@@ -6,7 +6,9 @@
 #
 # With `family`, one GPU: three Llama-family presets at their own
 # vocabularies (128256, 49152, 151936) on uint32 tokens (an llm.c version-2
-# shard), instead of the GPT-2 rows and the seed scenario.
+# shard), instead of the GPT-2 rows and the seed scenario. With `lora`, one
+# GPU: LoRA (r 16, alpha 32, q,v) on a bf16 and on an NF4 base (QLoRA), at
+# llama-3.2-1b and llama-3.1-8b, T=2048 (docs/lora.md's plan rows among them).
 #
 # For each configuration, `shardtrain plan ... --json` gives the planned
 # total per GPU; then 4 training steps run on synthetic tokens while
@@ -34,10 +36,11 @@ run() { # ranks, then train's flags
   if [ "$np" -gt 1 ]; then timeout 300 $MP -np "$np" "$B" train "$@"
   else CUDA_VISIBLE_DEVICES=0 timeout 300 "$B" train "$@"; fi
 }
-cal() { # ranks model seq-len micro-batch zero recompute [data] (GPT-2 rows: 50257 tokens)
+cal() { # ranks model seq-len micro-batch zero recompute [data [train flags...]] (GPT-2 rows: 50257 tokens)
   local np=$1 m=$2 t=$3 mb=$4 z=$5 r=$6 data=${7:-}
+  shift 7 2>/dev/null || shift $#
   local A=(--model "$m" --seq-len "$t" --micro-batch "$mb" --global-batch $((mb * np)) --zero "$z"
-           --recompute "$r" --precision bf16)
+           --recompute "$r" --precision bf16 "$@")
   local planned
   planned=$("$B" plan "${A[@]}" --ranks "$np" --device cuda --gpu-mem 140GiB --json |
             python3 -c "import json,sys; print(json.load(sys.stdin)['bytes']['total'] // 2**20)")
@@ -50,7 +53,7 @@ cal() { # ranks model seq-len micro-batch zero recompute [data] (GPT-2 rows: 502
   local rc=$?
   kill $smi; rm -rf "$O/run"
   local meas; meas=$(sort -n "$O/smi.txt" | tail -1)
-  echo "| $np | $m | $t | $mb | $z | $r | $planned | $meas | $(python3 -c "print(f'{$meas / $planned:.4f}')") | rc $rc"
+  echo "| $np | $m${1:+ $*} | $t | $mb | $z | $r | $planned | $meas | $(python3 -c "print(f'{$meas / $planned:.4f}')") | rc $rc"
 }
 seed() { # ranks model
   local np=$1 m=$2
@@ -74,7 +77,7 @@ PY
 }
 echo "| ranks | model | T | micro-batch | ZeRO | recompute | planned MiB | measured MiB | measured / planned | |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-if [ "${2:-}" = "family" ]; then
+if [ "${2:-}" = "family" ] || [ "${2:-}" = "lora" ]; then
   for v in 128256 49152 151936; do
     python3 - "$O/synth_$v.bin" "$v" <<'PY'
 import sys, numpy as np
@@ -83,6 +86,15 @@ with open(sys.argv[1], "wb") as f:
     f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, int(sys.argv[2]), n, dtype=np.uint32).tobytes())
 PY
   done
+  if [ "$2" = "lora" ]; then
+    L=(--lora 16,alpha=32,dropout=0,targets=q,v)
+    cal 1 llama-3.2-1b 2048 4 1 none "$O/synth_128256.bin" "${L[@]}"
+    cal 1 llama-3.2-1b 2048 4 1 none "$O/synth_128256.bin" "${L[@]}" --base-dtype nf4
+    cal 1 llama-3.1-8b 2048 1 1 full "$O/synth_128256.bin" "${L[@]}"
+    cal 1 llama-3.1-8b 2048 1 1 none "$O/synth_128256.bin" "${L[@]}"
+    cal 1 llama-3.1-8b 2048 1 1 full "$O/synth_128256.bin" "${L[@]}" --base-dtype nf4
+    exit 0
+  fi
   cal 1 llama-3.2-1b 2048 4 1 none "$O/synth_128256.bin"
   cal 1 smollm2-360m 2048 16 1 none "$O/synth_49152.bin"
   cal 1 qwen2.5-0.5b 2048 8 1 selective "$O/synth_151936.bin"

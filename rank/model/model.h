@@ -276,7 +276,9 @@ int st_model_get_weights(const st_model *m, float *host);
  * Face LlamaPreTrainedModel._init_weights with initializer_range 0.02):
  * every matrix N(0, 0.02), no special scaling of the projections, biases 0,
  * RMSNorm gain 1. Padded vocabulary rows (wte, lm_head) 0. Deterministic in
- * the rng's state; drawn in fp32 into host[padded_total], the source of
+ * the rng's state (one st_rng_next keys per-chunk generators, so the values
+ * do not depend on the thread count; OpenMP draws the chunks in parallel);
+ * drawn in fp32 into host[padded_total], the source of
  * master and working weights. LoRA: the adapters (st_lora_init: B = 0, A
  * uniform) into host[padded_total]. 0, or -1 with st_error. */
 int st_model_draw_weights(const st_model *m, st_rng *rng, float *host);

@@ -83,7 +83,9 @@ for z in (1, 2):
 
 fresh = losses(W("full_z1"))
 train("random", ["--layers", 2, "--heads", 4, "--dim", 64, "--vocab-size", 1000])
-check(abs(losses(W("random"))[1] - ref) > 0.05, "a random init's step-1 loss differs "
+# 10x the tolerance that calls the imported run's loss equal: how far a random
+# init's loss lands from the tiny model's depends on the draw, not on a bug
+check(abs(losses(W("random"))[1] - ref) > 1e-3, "a random init's step-1 loss differs "
       f"({losses(W('random'))[1]:.4f} vs {ref:.4f})")
 
 run([a.bin, "ckpt", "import", TINY, "--out", W("imported")])
