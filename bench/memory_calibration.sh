@@ -52,6 +52,7 @@ cal() { # ranks model seq-len micro-batch zero recompute [data [train flags...]]
     --resume none --val-seqs 0 > "$O/run.log" 2>&1
   local rc=$?
   kill $smi; rm -rf "$O/run"
+  [ "$rc" -ne 0 ] && grep -E -m2 "error" "$O/run.log" >&2
   local meas; meas=$(sort -n "$O/smi.txt" | tail -1)
   echo "| $np | $m${1:+ $*} | $t | $mb | $z | $r | $planned | $meas | $(python3 -c "print(f'{$meas / $planned:.4f}')") | rc $rc"
 }
@@ -88,11 +89,11 @@ PY
   done
   if [ "$2" = "lora" ]; then
     L=(--lora 16,alpha=32,dropout=0,targets=q,v)
+    cal 1 llama-3.1-8b 2048 1 1 full "$O/synth_128256.bin" "${L[@]}"
+    cal 1 llama-3.1-8b 2048 1 1 full "$O/synth_128256.bin" "${L[@]}" --base-dtype nf4
     cal 1 llama-3.2-1b 2048 4 1 none "$O/synth_128256.bin" "${L[@]}"
     cal 1 llama-3.2-1b 2048 4 1 none "$O/synth_128256.bin" "${L[@]}" --base-dtype nf4
-    cal 1 llama-3.1-8b 2048 1 1 full "$O/synth_128256.bin" "${L[@]}"
     cal 1 llama-3.1-8b 2048 1 1 none "$O/synth_128256.bin" "${L[@]}"
-    cal 1 llama-3.1-8b 2048 1 1 full "$O/synth_128256.bin" "${L[@]}" --base-dtype nf4
     exit 0
   fi
   cal 1 llama-3.2-1b 2048 4 1 none "$O/synth_128256.bin"
