@@ -816,8 +816,11 @@ static void norm_backward(const st_model *m, void *dx, float *dw, float *db, con
 /* The adapter path (lora_forward, lora_backward): rank/model/model_lora.c. */
 
 /* Block l's forward from its input x: the one definition that forward and
- * full recompute share, so a recomputed block is bit-identical. */
-static void block_forward(st_model *m, int l, const void *x, int B, int T) {
+ * full recompute share, so a recomputed block is bit-identical. A recompute
+ * stops before the down projection: backward never reads its output, and the
+ * block's output (residual3) is the next block's kept input, already there.
+ * That GEMM is a quarter of a Llama block's FLOPs (a third of GPT-2's). */
+static void block_forward(st_model *m, int l, const void *x, int B, int T, int recompute) {
   const st_ops *op = m->ops;
   const dims d = dims_of(&m->cfg);
   const int C = d.C, BT = B * T;
@@ -847,14 +850,15 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T) {
   } else {
     op->matmul_gelu_forward(a->fch_act, a->fch, a->ln2, proj_w(m, l, 2), w->fc_b, BT, C, d.F);
   }
+  if (recompute) return; /* an adapter's A x (lora_u) is kept under every policy */
   op->matmul_forward(a->fcproj, a->fch_act, proj_w(m, l, 3), w->fcproj_b, BT, d.F, C);
   st_model_lora_forward(m, l, ST_LORA_PROJ_MLP, a->fcproj, a->fch_act, BT);
   op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
 }
 
 /* Rebuild what the recompute policy did not keep for block l's backward:
- * full reruns the block from its input (the residual3 it writes is already
- * there and comes out the same); selective reruns the two norms and the
+ * full reruns the block from its input up to the down projection;
+ * selective reruns the two norms and the
  * MLP activation (GELU or SwiGLU), whose inputs were kept. */
 static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
   const st_ops *op = m->ops;
@@ -863,7 +867,7 @@ static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
   st_block_acts *a = &m->blk[l];
   const st_block_params *w = &m->p.h[l];
   if (m->recompute == ST_RECOMPUTE_FULL) {
-    block_forward(m, l, x, B, T);
+    block_forward(m, l, x, B, T, 1);
   } else if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
     norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
     norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
@@ -884,7 +888,7 @@ static void forward_trunk(st_model *m, const int *inp, int B, int T) {
   const void *x = m->encoded;
   for (int l = 0; l < c->n_layer; l++) {
     block_weights(m, l, l + 1);
-    block_forward(m, l, x, B, T);
+    block_forward(m, l, x, B, T, 0);
     x = m->blk[l].residual3;
   }
   norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnf_w, m->p.lnf_b, B * T);
