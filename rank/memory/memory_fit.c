@@ -13,11 +13,13 @@
 #include "util/bytes.h"
 #include "util/error.h"
 
-/* Measured on an H200 (README, GPT-2 124M B=32): selective ran at 0.98 and
- * full at 0.74 of --recompute none's speed. The factors are rounded to the
- * arithmetic (full: one more forward, a third of forward + backward), so
- * that the rule does not hang on one measurement. */
-static const double k_recompute_factor[3] = {1.00, 1.03, 1.33};
+/* Measured on an H200 (README, GPT-2 124M B=32): selective ran at 0.96-0.98
+ * and full at 0.85 of --recompute none's speed (0.74 before full recompute
+ * stopped short of the down projection). The factors are rounded to the
+ * arithmetic (full: about two thirds of a forward more, a forward being a
+ * third of forward + backward), so the rule does not hang on one
+ * measurement. */
+static const double k_recompute_factor[3] = {1.00, 1.03, 1.20};
 /* A micro-step's fixed work in rows on CUDA: about 5% at 8 x 1024 rows. */
 #define FIT_CUDA_STEP_ROWS 410.0
 
@@ -279,7 +281,7 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
   const int cuda = q->base.backend == ST_BACKEND_CUDA;
   if (q->order == ST_FIT_BY_COST && cuda)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
-         "factor (none 1.00, selective 1.03, full 1.33) x (1 + 410 / (micro-batch x seq-len)) "
+         "factor (none 1.00, selective 1.03, full 1.20) x (1 + 410 / (micro-batch x seq-len)) "
          "for each micro-step's fixed overhead%s%s; ties to the larger micro-batch%s "
          "(docs/memory.md)",
          q->search_zero && !q->base.offload
@@ -292,7 +294,7 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
          q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
   else if (q->order == ST_FIT_BY_COST)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
-         "factor (none 1.00, selective 1.03, full 1.33); on the CPU a smaller micro-batch costs "
+         "factor (none 1.00, selective 1.03, full 1.20); on the CPU a smaller micro-batch costs "
          "nothing extra; ties to the larger micro-batch%s (docs/memory.md)",
          q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
   if (!f->found) return;

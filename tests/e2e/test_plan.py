@@ -186,7 +186,7 @@ check("recompute none: the best that fits is micro-batch 2 x grad-accum 16, ZeRO
       and "cost 1.10, more than 1.08" in r.stdout,
       "774M: no recompute fits at 2 but costs more")
 check("recompute full: the best that fits is micro-batch 16 x grad-accum 2, ZeRO 0" in r.stdout
-      and "cost 1.35, more than 1.08" in r.stdout,
+      and "cost 1.22, more than 1.08" in r.stdout,
       "774M: full recompute fits at 16 (cuDNN's O(T^2) workspace grows with it) but costs more")
 check("train with: --micro-batch 4 --global-batch 32 --recompute selective --zero 0" in r.stdout
       and "--auto-fit-zero" in r.stdout, "774M: prints the train flags")
@@ -213,7 +213,7 @@ d = plan_json(["--model", "gpt2-1558m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
 check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "selective", 2),
       "1558M, 8 ranks: micro-batch 4, selective recompute, ZeRO 2 (cost 1.08 < none at 2, 1.10, "
-      "and full at 4, 1.40)")
+      "and full at 4, 1.26)")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8, "--zero", 2] + fit)
 check(d["fit"]["choice"]["zero"] == 2 and d["fit"]["zero_searched"] is False,
       "--zero given: kept, not searched")
