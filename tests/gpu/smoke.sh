@@ -9,8 +9,8 @@
 # 2. runs the CUDA ctest (every test whose name has "cuda");
 # 3. trains a few steps for every precision (bf16, fp16, fp32) x attention
 #    (cudnn, flash) x ZeRO stage (0, 1, 2) at the tiny shape, each recompute
-#    policy more than once, and a subset at gpt2-124m; each run must exit 0
-#    with finite losses that fall; fp32 with --attention cudnn must be refused
+#    policy more than once (full's losses identical to none's), and a subset
+#    at gpt2-124m; each run must exit 0 with finite losses that fall; fp32 with --attention cudnn must be refused
 #    with exit 2 (cuDNN's fused attention is bf16/fp16 only);
 #    ZeRO 3 (bit-identical to ZeRO 2) and ZeRO 3 with the optimizer offloaded;
 #    asynchronous checkpoints equal --ckpt-async off's, dataset by dataset;
@@ -217,6 +217,16 @@ for spec in "bf16 cudnn 1 selective" "bf16 flash 2 full" "fp16 cudnn 0 full" \
   name=tiny-$1-$2-z$3-$4
   check "$name" 12 "$B" train "${TINY[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
+done
+# Full recompute reruns each block up to its down projection with the same
+# kernels as the forward: every loss identical to --recompute none's.
+for run in bf16-flash-z2 fp16-cudnn-z0 fp32-flash-z0; do
+  if [ -s "$W/tiny-$run-full/metrics.jsonl" ] && [ -s "$W/tiny-$run/metrics.jsonl" ] &&
+     [ "$(losses "$W/tiny-$run-full")" = "$(losses "$W/tiny-$run")" ]; then
+    ok "tiny-$run-full-equals-none" "12 losses identical"
+  else
+    bad "tiny-$run-full-equals-none" "--recompute full's losses differ from none's"
+  fi
 done
 
 # The GPU-only diagnostics: a timeline of steps 3-4, memory samples every 2 steps.
