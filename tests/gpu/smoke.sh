@@ -10,8 +10,9 @@
 # 3. trains a few steps for every precision (bf16, fp16, fp32) x attention
 #    (cudnn, flash) x ZeRO stage (0, 1, 2) at the tiny shape, each recompute
 #    policy more than once (full's losses identical to none's), and a subset
-#    at gpt2-124m; each run must exit 0 with finite losses that fall; fp32 with --attention cudnn must be refused
-#    with exit 2 (cuDNN's fused attention is bf16/fp16 only);
+#    at gpt2-124m; each run must exit 0 with finite losses that fall; fp32
+#    with --attention cudnn must be refused with exit 2 (cuDNN's fused
+#    attention is bf16/fp16 only);
 #    ZeRO 3 (bit-identical to ZeRO 2) and ZeRO 3 with the optimizer offloaded;
 #    asynchronous checkpoints equal --ckpt-async off's, dataset by dataset;
 #    --dump-grads of CUDA fp32 against the CPU's (grads diff --tol 1e-4);
