@@ -138,6 +138,14 @@ typedef struct {
   /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
   void (*matmul_forward)(void *out, const void *inp, const void *w,
                          const void *bias, int N, int C, int OC);
+  /* out[N,OC] = res[N,OC] + (inp[N,C] @ w[OC,C]^T + bias[OC]): a projection
+   * whose output joins the residual stream (bias may be NULL; out must
+   * alias neither inp nor res). The CPU computes exactly matmul_forward then residual_forward
+   * (bit for bit); CUDA adds res in the GEMM's epilogue, so the sum is
+   * rounded once to the storage type and no [N,OC] projection output is
+   * ever written or kept. */
+  void (*matmul_residual_forward)(void *out, const void *inp, const void *w, const void *bias,
+                                  const void *res, int N, int C, int OC);
   /* dinp = dout @ w; dw += dout^T @ inp; dbias += colsum(dout) (if not NULL). dw NULL:
    * a frozen weight (LoRA's base), no weight gradient is computed (then dbias is NULL
    * too, as every backend may assume). */

@@ -94,6 +94,12 @@ static void p_matmul_forward(void *out, const void *inp, const void *w, const vo
   snprintf(l, sizeof l, "matmul_forward %dx%dx%d", N, C, OC);
   TIMED(l, g_inner->matmul_forward(out, inp, w, bias, N, C, OC));
 }
+static void p_matmul_residual_forward(void *out, const void *inp, const void *w, const void *bias,
+                                      const void *res, int N, int C, int OC) {
+  char l[80];
+  snprintf(l, sizeof l, "matmul_residual_forward %dx%dx%d", N, C, OC);
+  TIMED(l, g_inner->matmul_residual_forward(out, inp, w, bias, res, N, C, OC));
+}
 static void p_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                               const void *inp, const void *w, int N, int C, int OC) {
   char l[80];
@@ -190,6 +196,7 @@ const st_ops *st_ops_profiled(const st_ops *inner) {
   if (inner->rope_forward) g_table.rope_forward = p_rope_forward;
   if (inner->rope_backward) g_table.rope_backward = p_rope_backward;
   g_table.matmul_forward = p_matmul_forward;
+  g_table.matmul_residual_forward = p_matmul_residual_forward;
   g_table.matmul_backward = p_matmul_backward;
   g_table.matmul_gelu_forward = p_matmul_gelu_forward;
   g_table.matmul_backward_gelu = p_matmul_backward_gelu;

@@ -292,6 +292,33 @@ static void test_matmul(int N, int C, int OC, int bias, int misalign, float wsca
   free(dinp), free(dw), free(db);
 }
 
+/* ---- a projection into the residual stream, out = res + x w^T (+ b),
+ * against the CPU's matmul then residual add. CUDA adds res and the bias in
+ * cuBLASLt's epilogue and rounds once, so the bound is expect_close_sum's
+ * with the added term t = res + bias of each element. */
+static void test_matmul_residual(int N, int C, int OC, int bias) {
+  printf("matmul+residual N=%d C=%d OC=%d bias=%d\n", N, C, OC, bias);
+  const int64_t NC = (int64_t)N * C, NO = (int64_t)N * OC, OCC = (int64_t)OC * C;
+  float *x = randn_st(NC, 1), *w = randn_st(OCC, 0.05f), *bv = randn_st(OC, 1);
+  float *res = randn_st(NO, 1), *out = malloc(NO * 4), *terms = malloc(NO * 4);
+  CPU->matmul_residual_forward(out, x, w, bias ? bv : NULL, res, N, C, OC);
+  for (int64_t i = 0; i < NO; i++) terms[i] = fabsf(res[i]) + (bias ? fabsf(bv[i % OC]) : 0.0f);
+  void *d_x = dev_st(x, NC), *d_w = dev_st(w, OCC), *d_b = dev_st(bv, OC);
+  void *d_res = dev_st(res, NO), *d_out = dev_st(NULL, NO);
+  float *g[2];
+  for (int k = 0; k < 2; k++) {
+    GPU->matmul_residual_forward(d_out, d_x, d_w, bias ? d_b : NULL, d_res, N, C, OC);
+    g[k] = back_st(d_out, NO);
+  }
+  expect_close_sum("matmul_residual_forward out", g[0], out, NO, 1e-4, 1e-4, terms, NO);
+  expect_identical("matmul_residual_forward", g[0], g[1], NO * 4);
+  float *res_after = back_st(d_res, NO);
+  expect_true("matmul_residual_forward: res unchanged", memcmp(res_after, res, NO * 4) == 0);
+  GPU->free(d_x), GPU->free(d_w), GPU->free(d_b), GPU->free(d_res), GPU->free(d_out);
+  free(x), free(w), free(bv), free(res), free(out), free(terms), free(g[0]), free(g[1]);
+  free(res_after);
+}
+
 /* ---- the MLP's fused GEMM + GELU pair against the CPU's composition
  * (matmul then GELU). The bf16/fp16 tables fuse GELU into cuBLASLt's
  * epilogue: pre (the GELU input) is the GEMM result rounded once, like a
@@ -674,6 +701,10 @@ static void test_ops(int big) {
   test_matmul(300, 200, 97, 1, 0, 1.0f, 1e-4, 1e-4);
   /* GPT-2 widths, weights at the init scale: sums of 768 / 512 terms */
   if (big) test_matmul(512, 768, 2304, 1, 0, 0.02f, 1e-4, 1e-4);
+  test_matmul_residual(37, 72, 72, 1);
+  test_matmul_residual(37, 288, 72, 1);  /* GPT-2's MLP projection shape */
+  test_matmul_residual(300, 200, 96, 0); /* the Llama family: no bias */
+  if (big) test_matmul_residual(512, 3072, 768, 1);
   test_matmul_gelu(64, 72, 288);
   if (big) test_matmul_gelu(512, 768, 3072); /* GPT-2's MLP */
   test_attention(2, 13, 72, 3);

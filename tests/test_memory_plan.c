@@ -599,42 +599,41 @@ static void test_gpt2_124m_activations(void **state) {
 
   /* none: per layer 16 X (ln1 1, qkv 3, atty 1, residual2 1, ln2 1, fch 4,
    * fch_gelu 4, residual3 1) + 4 S (LayerNorm mean, rstd twice) + A =
-   * 807,403,520 bytes (770 MiB); the projections' outputs attproj and fcproj
-   * (1 X each) once for all layers in the shared block. */
+   * 807,403,520 bytes (770 MiB); the projections' outputs have no buffer
+   * (they go into the residual stream in the GEMM), so nothing is shared. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
   assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 4096);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(16 * X + 4 * S + A, 807403520LL);
   assert_int_equal(p.acts.blocks, L * (16 * X + 4 * S));
-  assert_int_equal(p.acts.recompute, 2 * X);
+  assert_int_equal(p.acts.recompute, 0);
   assert_int_equal(p.acts.attention, L * A + A);
   assert_int_equal(p.acts.embed, X);
   assert_int_equal(p.acts.head, X + 3 * S);
   assert_int_equal(p.acts.logits, logits);
   assert_int_equal(p.acts.grad_scratch, 10 * X);
-  assert_int_equal(p.acts.total, 10807541760LL); /* 10.07 GiB */
+  assert_int_equal(p.acts.total, 10706878464LL); /* 9.97 GiB */
   assert_int_equal(p.acts.total,
-                   L * (16 * X + 4 * S + A) + 2 * X + X + X + 3 * S + logits + 10 * X + A);
+                   L * (16 * X + 4 * S + A) + X + X + 3 * S + logits + 10 * X + A);
 
   /* selective: ln1, ln2 (1 X each) and fch_gelu (4 X) once for all layers:
-   * per layer 10 X + 4 S + A = 505,413,632 (482 MiB), plus 8 X once (those
-   * 6 and the two projections' outputs). */
+   * per layer 10 X + 4 S + A = 505,413,632 (482 MiB), plus those 6 X once. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_SELECTIVE);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(10 * X + 4 * S + A, 505413632LL);
   assert_int_equal(p.acts.blocks, L * (10 * X + 4 * S));
-  assert_int_equal(p.acts.recompute, 8 * X);
+  assert_int_equal(p.acts.recompute, 6 * X);
   assert_int_equal(p.acts.attention, L * A + A);
-  assert_int_equal(p.acts.total, 7485652992LL); /* 6.97 GiB */
+  assert_int_equal(p.acts.total, 7384989696LL); /* 6.88 GiB */
 
-  /* full: only the block output (1 X) per layer; everything else (17 X, 4 S,
+  /* full: only the block output (1 X) per layer; everything else (15 X, 4 S,
    * A) once, in the shared block. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_FULL);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(p.acts.blocks, L * X);
-  assert_int_equal(p.acts.recompute, 17 * X + 4 * S);
+  assert_int_equal(p.acts.recompute, 15 * X + 4 * S);
   assert_int_equal(p.acts.attention, A + A);
-  assert_int_equal(p.acts.total, 2479751168LL); /* 2.31 GiB */
+  assert_int_equal(p.acts.total, 2379087872LL); /* 2.22 GiB */
 
   /* backend internals at B*T = 32,768, C = 768: 256 column-sum chunks;
    * ln_f asks 256 x 1,536 x 4 = 1.5 MiB, the fc bias 256 x 3,072 x 4 = 3 MiB,

@@ -37,6 +37,19 @@ static void test_matmul(void **state) {
             check("matmul dw", c.w, dw, c.OC * c.C, mm_loss, &c, 200) +
             check("matmul dbias", c.b, db, c.OC, mm_loss, &c, 70);
   assert_int_equal(bad, 0);
+  /* The projection into the residual stream is the two ops, bit for bit
+   * (the model's forward relies on it for its CPU golden files). Two row
+   * counts: the few-rows path and the tiled one. */
+  for (int n = 2; n <= c.N; n += c.N - 2) {
+    const int64_t no = (int64_t)n * c.OC;
+    float *res = randn(no, 1), *fused = zeros(no), *two = zeros(no);
+    ops->matmul_residual_forward(fused, c.inp, c.w, c.b, res, n, c.C, c.OC);
+    ops->matmul_forward(two, c.inp, c.w, c.b, n, c.C, c.OC);
+    ops->residual_forward(two, res, two, no);
+    assert_memory_equal(fused, two, (size_t)no * sizeof(float));
+    assert_true(fused[0] != 0.0f);
+    free(res); free(fused); free(two);
+  }
   free(c.inp); free(c.w); free(c.b); free(c.R); free(c.out); free(di); free(dw); free(db);
 }
 

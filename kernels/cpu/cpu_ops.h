@@ -24,6 +24,8 @@ void cpu_rope_forward(void *qkv, const float *cs, int B, int T, int pos0, int NH
 void cpu_rope_backward(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int HD);
 void cpu_matmul_forward(void *out, const void *inp, const void *w, const void *bias,
                         int N, int C, int OC);
+void cpu_matmul_residual_forward(void *out, const void *inp, const void *w, const void *bias,
+                                 const void *res, int N, int C, int OC);
 void cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                          const void *inp, const void *w, int N, int C, int OC);
 void cpu_matmul_backward_input(void *dinp, const void *dout, const void *w, int N, int C,

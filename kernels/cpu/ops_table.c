@@ -85,6 +85,7 @@ static const st_ops k_cpu_ops = {
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
     .matmul_forward = cpu_matmul_forward,
+    .matmul_residual_forward = cpu_matmul_residual_forward,
     .matmul_backward = cpu_matmul_backward,
     .matmul_backward_input = cpu_matmul_backward_input,
     .nf4_dequantize = cpu_nf4_dequantize,

@@ -224,6 +224,9 @@ template <typename S>
 void cuda_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N,
                          int C, int OC);
 template <typename S>
+void cuda_matmul_residual_forward(void *out, const void *inp, const void *w, const void *bias,
+                                  const void *res, int N, int C, int OC);
+template <typename S>
 void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                           const void *inp, const void *w, int N, int C, int OC);
 template <typename S>

@@ -100,7 +100,7 @@ typedef struct {
   int m, n, k, lda, ldb, ldd;
   int ta, tb, has_bias, epi;
   cudaDataType_t ab, cd;
-  uint32_t al_a, al_b, al_d, al_bias, al_aux;
+  uint32_t al_a, al_b, al_c, al_d, al_bias, al_aux;
 } lt_key;
 
 typedef struct {
@@ -141,7 +141,7 @@ static int plan_heuristic(lt_plan *p, uint32_t schemes) {
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->al_b, sizeof key->al_b));
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->al_d, sizeof key->al_d));
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->al_c, sizeof key->al_c));
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->al_d, sizeof key->al_d));
   cublasLtMatmulHeuristicResult_t heur;
@@ -217,7 +217,7 @@ static lt_plan *plan_get(const lt_key *key, const void *bias) {
   return p;
 }
 
-/* D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m]) + beta * D, column-major, with
+/* D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m]) + beta * C, column-major, with
  * op = transpose when ta/tb. A is stored [m,k] (or [k,m] when ta) with
  * leading dim lda; likewise B. A and B have type ab, D and the bias cd.
  * epi EPI_GELU_AUX: aux = that result, D = gelu(aux); EPI_DGELU: D = result
@@ -226,14 +226,17 @@ static lt_plan *plan_get(const lt_key *key, const void *bias) {
  * that part itself). */
 static int lt_matmul_epi(void *d, const void *a, const void *b, const void *bias, int m, int n,
                          int k, int ta, int tb, int lda, int ldb, int ldd, float beta,
-                         cudaDataType_t ab, cudaDataType_t cd, lt_epi epi, const void *aux) {
+                         cudaDataType_t ab, cudaDataType_t cd, lt_epi epi, const void *aux,
+                         const void *c) {
   lt_init();
+  if (!c) c = d;
   lt_key key;
   memset(&key, 0, sizeof key);
   key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
   key.ta = ta, key.tb = tb, key.has_bias = bias != NULL, key.ab = ab, key.cd = cd;
   key.al_a = alignment_of(a, type_size(ab));
   key.al_b = alignment_of(b, type_size(ab));
+  key.al_c = alignment_of(c, type_size(cd));
   key.al_d = alignment_of(d, type_size(cd));
   key.al_bias = bias ? alignment_of(bias, type_size(cd)) : 0;
   key.epi = epi;
@@ -251,7 +254,7 @@ static int lt_matmul_epi(void *d, const void *a, const void *b, const void *bias
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   const float alpha = 1.0f;
-  ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d,
+  ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d,
                                  p->ld, &p->algo, g_workspace, g_workspace_bytes, 0));
   return 0;
 }
@@ -260,7 +263,7 @@ static int lt_matmul(void *d, const void *a, const void *b, const void *bias, in
                      int k, int ta, int tb, int lda, int ldb, int ldd, float beta,
                      cudaDataType_t ab, cudaDataType_t cd) {
   return lt_matmul_epi(d, a, b, bias, m, n, k, ta, tb, lda, ldb, ldd, beta, ab, cd, EPI_NONE,
-                       NULL);
+                       NULL, NULL);
 }
 
 /* out[n, o] += bias[o]: used only when the bias epilogue is not offered. */
@@ -340,6 +343,22 @@ void cuda_matmul_forward(void *out, const void *inp, const void *w, const void *
   }
 }
 
+/* The residual rides in the epilogue as C with beta = 1: D = res + (W x +
+ * bias) in fp32, rounded once. Against a separate residual kernel this saves
+ * a write and two reads of the [N, OC] stream and the projection's own
+ * output buffer. Without a fused algorithm: the two steps, as before. */
+template <typename S>
+void cuda_matmul_residual_forward(void *out, const void *inp, const void *w, const void *bias,
+                                  const void *res, int N, int C, int OC) {
+  constexpr cudaDataType_t dt = st_cuda_type<S>();
+  if (N == 0 || OC == 0) return;
+  if (C > 0 && lt_matmul_epi(out, w, inp, bias, OC, N, C, 1, 0, C, C, OC, 1.0f, dt, dt, EPI_NONE,
+                             NULL, res) == 0)
+    return;
+  cuda_matmul_forward<S>(out, inp, w, bias, N, C, OC);
+  cuda_residual_forward<S>(out, res, out, (int64_t)N * OC);
+}
+
 template <typename S>
 void cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                           const void *inp, const void *w, int N, int C, int OC) {
@@ -376,7 +395,7 @@ void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const void 
   constexpr cudaDataType_t dt = st_cuda_type<S>();
   if (sizeof(S) == 2 && N > 0 && OC > 0 && C > 0 &&
       lt_matmul_epi(out, w, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, dt, dt, EPI_GELU_AUX,
-                    pre) == 0)
+                    pre, NULL) == 0)
     return;
   cuda_matmul_forward<S>(pre, inp, w, bias, N, C, OC);
   cuda_gelu_forward<S>(out, pre, (int64_t)N * OC);
@@ -389,8 +408,8 @@ void cuda_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *
   constexpr cudaDataType_t dt = st_cuda_type<S>();
   if (N == 0 || C == 0 || OC == 0) return;
   if (sizeof(S) == 2 &&
-      lt_matmul_epi(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, dt, dt, EPI_DGELU, pre) ==
-          0) {
+      lt_matmul_epi(dinp, w, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, dt, dt, EPI_DGELU, pre,
+                    NULL) == 0) {
     weight_grads<S>(dw, dbias, dout, inp, N, C, OC);
     return;
   }
@@ -401,6 +420,8 @@ void cuda_matmul_backward_gelu(void *dinp, float *dw, float *dbias, const void *
 #define MM_INST(S)                                                                          \
   template void cuda_matmul_forward<S>(void *, const void *, const void *, const void *, int, \
                                        int, int);                                           \
+  template void cuda_matmul_residual_forward<S>(void *, const void *, const void *,          \
+                                                const void *, const void *, int, int, int);   \
   template void cuda_matmul_backward<S>(void *, float *, float *, const void *, const void *, \
                                         const void *, int, int, int);                         \
   template void cuda_matmul_backward_input<S>(void *, const void *, const void *, int, int,    \

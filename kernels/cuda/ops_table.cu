@@ -60,6 +60,7 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.rope_forward = cuda_rope_forward<S>;
   t.rope_backward = cuda_rope_backward<S>;
   t.matmul_forward = cuda_matmul_forward<S>;
+  t.matmul_residual_forward = cuda_matmul_residual_forward<S>;
   t.matmul_backward = cuda_matmul_backward<S>;
   t.matmul_backward_input = cuda_matmul_backward_input<S>;
   t.nf4_dequantize = cuda_nf4_dequantize<S>;

@@ -116,9 +116,11 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T, int r
   st_model_lora_forward(m, l, ST_LORA_PROJ_QKV, a->qkv, a->ln1, BT);
   if (d.rope) op->rope_forward(a->qkv, m->rope_cs, B, T, 0, d.NH, d.NKV, d.HD);
   op->attention_forward(a->atty, a->att, a->qkv, B, T, C, d.NH, d.NKV);
-  op->matmul_forward(a->attproj, a->atty, st_model_proj_w(m, l, 1), w->attproj_b, BT, C, C);
-  st_model_lora_forward(m, l, ST_LORA_PROJ_ATTN, a->attproj, a->atty, BT);
-  op->residual_forward(a->residual2, x, a->attproj, (int64_t)BT * C);
+  /* The two projections write into the residual stream directly (their
+   * outputs are read by nothing else); an adapter's delta is added there. */
+  op->matmul_residual_forward(a->residual2, a->atty, st_model_proj_w(m, l, 1), w->attproj_b, x,
+                              BT, C, C);
+  st_model_lora_forward(m, l, ST_LORA_PROJ_ATTN, a->residual2, a->atty, BT);
   norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
   if (d.swiglu) {
     op->matmul_forward(a->fch, a->ln2, st_model_proj_w(m, l, 2), w->fc_b, BT, C, d.FC);
@@ -136,9 +138,9 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T, int r
     op->matmul_gelu_forward(a->fch_act, a->fch, a->ln2, st_model_proj_w(m, l, 2), w->fc_b, BT, C, d.F);
   }
   if (recompute) return; /* an adapter's A x (lora_u) is kept under every policy */
-  op->matmul_forward(a->fcproj, a->fch_act, st_model_proj_w(m, l, 3), w->fcproj_b, BT, d.F, C);
-  st_model_lora_forward(m, l, ST_LORA_PROJ_MLP, a->fcproj, a->fch_act, BT);
-  op->residual_forward(a->residual3, a->residual2, a->fcproj, (int64_t)BT * C);
+  op->matmul_residual_forward(a->residual3, a->fch_act, st_model_proj_w(m, l, 3), w->fcproj_b,
+                              a->residual2, BT, d.F, C);
+  st_model_lora_forward(m, l, ST_LORA_PROJ_MLP, a->residual3, a->fch_act, BT);
 }
 
 /* Rebuild what the recompute policy did not keep for block l's backward:

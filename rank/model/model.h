@@ -26,19 +26,17 @@ typedef struct {
   void *qkv;                        /* [B,T,QKV], q and k rotated under RoPE */
   void *atty;                       /* [B,T,C] attention output */
   float *att;                       /* attention_state_floats(B,T,NH) */
-  void *attproj;                    /* [B,T,C], transient: one buffer for all layers */
-  void *residual2;                  /* [B,T,C] */
+  void *residual2;                  /* [B,T,C] input + attention projection */
   void *ln2;
   float *ln2_mean, *ln2_rstd;
   void *fch;                        /* [B,T,F] GELU input, or [B,T,2F] SwiGLU's gate | up */
   void *fch_act;                    /* [B,T,F] GELU or SwiGLU output */
-  void *fcproj;                     /* [B,T,C], transient: one buffer for all layers */
   void *residual3;                  /* [B,T,C] block output */
 } st_block_acts;
 
 /* Activation recompute (Chen et al. 2016; Korthikanti et al. 2022 for the
  * selective form): none keeps every activation for backward; selective drops
- * the two norm outputs and the MLP activation's output (GPT-2: 6 of 18
+ * the two norm outputs and the MLP activation's output (GPT-2: 6 of 16
  * B*T*C-sized tensors per block) and recomputes them from kept inputs; full
  * keeps only each block's output and reruns the whole block before its
  * backward. full gives bit-identical results to none; so does selective

@@ -47,13 +47,11 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
     BT = B * T
     X, X3, X4, S = al(BT * C * es), al(3 * BT * C * es), al(4 * BT * C * es), al(4 * BT)
     A = al(4 * (B * NH * T if cuda else B * NH * T * T))
-    # the 14 per-block buffers of model.c's BLOCK_FIELDS, then residual3
-    ln1, stats, qkv, atty, att, attproj, res2, ln2, fch, fch_gelu, fcproj = \
-        X, 4 * S, X3, X, A, X, X, X, X4, X4, X
-    every = ln1 + stats + qkv + atty + att + attproj + res2 + ln2 + fch + fch_gelu + fcproj
-    # the two projections' outputs are one copy for all layers under every policy
-    shared = {"none": attproj + fcproj, "selective": ln1 + ln2 + fch_gelu + attproj + fcproj,
-              "full": every}[rec]
+    # the 12 per-block buffers of model_layout.c's BLOCK_FIELDS, then residual3
+    # (the two projections write into the residual stream: no buffer of their own)
+    ln1, stats, qkv, atty, att, res2, ln2, fch, fch_gelu = X, 4 * S, X3, X, A, X, X, X4, X4
+    every = ln1 + stats + qkv + atty + att + res2 + ln2 + fch + fch_gelu
+    shared = {"none": 0, "selective": ln1 + ln2 + fch_gelu, "full": every}[rec]
     per_layer = X + (every - shared)
     acts = X + L * per_layer + shared + (X + 3 * S) + al(head_rows(BT, Vp, es) * Vp * es) + \
         (3 * X + X3 + X4) + A
@@ -279,10 +277,10 @@ t = train(a, 1, ["--data", data, "--out", os.path.join(a.work, "tight"), "--step
                  "--gpu-mem", tight] + [str(x) for x in cpu[:6] + cpu[8:]], expect_rc=6)
 check(f"The smallest change that fits: {named} (plan" in t.stderr,
       f"train's pre-flight names the same change as plan: {named}")
-# 124M at 32 x 1024 needs 14.0 GiB; with full recompute 6.3 GiB (its
+# 124M at 32 x 1024 needs 13.9 GiB; with full recompute 6.2 GiB (its
 # logits one 393 MiB chunk), which 8 GiB holds at the same micro-batch.
 r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
-check("The smallest change that fits: --recompute none -> full (plan 6.27 GiB)" in r.stdout and
+check("The smallest change that fits: --recompute none -> full (plan 6.18 GiB)" in r.stdout and
       "Add --fit to these flags" in r.stdout,
       "124M in 8 GiB: names the smallest change (full recompute) and suggests --fit")
 r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
