@@ -92,36 +92,49 @@ __global__ void layernorm_backward_dinp_kernel(S *dinp, const S *dout, const S *
   }
 }
 
-/* Pass 1: block (band of 32 columns, chunk of rows). Lane y of the block sums
- * rows y, y+8, ... of the chunk; the 8 lane sums are added in lane order.
- * part[chunk][0:C] gets dw, part[chunk][C:2C] gets db. */
-template <typename S>
+/* Pass 1: block (band of 32 V columns, chunk of rows). Thread (x, y) holds
+ * columns [V (band + x), + V) and sums rows y, y+8, ... of the chunk; the 8
+ * lane sums of a column are added in lane order. part[chunk][0:C] gets dw,
+ * part[chunk][C:2C] gets db. Every column's sum is the same sequence of
+ * operations for any V: V only widens the loads (16 bytes a row instead
+ * of 2, which left this pass far below the memory's bandwidth). */
+template <typename S, int V>
 __global__ void layernorm_backward_part_kernel(float *part, const S *dout, const S *inp,
                                                const float *mean, const float *rstd, int N,
                                                int C, int rows_per_chunk) {
-  __shared__ float sw[ST_COLSUM_LANES][ST_COLSUM_BAND], sb[ST_COLSUM_LANES][ST_COLSUM_BAND];
+  __shared__ float sw[ST_COLSUM_LANES][ST_COLSUM_BAND * V], sb[ST_COLSUM_LANES][ST_COLSUM_BAND * V];
   const int tx = threadIdx.x, ty = threadIdx.y, chunk = blockIdx.y;
-  const int c = blockIdx.x * ST_COLSUM_BAND + tx;
+  const int c0 = blockIdx.x * ST_COLSUM_BAND * V, c = c0 + tx * V;
   const int r0 = chunk * rows_per_chunk;
   const int r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float aw = 0.0f, ab = 0.0f;
-  if (c < C)
+  float aw[V], ab[V];
+#pragma unroll
+  for (int k = 0; k < V; k++) aw[k] = ab[k] = 0.0f;
+  if (c < C) /* V > 1 only when V divides C: a pack is wholly inside or outside */
     for (int r = r0 + ty; r < r1; r += ST_COLSUM_LANES) {
-      float d = st_ld(dout[(int64_t)r * C + c]);
-      aw += d * (st_ld(inp[(int64_t)r * C + c]) - mean[r]) * rstd[r];
-      ab += d;
+      float d[V], x[V];
+      st_load<S, V>(d, dout + (int64_t)r * C + c);
+      st_load<S, V>(x, inp + (int64_t)r * C + c);
+      const float m = mean[r], s = rstd[r];
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        aw[k] += d[k] * (x[k] - m) * s;
+        ab[k] += d[k];
+      }
     }
-  sw[ty][tx] = aw;
-  sb[ty][tx] = ab;
+#pragma unroll
+  for (int k = 0; k < V; k++) sw[ty][tx * V + k] = aw[k], sb[ty][tx * V + k] = ab[k];
   __syncthreads();
-  if (ty == 0 && c < C) {
+  for (int j = ty * ST_COLSUM_BAND + tx; j < ST_COLSUM_BAND * V;
+       j += ST_COLSUM_BAND * ST_COLSUM_LANES) {
+    if (c0 + j >= C) break;
     float tw = 0.0f, tb = 0.0f;
     for (int y = 0; y < ST_COLSUM_LANES; y++) {
-      tw += sw[y][tx];
-      tb += sb[y][tx];
+      tw += sw[y][j];
+      tb += sb[y][j];
     }
-    part[(int64_t)chunk * 2 * C + c] = tw;
-    part[(int64_t)chunk * 2 * C + C + c] = tb;
+    part[(int64_t)chunk * 2 * C + c0 + j] = tw;
+    part[(int64_t)chunk * 2 * C + C + c0 + j] = tb;
   }
 }
 
@@ -175,8 +188,16 @@ void cuda_layernorm_backward(void *dinp_, float *dw, float *db, const void *dout
   if (!dw && !db) return; /* a frozen norm (LoRA's base): no weight gradients */
   const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
   float *part = (float *)cuda_scratch((size_t)chunks * 2 * C * sizeof(float));
-  dim3 pgrid(st_blocks(C, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
-  layernorm_backward_part_kernel<S><<<pgrid, block>>>(part, dout, inp, mean, rstd, N, C, rows);
+  const dim3 block(ST_COLSUM_BAND, ST_COLSUM_LANES);
+  if (C % P == 0 && st_aligned16(dout) && st_aligned16(inp)) {
+    const dim3 pgrid(st_blocks(C, ST_COLSUM_BAND * P), chunks);
+    layernorm_backward_part_kernel<S, P><<<pgrid, block>>>(part, dout, inp, mean, rstd, N, C,
+                                                           rows);
+  } else {
+    const dim3 pgrid(st_blocks(C, ST_COLSUM_BAND), chunks);
+    layernorm_backward_part_kernel<S, 1><<<pgrid, block>>>(part, dout, inp, mean, rstd, N, C,
+                                                           rows);
+  }
   ST_CUDA_LAUNCHED();
   layernorm_backward_reduce_kernel<<<st_blocks(C, 256), 256>>>(dw, db, part, C, chunks);
   ST_CUDA_LAUNCHED();

@@ -274,25 +274,37 @@ __global__ void add_bias_kernel(S *out, const S *bias, int OC, int64_t n) {
     out[i] = st_st<S>(st_ld(out[i]) + st_ld(bias[i % OC]));
 }
 
-/* dbias column sums, pass 1: block (band of 32 columns, chunk of rows); lane
- * y sums rows y, y+8, ... of the chunk, then the lanes are added in order. */
-template <typename S>
+/* dbias column sums, pass 1: block (band of 32 V columns, chunk of rows);
+ * thread (x, y) holds columns [V (band + x), + V) and sums rows y, y+8, ...
+ * of the chunk, then the lanes are added in order. The same sums for any V
+ * (layernorm.cu's part kernel says why V > 1). */
+template <typename S, int V>
 __global__ void bias_backward_part_kernel(float *part, const S *dout, int N, int OC,
                                           int rows_per_chunk) {
-  __shared__ float s[ST_COLSUM_LANES][ST_COLSUM_BAND];
+  __shared__ float s[ST_COLSUM_LANES][ST_COLSUM_BAND * V];
   const int tx = threadIdx.x, ty = threadIdx.y, chunk = blockIdx.y;
-  const int o = blockIdx.x * ST_COLSUM_BAND + tx;
+  const int o0 = blockIdx.x * ST_COLSUM_BAND * V, o = o0 + tx * V;
   const int r0 = chunk * rows_per_chunk;
   const int r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float acc = 0.0f;
+  float acc[V];
+#pragma unroll
+  for (int k = 0; k < V; k++) acc[k] = 0.0f;
   if (o < OC)
-    for (int r = r0 + ty; r < r1; r += ST_COLSUM_LANES) acc += st_ld(dout[(int64_t)r * OC + o]);
-  s[ty][tx] = acc;
+    for (int r = r0 + ty; r < r1; r += ST_COLSUM_LANES) {
+      float d[V];
+      st_load<S, V>(d, dout + (int64_t)r * OC + o);
+#pragma unroll
+      for (int k = 0; k < V; k++) acc[k] += d[k];
+    }
+#pragma unroll
+  for (int k = 0; k < V; k++) s[ty][tx * V + k] = acc[k];
   __syncthreads();
-  if (ty == 0 && o < OC) {
+  for (int j = ty * ST_COLSUM_BAND + tx; j < ST_COLSUM_BAND * V;
+       j += ST_COLSUM_BAND * ST_COLSUM_LANES) {
+    if (o0 + j >= OC) break;
     float t = 0.0f;
-    for (int y = 0; y < ST_COLSUM_LANES; y++) t += s[y][tx];
-    part[(int64_t)chunk * OC + o] = t;
+    for (int y = 0; y < ST_COLSUM_LANES; y++) t += s[y][j];
+    part[(int64_t)chunk * OC + o0 + j] = t;
   }
 }
 
@@ -316,8 +328,15 @@ static void weight_grads(float *dw, float *dbias, const void *dout, const void *
   if (dbias) {
     const int rows = st_colsum_rows_per_chunk(N), chunks = st_colsum_chunks(N);
     float *part = (float *)cuda_scratch((size_t)chunks * OC * sizeof(float));
-    dim3 grid(st_blocks(OC, ST_COLSUM_BAND), chunks), block(ST_COLSUM_BAND, ST_COLSUM_LANES);
-    bias_backward_part_kernel<S><<<grid, block>>>(part, (const S *)dout, N, OC, rows);
+    constexpr int P = st_pack<S>();
+    const dim3 block(ST_COLSUM_BAND, ST_COLSUM_LANES);
+    if (OC % P == 0 && st_aligned16(dout)) {
+      const dim3 grid(st_blocks(OC, ST_COLSUM_BAND * P), chunks);
+      bias_backward_part_kernel<S, P><<<grid, block>>>(part, (const S *)dout, N, OC, rows);
+    } else {
+      const dim3 grid(st_blocks(OC, ST_COLSUM_BAND), chunks);
+      bias_backward_part_kernel<S, 1><<<grid, block>>>(part, (const S *)dout, N, OC, rows);
+    }
     ST_CUDA_LAUNCHED();
     bias_backward_reduce_kernel<<<st_blocks(OC, 256), 256>>>(dbias, part, OC, chunks);
     ST_CUDA_LAUNCHED();
