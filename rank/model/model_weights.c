@@ -10,6 +10,30 @@
 #include "kernels/nf4.h"
 #include "util/error.h"
 
+/* n fp32 host values -> dst (backend memory, storage dtype). */
+static int put_f32(const st_model *m, void *dst, const float *host, size_t n) {
+  const size_t bytes = n * m->es;
+  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
+  if (m->ops->dtype != ST_FP32 && !staged)
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
+  if (staged) st_dtype_from_f32(m->ops->dtype, staged, host, n);
+  m->ops->to_device(dst, staged ? staged : host, bytes);
+  free(staged);
+  return 0;
+}
+
+/* src (backend memory, storage dtype) -> n fp32 host values. */
+static int get_f32(const st_model *m, float *host, const void *src, size_t n) {
+  const size_t bytes = n * m->es;
+  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
+  if (m->ops->dtype != ST_FP32 && !staged)
+    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
+  m->ops->to_host(staged ? staged : host, src, bytes);
+  if (staged) st_dtype_to_f32(m->ops->dtype, host, staged, n);
+  free(staged);
+  return 0;
+}
+
 /* ZeRO 3: the head tensors and this rank's shard of host[padded_total]. */
 static int set_sharded_weights(st_model *m, const float *host) {
   const int64_t nf = m->block_begin, lnf = lnf_begin(m), nt = m->tab.total - lnf;
@@ -37,26 +61,7 @@ static int set_sharded_weights(st_model *m, const float *host) {
 
 int st_model_set_weights(st_model *m, const float *host) {
   if (m->shard_params) return set_sharded_weights(m, host);
-  size_t n = (size_t)m->padded_total, bytes = n * m->es;
-  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes);
-  if (m->ops->dtype != ST_FP32 && !staged)
-    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
-  if (staged) st_dtype_from_f32(m->ops->dtype, staged, host, n);
-  m->ops->to_device(m->params, staged ? staged : host, bytes);
-  free(staged);
-  return 0;
-}
-
-/* n fp32 host values -> dst (backend memory, storage dtype). */
-static int put_f32(const st_model *m, void *dst, const float *host, size_t n) {
-  const size_t bytes = n * m->es;
-  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
-  if (m->ops->dtype != ST_FP32 && !staged)
-    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
-  if (staged) st_dtype_from_f32(m->ops->dtype, staged, host, n);
-  m->ops->to_device(dst, staged ? staged : host, bytes);
-  free(staged);
-  return 0;
+  return put_f32(m, m->params, host, (size_t)m->padded_total);
 }
 
 int st_model_set_base_weights(st_model *m, const float *host) {
@@ -93,14 +98,7 @@ static int get_nf4_base(st_model *m, float *host) {
     int l, P = st_model_nf4_proj_of(t->name, &l);
     const void *src = P < 0 ? (const char *)m->base_params + (size_t)m->base_coff[i] * m->es
                             : st_model_proj_w(m, l, P);
-    const size_t n = (size_t)t->numel, bytes = n * m->es;
-    void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
-    if (m->ops->dtype != ST_FP32 && !staged)
-      return st_error_set("cannot allocate %zu bytes of host memory to convert the weights",
-                          bytes);
-    m->ops->to_host(staged ? staged : host + t->offset, src, bytes);
-    if (staged) st_dtype_to_f32(m->ops->dtype, host + t->offset, staged, n);
-    free(staged);
+    if (get_f32(m, host + t->offset, src, (size_t)t->numel)) return -1;
   }
   return 0;
 }
@@ -109,27 +107,13 @@ int st_model_get_base_weights(const st_model *m, float *host) {
   if (!m->base_params) return st_error_set("internal: not a LoRA model");
   /* the scratch is a cache, not state: reading through it changes nothing observable */
   if (m->nf4) return get_nf4_base((st_model *)m, host);
-  size_t n = (size_t)m->base_tab.total, bytes = n * m->es;
-  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes ? bytes : 1);
-  if (m->ops->dtype != ST_FP32 && !staged)
-    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
-  m->ops->to_host(staged ? staged : host, m->base_params, bytes);
-  if (staged) st_dtype_to_f32(m->ops->dtype, host, staged, n);
-  free(staged);
-  return 0;
+  return get_f32(m, host, m->base_params, (size_t)m->base_tab.total);
 }
 
 int st_model_get_weights(const st_model *m, float *host) {
   if (m->shard_params)
     return st_error_set("internal: a ZeRO-3 model holds only its shard of the weights");
-  size_t n = (size_t)m->padded_total, bytes = n * m->es;
-  void *staged = m->ops->dtype == ST_FP32 ? NULL : malloc(bytes);
-  if (m->ops->dtype != ST_FP32 && !staged)
-    return st_error_set("cannot allocate %zu bytes of host memory to convert the weights", bytes);
-  m->ops->to_host(staged ? staged : host, m->params, bytes);
-  if (staged) st_dtype_to_f32(m->ops->dtype, host, staged, n);
-  free(staged);
-  return 0;
+  return get_f32(m, host, m->params, (size_t)m->padded_total);
 }
 
 /* Draws run in chunks of INIT_CHUNK values, each from its own generator
