@@ -235,8 +235,10 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
                          s->path, st_arch_name(s->cfg.arch));
   char tmp[1300];
   snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", a->out);
-  if (!mkdtemp(tmp))
-    return st_error_setc(ST_EXIT_CHECKPOINT, "cannot make %s: %s", tmp, strerror(errno));
+  if (!mkdtemp(tmp)) /* the temporary name is ours: name the user's --out */
+    return st_error_setc(ST_EXIT_ERROR, "--out %s cannot be created (%s): its parent folder "
+                         "must exist and be writable; create it (mkdir -p) or give another "
+                         "--out", a->out, strerror(errno));
   chmod(tmp, 0755); /* mkdtemp's 0700 is for the temporary name only */
   char p[1400];
   char *cfg = arch->config_json(&s->cfg, dt);
@@ -313,6 +315,34 @@ static int export_lora_mode(const port_args *a, st_lora_config *lora, char *base
   return is;
 }
 
+/* The folder --out goes in must exist and take writes: checked before the
+ * source is read, and as the user's path (every format writes a temporary
+ * name beside --out first). An unwritable --out is exit 1 (README, "Exit
+ * codes"); 0 or -1 with st_error. */
+static int check_out_parent(const char *out) {
+  char parent[1200];
+  snprintf(parent, sizeof parent, "%s", out);
+  for (size_t l = strlen(parent); l > 1 && parent[l - 1] == '/'; l--) parent[l - 1] = 0;
+  char *slash = strrchr(parent, '/');
+  if (!slash) snprintf(parent, sizeof parent, ".");
+  else if (slash == parent) parent[1] = 0; /* "/x": the root */
+  else *slash = 0;
+  struct stat st;
+  const int found = stat(parent, &st) == 0;
+  if (!found && (errno == ENOENT || errno == ENOTDIR))
+    return st_error_setc(ST_EXIT_ERROR, "--out %s: its parent folder %s does not exist; create "
+                         "it first (mkdir -p %s) or give an --out in an existing folder", out,
+                         parent, parent);
+  if (found && !S_ISDIR(st.st_mode))
+    return st_error_setc(ST_EXIT_ERROR, "--out %s: %s is a file, not a folder; give an --out "
+                         "in a folder", out, parent);
+  if (access(parent, W_OK | X_OK) != 0)
+    return st_error_setc(ST_EXIT_ERROR, "--out %s: cannot write into its parent folder %s "
+                         "(%s); give an --out in a folder you can write to", out, parent,
+                         strerror(errno));
+  return 0;
+}
+
 int st_cmd_ckpt_export(int argc, char **argv) {
   port_args a;
   int p = parse(argc, argv, 1, &a);
@@ -322,6 +352,7 @@ int st_cmd_ckpt_export(int argc, char **argv) {
                   "give a new path", a.out);
     return st_cli_fail(ST_EXIT_CHECKPOINT);
   }
+  if (check_out_parent(a.out)) return st_cli_fail(ST_EXIT_ERROR);
   st_lora_config lora;
   char base[1200];
   const int is_lora = export_lora_mode(&a, &lora, base, sizeof base);

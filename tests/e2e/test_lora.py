@@ -132,6 +132,15 @@ r = run([a.bin, "ckpt", "export", W("ref"), "--out", W("peft"), "--lora-format",
         expect_rc=3)
 check(os.path.exists(W("peft", "adapter_model.safetensors")),
       "a second --lora-format export onto the same --out is refused and the first stays")
+# an --out whose parent folder is missing: exit 1 (an unwritable --out, README's
+# table), one line naming the --out given and the fix, not a temporary name
+for how in (["--lora-format", "peft"], ["--merge"]):
+    out = W("no_such_dir", "sub", "x")
+    r = run([a.bin, "ckpt", "export", W("ref"), "--out", out] + how, expect_rc=1)
+    err = r.stderr.strip()
+    check(f"--out {out}" in err and "mkdir -p " + W("no_such_dir", "sub") in err and
+          ".tmp." not in err and len(err.splitlines()) == 1 and not os.path.exists(W("no_such_dir")),
+          f"{how[0]} into a missing parent folder: exit 1 naming --out and the fix: {err}")
 r = run([a.bin, "ckpt", "export", W("base"), "--out", W("nolora"), "--merge"], expect_rc=2)
 check("not a LoRA run" in r.stderr, "--merge on a model that is not a LoRA run: exit 2")
 
