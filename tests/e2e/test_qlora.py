@@ -11,7 +11,8 @@ projection weights held as NF4 only.
 - eval of the QLoRA run (its adapters merged into the dequantised NF4 base)
   equals the trainer's val loss;
 - --lora without --init-from: the seeded --model initialisation is the base;
-  a resume recreates it (digest checked: another --seed, exit 4);
+  a resume recreates it (digest checked: another --seed, exit 4 naming the
+  seed that drew the base, not --init-from);
 - --base-dtype nf4 without --lora: exit 2; plan --json counts the NF4 bytes.
 """
 import json
@@ -104,7 +105,11 @@ fr, fc = losses(W("f_ref")), losses(W("f_cut"))
 check(all(fr[s] == fc[s] for s in (3, 4)), "its steps 3-4 equal the uninterrupted run")
 train(a, 1, fresh + ["--out", W("f_seed"), "--steps", 4, "--stop-after", 2])
 r = train(a, 1, fresh + ["--out", W("f_seed"), "--steps", 4, "--seed", 7], expect_rc=4)
-check("not the base" in r.stdout + r.stderr, "a resume with another --seed (another base): exit 4")
+err = next((ln for ln in (r.stdout + r.stderr).splitlines() if "error: " in ln), "")
+# no --init-from was given: the message names the seeds, not --init-from
+check(err.split("error: ")[-1].startswith("--seed 7:") and "drawn by --seed 1337" in err and
+      "give --seed 1337" in err and "--init-from (none" not in err,
+      f"a resume with another --seed (another base): exit 4 naming both seeds: {err}")
 
 # usage and the plan
 r = train(a, 1, ["--model", "tiny", "--base-dtype", "nf4", "--out", W("bad")] + common,
