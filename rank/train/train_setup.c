@@ -249,6 +249,9 @@ static int setup_lora_config(trainer *tr) {
   if (st_lora_parse(rc->lora_spec, &rc->lora) || st_lora_resolve(&rc->lora, &rc->model) ||
       st_run_config_base_dtype(rc))
     return -1;
+  /* the spec as resolved for the family, so the checkpoint's config and
+   * the messages quoting it name the targets that train (not "targets=") */
+  st_lora_format(&rc->lora, rc->lora_spec, (int)sizeof rc->lora_spec);
   if (rc->zero_stage == 3)
     return st_error_setc(U, "--lora with --zero 3: the frozen base is not sharded; use --zero "
                          "0, 1 or 2 (the adapters' state is partitioned at 1 and 2)");

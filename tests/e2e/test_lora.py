@@ -194,6 +194,33 @@ r = lora_run("moved", 1, 1, spec0, "--steps", 8, base=W("other"), expect_rc=4)
 check("--init-from" in r.stdout + r.stderr and "not the base" in r.stdout + r.stderr,
       "another base of the same shape: exit 4 naming --init-from")
 
+# the spec recorded and quoted is the targets that train, the family's
+# default included (it was "targets=", empty, in the resume-mismatch line)
+def error_line(r):
+    return next((ln for ln in (r.stdout + r.stderr).splitlines() if "error: " in ln), "")
+
+
+lora_run("dflt", 1, 1, "4", "--stop-after", 2)
+_, _, dcfg = adapters(W("dflt"))
+check(dcfg["lora"]["spec"] == "4,alpha=8,dropout=0,targets=q,v",
+      f"a spec without targets= records the family's default: {dcfg['lora']['spec']}")
+err = error_line(lora_run("dflt", 1, 1, "8", expect_rc=3))
+check('--lora "8,alpha=8,dropout=0,targets=q,v" differs' in err and
+      'written with --lora "4,alpha=8,dropout=0,targets=q,v"' in err,
+      f"another --lora on resume: exit 3 quoting both specs with their targets: {err}")
+r = lora_run("dflt", 1, 1, "4,targets=v,q", "--steps", 3)
+check("at step 2" in r.stdout, "the default targets named on resume are the same spec")
+# a checkpoint written before the spec was resolved ("targets=")
+with h5py.File(W("dflt", "ckpt", "step_00000003", "index.h5"), "r+") as f:
+    c = json.loads(f.attrs["config"])
+    c["lora"]["spec"] = "4,alpha=8,dropout=0,targets="
+    f.attrs["config"] = json.dumps(c)
+err = error_line(lora_run("dflt", 1, 1, "4,targets=q,k", expect_rc=3))
+check('written with --lora "4,alpha=8,dropout=0,targets=q,v"' in err,
+      f"an older checkpoint's empty targets= is quoted as its family's default: {err}")
+r = lora_run("dflt", 1, 1, "4,targets=q,v", "--steps", 4)
+check("at step 3" in r.stdout, "and the same targets named resume it")
+
 # usage errors (exit 2)
 for bad, what in (("4,targets=qkv", "qkv"), ("0", "rank"), ("4,alpha=x", "alpha")):
     r = lora_run("bad", 1, 1, bad, expect_rc=2)
