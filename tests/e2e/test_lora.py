@@ -225,6 +225,10 @@ check("at step 3" in r.stdout, "and the same targets named resume it")
 for bad, what in (("4,targets=qkv", "qkv"), ("0", "rank"), ("4,alpha=x", "alpha")):
     r = lora_run("bad", 1, 1, bad, expect_rc=2)
     check("--lora" in r.stdout + r.stderr, f"--lora {bad}: exit 2 naming --lora ({what})")
+# an unknown target: the list offered is this Llama model's (it offered qkv)
+err = error_line(lora_run("bad", 1, 1, "4,targets=q,x", expect_rc=2))
+check("--lora" in err and "'x'" in err and "q, k, v, o, gate, up, down" in err and
+      "qkv" not in err, f"--lora 4,targets=q,x: exit 2 listing the Llama targets: {err}")
 r = lora_run("bad", 1, 3, "4", expect_rc=2)
 check("--zero 3" in r.stdout + r.stderr, "--lora with --zero 3: exit 2")
 # --lora without --init-from trains on the seeded initialisation (tests/e2e/test_qlora.py)
