@@ -55,8 +55,29 @@ def ckpt(run_dir):
         return {n: f["params"][n][...] for n in f["params"]}, json.loads(f.attrs["config"])
 
 
-qlora("q1", 1, 0)
+def fmt_bytes(n):
+    """util/bytes.c's st_format_bytes."""
+    v, u = float(n), 0
+    while v >= 1024 and u < 4:
+        v, u = v / 1024, u + 1
+    unit = ["B", "KiB", "MiB", "GiB", "TiB"][u]
+    return f"{n} B" if u == 0 else (f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}")
+
+
+def plan_bytes(run_dir):
+    return json.loads(open(os.path.join(run_dir, "metrics.jsonl")).readline())["memory_plan"]["bytes"]
+
+
+r = qlora("q1", 1, 0)
 one = losses(W("q1"))
+# the banner says the base is NF4, with the plan's bytes (it said nothing)
+pb = plan_bytes(W("q1"))
+base_line = next((ln for ln in r.stdout.splitlines() if ln.startswith("  base ")), "")
+check(base_line.startswith("  base       dtype nf4 (QLoRA, --base-dtype nf4)") and
+      f"NF4, {fmt_bytes(pb['weights_nf4'])};" in base_line and
+      f"in fp32, {fmt_bytes(pb['weights_base'])};" in base_line and
+      f"scratch {fmt_bytes(pb['nf4_scratch'])}" in base_line,
+      f"the configuration block says the base is NF4, with its bytes: {base_line!r}")
 q1_ad, cfg = ckpt(W("q1"))
 got = losses(qlora("q2", 2, 2) and W("q2"))
 worst = max(abs(got[s] - one[s]) for s in one)
@@ -64,8 +85,12 @@ check(worst < 1e-5, f"2 ranks at ZeRO 2 agree with 1 rank under NF4: max |dloss|
 check(one[8] < one[1], f"the loss falls: {one[1]:.4f} -> {one[8]:.4f}")
 lc = cfg.get("lora", {})
 check(lc.get("base_dtype") == "nf4", f"the config records base_dtype nf4: {lc}")
-qlora("b1", 1, 0, dtype="bf16")
+r = qlora("b1", 1, 0, dtype="bf16")
 bf = losses(W("b1"))
+base_line = next((ln for ln in r.stdout.splitlines() if ln.startswith("  base ")), "")
+check(base_line.startswith("  base       dtype fp32 (the working dtype") and
+      fmt_bytes(plan_bytes(W("b1"))["weights_base"]) in base_line,
+      f"a bf16-base run's banner names the working dtype: {base_line!r}")
 _, bcfg = ckpt(W("b1"))
 check(bcfg["lora"]["base_dtype"] == "bf16" and
       bcfg["lora"]["base_sha256"] == lc.get("base_sha256"),
