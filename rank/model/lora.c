@@ -79,6 +79,36 @@ static int parse_float(const char *s, float *out) {
   return 0;
 }
 
+static void append(char *buf, size_t cap, size_t *n, const char *sep, const char *s) {
+  if (*n < cap) *n += (size_t)snprintf(buf + *n, cap - *n, "%s%s", sep, s);
+}
+
+/* spec rewritten in the documented order, RANK[,key=value...][,targets=T,...],
+ * for the message that refuses another order: the rank bare (PEFT writes
+ * r=16), the keys as given, targets= and every target last. */
+static void documented_order(const char *spec, char *out, size_t cap) {
+  char buf[512], keys[512] = "", tgts[512] = "";
+  size_t nk = 0, nt = 0;
+  snprintf(buf, sizeof buf, "%s", spec);
+  int in_targets = 0, first = 1;
+  const char *rank = "";
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save), first = 0) {
+    const int kv = strchr(tok, '=') != NULL;
+    if (first) {
+      rank = strncmp(tok, "r=", 2) == 0 ? tok + 2 : tok;
+    } else if (strncmp(tok, "targets=", 8) == 0) {
+      in_targets = 1;
+      if (tok[8]) append(tgts, sizeof tgts, &nt, nt ? "," : "", tok + 8);
+    } else if (kv || !in_targets) {
+      append(keys, sizeof keys, &nk, ",", tok);
+    } else {
+      append(tgts, sizeof tgts, &nt, nt ? "," : "", tok);
+    }
+  }
+  snprintf(out, cap, "%s%s%s%s", rank, keys, nt ? ",targets=" : "", tgts);
+}
+
 int st_lora_parse(const char *spec, st_lora_config *out) {
   const int U = ST_EXIT_USAGE;
   memset(out, 0, sizeof *out);
@@ -91,6 +121,20 @@ int st_lora_parse(const char *spec, st_lora_config *out) {
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
        tok = strtok_r(NULL, ",", &save), first = 0) {
     char *eq = strchr(tok, '=');
+    char fix[512];
+    if (first && strncmp(tok, "r=", 2) == 0) {
+      documented_order(spec, fix, sizeof fix);
+      return st_error_setc(U, "--lora %s: the rank is the first field, a bare whole number (not "
+                           "r=); write --lora %s", spec, fix);
+    }
+    /* after targets= every field is a target (docs/lora.md), so a key there
+     * would be a target named 'alpha=32': refused rather than guessed */
+    if (eq && in_targets) {
+      documented_order(spec, fix, sizeof fix);
+      *eq = '\0';
+      return st_error_setc(U, "--lora %s: targets= takes every field after it, so it comes "
+                           "last ('%s=' follows it); write --lora %s", spec, tok, fix);
+    }
     if (first) {
       char *end;
       errno = 0;
@@ -115,7 +159,6 @@ int st_lora_parse(const char *spec, st_lora_config *out) {
     }
     *eq = '\0';
     const char *key = tok, *val = eq + 1;
-    in_targets = 0;
     if (strcmp(key, "alpha") == 0) {
       if (parse_float(val, &out->alpha) || out->alpha <= 0)
         return st_error_setc(U, "--lora %s: alpha must be a number > 0, got '%s'", spec, val);

@@ -79,8 +79,9 @@ const char *st_lora_peft_module(const st_model_config *cfg, st_lora_target t);
 unsigned st_lora_family_targets(const st_model_config *cfg);
 unsigned st_lora_default_targets(const st_model_config *cfg);
 
-/* Parse `--lora RANK[,alpha=A,dropout=P,targets=T1,T2,...]` (after
- * targets= every comma token without '=' is a target). Leaves targets 0
+/* Parse `--lora RANK[,alpha=A,dropout=P,targets=T1,T2,...]`: after
+ * targets= every comma field is a target, so a key after it (or PEFT's
+ * r=RANK) is refused with the spec written in that order. Leaves targets 0
  * when none are named; a target name that is none of ours is kept in
  * out->unknown for st_lora_resolve. 0, or -1 with st_error (exit 2) naming
  * --lora and the fix. */

@@ -225,6 +225,10 @@ check("at step 3" in r.stdout, "and the same targets named resume it")
 for bad, what in (("4,targets=qkv", "qkv"), ("0", "rank"), ("4,alpha=x", "alpha")):
     r = lora_run("bad", 1, 1, bad, expect_rc=2)
     check("--lora" in r.stdout + r.stderr, f"--lora {bad}: exit 2 naming --lora ({what})")
+# targets= comes last (docs/lora.md): a key after it was taken as a key
+err = error_line(lora_run("bad", 1, 1, "16,targets=q,v,alpha=32", expect_rc=2))
+check("write --lora 16,alpha=32,targets=q,v" in err and not os.path.exists(W("bad")),
+      f"--lora 16,targets=q,v,alpha=32: exit 2 saying how to write it: {err}")
 # an unknown target: the list offered is this Llama model's (it offered qkv)
 err = error_line(lora_run("bad", 1, 1, "4,targets=q,x", expect_rc=2))
 check("--lora" in err and "'x'" in err and "q, k, v, o, gate, up, down" in err and
