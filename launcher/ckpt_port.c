@@ -265,10 +265,37 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
   return rc;
 }
 
+/* base_model_name_or_path for the run whose base is `base` (the checkpoint's
+ * recorded --init-from): a name from_pretrained loads, as
+ * AutoPeftModelForCausalLM does. A Hugging Face directory is one; a
+ * `ckpt import` of one (a run folder) is not, but its config records the
+ * directory it was imported from (imported_from.source, the same weights).
+ * Anything else (no --init-from, an llm.c file, a trained run) has no such
+ * name: "" (null, as PEFT allows). */
+static void peft_base_name(const char *base, char *out, size_t cap) {
+  out[0] = 0;
+  st_model_source b;
+  if (!base[0] || st_model_source_open(base, &b)) return;
+  if (b.kind == ST_MODEL_SRC_HF) {
+    snprintf(out, cap, "%s", base);
+    return;
+  }
+  if (b.kind != ST_MODEL_SRC_CKPT) return;
+  cJSON *j = cJSON_Parse(b.config_json);
+  const cJSON *imp = cJSON_GetObjectItemCaseSensitive(j, "imported_from");
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(imp, "kind");
+  const cJSON *src = cJSON_GetObjectItemCaseSensitive(imp, "source");
+  if (cJSON_IsString(kind) && strcmp(kind->valuestring, "huggingface") == 0 &&
+      cJSON_IsString(src))
+    snprintf(out, cap, "%s", src->valuestring);
+  cJSON_Delete(j);
+}
+
 /* --lora-format peft: the adapters of LoRA checkpoint s as a PEFT adapter
- * directory (io/peft_export.h), in --dtype. */
+ * directory (io/peft_export.h), in --dtype; base_model_name_or_path from
+ * peft_base_name (hf_base). */
 static int export_peft(const port_args *a, const st_model_source *s, const st_lora_config *lora,
-                       const char *base) {
+                       const char *hf_base) {
   st_lora_table lt;
   float *ad;
   if (st_model_source_read_adapters(s, lora, &lt, &ad)) return -1;
@@ -287,7 +314,7 @@ static int export_peft(const port_args *a, const st_model_source *s, const st_lo
       pa[i].B = ad + sl->b_off;
     }
     const st_peft_config pc = {s->cfg.arch, lora->rank, lora->alpha, lora->dropout,
-                               strcmp(a->dtype, "bf16") == 0 ? ST_BF16 : ST_FP32, base};
+                               strcmp(a->dtype, "bf16") == 0 ? ST_BF16 : ST_FP32, hf_base};
     rc = st_peft_export(a->out, &pc, pa, lt.n);
   }
   free(pa);
@@ -359,11 +386,20 @@ int st_cmd_ckpt_export(int argc, char **argv) {
   if (is_lora < 0) return st_cli_fail(st_error_exit_code());
   if (is_lora && a.lora_format) {
     st_model_source ls;
-    if (st_model_source_open(a.src, &ls) || export_peft(&a, &ls, &lora, base))
+    char hf_base[1200];
+    peft_base_name(base, hf_base, sizeof hf_base);
+    if (st_model_source_open(a.src, &ls) || export_peft(&a, &ls, &lora, hf_base))
       return st_cli_fail(st_error_exit_code() == ST_EXIT_ERROR ? ST_EXIT_CHECKPOINT
                                                                  : st_error_exit_code());
-    printf("ckpt export: %s -> %s (PEFT LoRA adapters r=%d, alpha %g, %s; base %s)\n", ls.path,
-           a.out, lora.rank, (double)lora.alpha, a.dtype, base);
+    char why[1400];
+    if (hf_base[0]) snprintf(why, sizeof why, "%s", hf_base);
+    else if (!base[0]) snprintf(why, sizeof why, "null: the base is the run's seeded "
+                                "initialisation");
+    else snprintf(why, sizeof why, "null: the base, %s, is not a Hugging Face directory or an "
+                  "import of one", base);
+    printf("ckpt export: %s -> %s (PEFT LoRA adapters r=%d, alpha %g, %s; "
+           "base_model_name_or_path %s)\n", ls.path, a.out, lora.rank, (double)lora.alpha,
+           a.dtype, why);
     return 0;
   }
   st_model_source s;

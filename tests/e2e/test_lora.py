@@ -125,6 +125,10 @@ want = {}
 for n in names:  # h.L.lora_T.A / .B
     layer, t, ab = n.split(".")[1], n.split(".")[2][5:], n.split(".")[3]
     want[f"base_model.model.model.layers.{layer}.{MOD[t]}.lora_{ab}.weight"] = ref_ad[n]
+# base_model_name_or_path: what from_pretrained loads (AutoPeftModelForCausalLM),
+# the Hugging Face directory --init-from's import came from, not the run folder
+check(pc.get("base_model_name_or_path") == MODEL,
+      f"base_model_name_or_path is the import's source {MODEL}: {pc.get('base_model_name_or_path')}")
 check(sorted(st) == sorted(want), f"PEFT's tensor names, one per adapter: {sorted(st)[:2]}...")
 check(all(st[k].shape == want[k].shape and np.array_equal(st[k], want[k]) for k in want),
       "every PEFT tensor equals the checkpoint's adapter bit for bit, shape [r, in] / [out, r]")
@@ -193,6 +197,14 @@ train(a, 1, ["--init-from", W("base"), "--out", W("other")] + common[:-6] + ["--
 r = lora_run("moved", 1, 1, spec0, "--steps", 8, base=W("other"), expect_rc=4)
 check("--init-from" in r.stdout + r.stderr and "not the base" in r.stdout + r.stderr,
       "another base of the same shape: exit 4 naming --init-from")
+
+# base_model_name_or_path of runs on other bases: a Hugging Face directory
+# itself; a trained run (no Hugging Face name holds its weights): null
+for out, base, want in (("on_hf", MODEL, MODEL), ("on_run", W("other"), None)):
+    lora_run(out, 1, 1, spec0, "--steps", 1, base=base)
+    run([a.bin, "ckpt", "export", W(out), "--out", W(out + "_peft"), "--lora-format", "peft"])
+    got = json.load(open(W(out + "_peft", "adapter_config.json")))["base_model_name_or_path"]
+    check(got == want, f"--init-from {base}: base_model_name_or_path {want}: {got}")
 
 # the spec recorded and quoted is the targets that train, the family's
 # default included (it was "targets=", empty, in the resume-mismatch line)

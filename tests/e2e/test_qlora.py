@@ -123,6 +123,11 @@ fresh = ["--model", "tiny", "--lora", "4", "--base-dtype", "nf4", "--data", W("k
          "--seq-len", 32, "--micro-batch", 1, "--global-batch", 4, "--lr", 3e-3,
          "--log-every", 1, "--val-seqs", 4]
 train(a, 1, fresh + ["--out", W("f_ref"), "--steps", 4])
+# no --init-from: no name loads the base, base_model_name_or_path is null
+run([a.bin, "ckpt", "export", W("f_ref"), "--out", W("f_peft"), "--lora-format", "peft"])
+pc = json.load(open(W("f_peft", "adapter_config.json")))
+check("base_model_name_or_path" in pc and pc["base_model_name_or_path"] is None,
+      f"a fresh base's PEFT export: base_model_name_or_path null: {pc.get('base_model_name_or_path')!r}")
 train(a, 1, fresh + ["--out", W("f_cut"), "--steps", 4, "--stop-after", 2])
 r = train(a, 1, fresh + ["--out", W("f_cut"), "--steps", 4])
 check("at step 2" in r.stdout, "a fresh-base QLoRA run resumes")
