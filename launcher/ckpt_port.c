@@ -397,9 +397,15 @@ int st_cmd_ckpt_export(int argc, char **argv) {
                                 "initialisation");
     else snprintf(why, sizeof why, "null: the base, %s, is not a Hugging Face directory or an "
                   "import of one", base);
+    /* under QLoRA the named base is the unquantised one: the adapters
+     * belong on its NF4 rounding, which PEFT does not infer */
     printf("ckpt export: %s -> %s (PEFT LoRA adapters r=%d, alpha %g, %s; "
-           "base_model_name_or_path %s)\n", ls.path, a.out, lora.rank, (double)lora.alpha,
-           a.dtype, why);
+           "base_model_name_or_path %s)%s\n", ls.path, a.out, lora.rank, (double)lora.alpha,
+           a.dtype, why,
+           lora.nf4_base ? "; QLoRA: they trained on the base quantised to NF4 (--base-dtype "
+                           "nf4): load them onto the NF4-quantised base, not its unquantised "
+                           "weights (docs/lora.md)"
+                         : "");
     return 0;
   }
   st_model_source s;

@@ -118,6 +118,18 @@ r = run([a.bin, "eval", "--init", W("q1"), "--data", W("kjv.h5"), "--seq-len", "
 ev = json.loads(r.stdout.strip().splitlines()[-1])["loss"]
 check(abs(ev - val) <= 1e-5, f"eval of the QLoRA run = the trainer's val loss: {ev:.6f} vs {val:.6f}")
 
+# the PEFT export of a QLoRA run belongs on the NF4 base, not the bf16 one
+# base_model_name_or_path names: the export's line and docs/lora.md say so
+r = run([a.bin, "ckpt", "export", W("q1"), "--out", W("q1_peft"), "--lora-format", "peft"])
+check("load them onto the NF4-quantised base, not its unquantised weights" in r.stdout,
+      f"a QLoRA run's PEFT export says which base it belongs on: {r.stdout.strip()}")
+r = run([a.bin, "ckpt", "export", W("b1"), "--out", W("b1_peft"), "--lora-format", "peft"])
+check("NF4" not in r.stdout, "a bf16-base run's export says nothing of NF4")
+doc = open(os.path.join(REPO, "docs", "lora.md")).read()
+export = doc[doc.index("## Export"):doc.index("## Memory")]
+check("QLoRA" in export and "dequantised NF4 base" in export and "--merge" in export,
+      "docs/lora.md's Export section says a QLoRA export's base is the dequantised NF4 one")
+
 # a fresh base: the seeded --model initialisation; resume recreates it
 fresh = ["--model", "tiny", "--lora", "4", "--base-dtype", "nf4", "--data", W("kjv.h5"),
          "--seq-len", 32, "--micro-batch", 1, "--global-batch", 4, "--lr", 3e-3,
