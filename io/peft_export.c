@@ -232,8 +232,12 @@ int st_peft_export(const char *out_dir, const st_peft_config *cfg, const st_peft
   if (check_config(cfg) || check_adapters(cfg, ad, n)) return -1;
   char tmp[1300];
   snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", out);
+  /* the temporary name is ours, not the user's: name --out; a folder that
+   * cannot be made is an unwritable --out, exit 1 (README, "Exit codes") */
   if (!mkdtemp(tmp))
-    return st_error_setc(ST_EXIT_CHECKPOINT, "cannot make %s: %s", tmp, strerror(errno));
+    return st_error_setc(ST_EXIT_ERROR, "--out %s cannot be created (%s): its parent folder "
+                         "must exist and be writable; create it (mkdir -p) or give another "
+                         "--out", out, strerror(errno));
   chmod(tmp, 0755); /* mkdtemp's 0700 is for the temporary name only */
   int rc = write_files(tmp, cfg, ad, n);
   if (!rc && st_path_exists(out))

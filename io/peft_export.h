@@ -64,7 +64,8 @@ const char *st_peft_module_of(st_arch arch, const char *target);
  * which adds nothing.
  *
  * Refuses (exit 3, ST_EXIT_CHECKPOINT, as `ckpt export`) an out_dir that
- * exists: never overwrites. Writes into out_dir.tmp.XXXXXX and renames it
+ * exists: never overwrites. An out_dir that cannot be made (its parent
+ * missing or not writable) is exit 1 (ST_EXIT_ERROR), naming out_dir. Writes into out_dir.tmp.XXXXXX and renames it
  * at the end, so a failure leaves nothing at out_dir and removes the
  * temporary directory. Bad arguments (r <= 0, a module the family does not
  * have, a duplicate (layer, module), in/out <= 0, a non-finite value, a

@@ -235,8 +235,10 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
                          s->path, st_arch_name(s->cfg.arch));
   char tmp[1300];
   snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", a->out);
-  if (!mkdtemp(tmp))
-    return st_error_setc(ST_EXIT_CHECKPOINT, "cannot make %s: %s", tmp, strerror(errno));
+  if (!mkdtemp(tmp)) /* the temporary name is ours: name the user's --out */
+    return st_error_setc(ST_EXIT_ERROR, "--out %s cannot be created (%s): its parent folder "
+                         "must exist and be writable; create it (mkdir -p) or give another "
+                         "--out", a->out, strerror(errno));
   chmod(tmp, 0755); /* mkdtemp's 0700 is for the temporary name only */
   char p[1400];
   char *cfg = arch->config_json(&s->cfg, dt);
@@ -263,10 +265,37 @@ static int export_hf(const port_args *a, const st_model_source *s, const st_para
   return rc;
 }
 
+/* base_model_name_or_path for the run whose base is `base` (the checkpoint's
+ * recorded --init-from): a name from_pretrained loads, as
+ * AutoPeftModelForCausalLM does. A Hugging Face directory is one; a
+ * `ckpt import` of one (a run folder) is not, but its config records the
+ * directory it was imported from (imported_from.source, the same weights).
+ * Anything else (no --init-from, an llm.c file, a trained run) has no such
+ * name: "" (null, as PEFT allows). */
+static void peft_base_name(const char *base, char *out, size_t cap) {
+  out[0] = 0;
+  st_model_source b;
+  if (!base[0] || st_model_source_open(base, &b)) return;
+  if (b.kind == ST_MODEL_SRC_HF) {
+    snprintf(out, cap, "%s", base);
+    return;
+  }
+  if (b.kind != ST_MODEL_SRC_CKPT) return;
+  cJSON *j = cJSON_Parse(b.config_json);
+  const cJSON *imp = cJSON_GetObjectItemCaseSensitive(j, "imported_from");
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(imp, "kind");
+  const cJSON *src = cJSON_GetObjectItemCaseSensitive(imp, "source");
+  if (cJSON_IsString(kind) && strcmp(kind->valuestring, "huggingface") == 0 &&
+      cJSON_IsString(src))
+    snprintf(out, cap, "%s", src->valuestring);
+  cJSON_Delete(j);
+}
+
 /* --lora-format peft: the adapters of LoRA checkpoint s as a PEFT adapter
- * directory (io/peft_export.h), in --dtype. */
+ * directory (io/peft_export.h), in --dtype; base_model_name_or_path from
+ * peft_base_name (hf_base). */
 static int export_peft(const port_args *a, const st_model_source *s, const st_lora_config *lora,
-                       const char *base) {
+                       const char *hf_base) {
   st_lora_table lt;
   float *ad;
   if (st_model_source_read_adapters(s, lora, &lt, &ad)) return -1;
@@ -285,7 +314,7 @@ static int export_peft(const port_args *a, const st_model_source *s, const st_lo
       pa[i].B = ad + sl->b_off;
     }
     const st_peft_config pc = {s->cfg.arch, lora->rank, lora->alpha, lora->dropout,
-                               strcmp(a->dtype, "bf16") == 0 ? ST_BF16 : ST_FP32, base};
+                               strcmp(a->dtype, "bf16") == 0 ? ST_BF16 : ST_FP32, hf_base};
     rc = st_peft_export(a->out, &pc, pa, lt.n);
   }
   free(pa);
@@ -313,6 +342,34 @@ static int export_lora_mode(const port_args *a, st_lora_config *lora, char *base
   return is;
 }
 
+/* The folder --out goes in must exist and take writes: checked before the
+ * source is read, and as the user's path (every format writes a temporary
+ * name beside --out first). An unwritable --out is exit 1 (README, "Exit
+ * codes"); 0 or -1 with st_error. */
+static int check_out_parent(const char *out) {
+  char parent[1200];
+  snprintf(parent, sizeof parent, "%s", out);
+  for (size_t l = strlen(parent); l > 1 && parent[l - 1] == '/'; l--) parent[l - 1] = 0;
+  char *slash = strrchr(parent, '/');
+  if (!slash) snprintf(parent, sizeof parent, ".");
+  else if (slash == parent) parent[1] = 0; /* "/x": the root */
+  else *slash = 0;
+  struct stat st;
+  const int found = stat(parent, &st) == 0;
+  if (!found && (errno == ENOENT || errno == ENOTDIR))
+    return st_error_setc(ST_EXIT_ERROR, "--out %s: its parent folder %s does not exist; create "
+                         "it first (mkdir -p %s) or give an --out in an existing folder", out,
+                         parent, parent);
+  if (found && !S_ISDIR(st.st_mode))
+    return st_error_setc(ST_EXIT_ERROR, "--out %s: %s is a file, not a folder; give an --out "
+                         "in a folder", out, parent);
+  if (access(parent, W_OK | X_OK) != 0)
+    return st_error_setc(ST_EXIT_ERROR, "--out %s: cannot write into its parent folder %s "
+                         "(%s); give an --out in a folder you can write to", out, parent,
+                         strerror(errno));
+  return 0;
+}
+
 int st_cmd_ckpt_export(int argc, char **argv) {
   port_args a;
   int p = parse(argc, argv, 1, &a);
@@ -322,17 +379,33 @@ int st_cmd_ckpt_export(int argc, char **argv) {
                   "give a new path", a.out);
     return st_cli_fail(ST_EXIT_CHECKPOINT);
   }
+  if (check_out_parent(a.out)) return st_cli_fail(ST_EXIT_ERROR);
   st_lora_config lora;
   char base[1200];
   const int is_lora = export_lora_mode(&a, &lora, base, sizeof base);
   if (is_lora < 0) return st_cli_fail(st_error_exit_code());
   if (is_lora && a.lora_format) {
     st_model_source ls;
-    if (st_model_source_open(a.src, &ls) || export_peft(&a, &ls, &lora, base))
+    char hf_base[1200];
+    peft_base_name(base, hf_base, sizeof hf_base);
+    if (st_model_source_open(a.src, &ls) || export_peft(&a, &ls, &lora, hf_base))
       return st_cli_fail(st_error_exit_code() == ST_EXIT_ERROR ? ST_EXIT_CHECKPOINT
                                                                  : st_error_exit_code());
-    printf("ckpt export: %s -> %s (PEFT LoRA adapters r=%d, alpha %g, %s; base %s)\n", ls.path,
-           a.out, lora.rank, (double)lora.alpha, a.dtype, base);
+    char why[1400];
+    if (hf_base[0]) snprintf(why, sizeof why, "%s", hf_base);
+    else if (!base[0]) snprintf(why, sizeof why, "null: the base is the run's seeded "
+                                "initialisation");
+    else snprintf(why, sizeof why, "null: the base, %s, is not a Hugging Face directory or an "
+                  "import of one", base);
+    /* under QLoRA the named base is the unquantised one: the adapters
+     * belong on its NF4 rounding, which PEFT does not infer */
+    printf("ckpt export: %s -> %s (PEFT LoRA adapters r=%d, alpha %g, %s; "
+           "base_model_name_or_path %s)%s\n", ls.path, a.out, lora.rank, (double)lora.alpha,
+           a.dtype, why,
+           lora.nf4_base ? "; QLoRA: they trained on the base quantised to NF4 (--base-dtype "
+                           "nf4): load them onto the NF4-quantised base, not its unquantised "
+                           "weights (docs/lora.md)"
+                         : "");
     return 0;
   }
   st_model_source s;

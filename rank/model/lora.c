@@ -48,6 +48,26 @@ unsigned st_lora_default_targets(const st_model_config *cfg) {
   return is_gpt2(cfg) ? 1u << ST_LORA_QKV : 1u << ST_LORA_Q | 1u << ST_LORA_V;
 }
 
+/* The family's targets as text ("q, k, v, o, gate, up, down"). */
+static void family_list(const st_model_config *cfg, char *out, size_t cap) {
+  const unsigned fam = st_lora_family_targets(cfg);
+  size_t n = 0;
+  out[0] = 0;
+  for (int t = 0; t < ST_LORA_NTARGETS && n < cap; t++)
+    if (fam & 1u << t) n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", k_names[t]);
+}
+
+/* Keep the first unknown target name for st_lora_resolve, which knows the
+ * family; one too long to keep is refused here, with every family's list. */
+static int note_unknown(const char *spec, const char *name, st_lora_config *out) {
+  if (strlen(name) >= sizeof out->unknown)
+    return st_error_setc(ST_EXIT_USAGE, "--lora %s: unknown target '%s'; GPT-2's targets are "
+                         "qkv, o, up, down, Llama's and Qwen2's q, k, v, o, gate, up, down",
+                         spec, name);
+  if (!out->unknown[0]) snprintf(out->unknown, sizeof out->unknown, "%s", name);
+  return 0;
+}
+
 #define SPEC_FIX "give e.g. --lora 8 or --lora 16,alpha=32,dropout=0.05,targets=q,k,v,o"
 
 static int parse_float(const char *s, float *out) {
@@ -57,6 +77,36 @@ static int parse_float(const char *s, float *out) {
   if (errno || end == s || *end || !isfinite(v)) return -1;
   *out = (float)v;
   return 0;
+}
+
+static void append(char *buf, size_t cap, size_t *n, const char *sep, const char *s) {
+  if (*n < cap) *n += (size_t)snprintf(buf + *n, cap - *n, "%s%s", sep, s);
+}
+
+/* spec rewritten in the documented order, RANK[,key=value...][,targets=T,...],
+ * for the message that refuses another order: the rank bare (PEFT writes
+ * r=16), the keys as given, targets= and every target last. */
+static void documented_order(const char *spec, char *out, size_t cap) {
+  char buf[512], keys[512] = "", tgts[512] = "";
+  size_t nk = 0, nt = 0;
+  snprintf(buf, sizeof buf, "%s", spec);
+  int in_targets = 0, first = 1;
+  const char *rank = "";
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save), first = 0) {
+    const int kv = strchr(tok, '=') != NULL;
+    if (first) {
+      rank = strncmp(tok, "r=", 2) == 0 ? tok + 2 : tok;
+    } else if (strncmp(tok, "targets=", 8) == 0) {
+      in_targets = 1;
+      if (tok[8]) append(tgts, sizeof tgts, &nt, nt ? "," : "", tok + 8);
+    } else if (kv || !in_targets) {
+      append(keys, sizeof keys, &nk, ",", tok);
+    } else {
+      append(tgts, sizeof tgts, &nt, nt ? "," : "", tok);
+    }
+  }
+  snprintf(out, cap, "%s%s%s%s", rank, keys, nt ? ",targets=" : "", tgts);
 }
 
 int st_lora_parse(const char *spec, st_lora_config *out) {
@@ -71,6 +121,20 @@ int st_lora_parse(const char *spec, st_lora_config *out) {
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
        tok = strtok_r(NULL, ",", &save), first = 0) {
     char *eq = strchr(tok, '=');
+    char fix[512];
+    if (first && strncmp(tok, "r=", 2) == 0) {
+      documented_order(spec, fix, sizeof fix);
+      return st_error_setc(U, "--lora %s: the rank is the first field, a bare whole number (not "
+                           "r=); write --lora %s", spec, fix);
+    }
+    /* after targets= every field is a target (docs/lora.md), so a key there
+     * would be a target named 'alpha=32': refused rather than guessed */
+    if (eq && in_targets) {
+      documented_order(spec, fix, sizeof fix);
+      *eq = '\0';
+      return st_error_setc(U, "--lora %s: targets= takes every field after it, so it comes "
+                           "last ('%s=' follows it); write --lora %s", spec, tok, fix);
+    }
     if (first) {
       char *end;
       errno = 0;
@@ -86,15 +150,15 @@ int st_lora_parse(const char *spec, st_lora_config *out) {
         return st_error_setc(U, "--lora %s: '%s' is neither key=value nor after targets=; "
                              SPEC_FIX, spec, tok);
       int t = st_lora_target_parse(tok);
-      if (t < 0)
-        return st_error_setc(U, "--lora %s: unknown target '%s'; targets are qkv, q, k, v, o, "
-                             "gate, up, down", spec, tok);
-      out->targets |= 1u << t;
+      if (t < 0) {
+        if (note_unknown(spec, tok, out)) return -1;
+      } else {
+        out->targets |= 1u << t;
+      }
       continue;
     }
     *eq = '\0';
     const char *key = tok, *val = eq + 1;
-    in_targets = 0;
     if (strcmp(key, "alpha") == 0) {
       if (parse_float(val, &out->alpha) || out->alpha <= 0)
         return st_error_setc(U, "--lora %s: alpha must be a number > 0, got '%s'", spec, val);
@@ -105,10 +169,11 @@ int st_lora_parse(const char *spec, st_lora_config *out) {
       in_targets = 1;
       if (*val) {
         int t = st_lora_target_parse(val);
-        if (t < 0)
-          return st_error_setc(U, "--lora %s: unknown target '%s'; targets are qkv, q, k, v, "
-                               "o, gate, up, down", spec, val);
-        out->targets |= 1u << t;
+        if (t < 0) {
+          if (note_unknown(spec, val, out)) return -1;
+        } else {
+          out->targets |= 1u << t;
+        }
       }
     } else {
       return st_error_setc(U, "--lora %s: unknown key '%s'; keys are alpha, dropout, targets; "
@@ -120,14 +185,33 @@ int st_lora_parse(const char *spec, st_lora_config *out) {
 
 int st_lora_resolve(st_lora_config *lora, const st_model_config *cfg) {
   if (lora->rank < 1) return 0;
+  char fam[64];
+  family_list(cfg, fam, sizeof fam);
+  if (lora->unknown[0]) {
+    /* a PEFT module name given for ours: say which of ours it is (GPT-2's
+     * c_proj is two: attn.c_proj and mlp.c_proj) */
+    char ours[32] = "";
+    size_t k = 0;
+    for (int t = 0; t < ST_LORA_NTARGETS && k < sizeof ours; t++) {
+      const char *m = st_lora_peft_module(cfg, (st_lora_target)t);
+      const char *leaf = m ? strrchr(m, '.') : NULL;
+      if (leaf && strcmp(leaf + 1, lora->unknown) == 0)
+        k += (size_t)snprintf(ours + k, sizeof ours - k, "%s%s", k ? " or " : "", k_names[t]);
+    }
+    if (ours[0])
+      return st_error_setc(ST_EXIT_USAGE, "--lora: unknown target '%s', PEFT's name for our %s; "
+                           "a %s model's targets are %s", lora->unknown, ours,
+                           st_arch_name(cfg->arch), fam);
+    return st_error_setc(ST_EXIT_USAGE, "--lora: unknown target '%s'; a %s model's targets are "
+                         "%s", lora->unknown, st_arch_name(cfg->arch), fam);
+  }
   if (!lora->targets) lora->targets = st_lora_default_targets(cfg);
   const unsigned bad = lora->targets & ~st_lora_family_targets(cfg);
   if (bad) {
     int t = 0;
     while (!(bad & 1u << t)) t++;
     return st_error_setc(ST_EXIT_USAGE, "--lora: target '%s' does not exist in a %s model; "
-                         "use %s", k_names[t], st_arch_name(cfg->arch),
-                         is_gpt2(cfg) ? "qkv, o, up, down" : "q, k, v, o, gate, up, down");
+                         "use %s", k_names[t], st_arch_name(cfg->arch), fam);
   }
   if ((lora->targets & 1u << ST_LORA_GATE) && cfg->mlp != ST_MLP_SWIGLU)
     return st_error_setc(ST_EXIT_USAGE, "--lora: target 'gate' needs a SwiGLU MLP");
@@ -143,6 +227,9 @@ void st_lora_format(const st_lora_config *lora, char *out, int cap) {
       n += snprintf(out + n, (size_t)(cap - n), "%s%s", sep, k_names[t]);
       sep = ",";
     }
+  /* kept, so the spec normalised before the model is known still fails
+   * st_lora_resolve when it is */
+  if (lora->unknown[0] && n < cap) snprintf(out + n, (size_t)(cap - n), "%s%s", sep, lora->unknown);
 }
 
 /* The base projection, its output width and the rows of target t. */

@@ -43,6 +43,9 @@ typedef struct {
   unsigned targets;  /* bit t: target t enabled; 0 before st_lora_resolve: the family default */
   int nf4_base;      /* QLoRA (--base-dtype nf4): the base's four projection weights of every
                       * block stored NF4 (kernels/nf4.h); not part of the spec string */
+  char unknown[32];  /* the first target named that is none of ours, "" if none: the parser
+                      * does not know the family, st_lora_resolve refuses it with the
+                      * family's own list */
 } st_lora_config;
 
 /* One adapter. in, out: A [rank, in], B [out, rank]; row0: its first row
@@ -76,13 +79,16 @@ const char *st_lora_peft_module(const st_model_config *cfg, st_lora_target t);
 unsigned st_lora_family_targets(const st_model_config *cfg);
 unsigned st_lora_default_targets(const st_model_config *cfg);
 
-/* Parse `--lora RANK[,alpha=A,dropout=P,targets=T1,T2,...]` (after
- * targets= every comma token without '=' is a target). Leaves targets 0
- * when none are named. 0, or -1 with st_error (exit 2) naming --lora and
- * the fix. */
+/* Parse `--lora RANK[,alpha=A,dropout=P,targets=T1,T2,...]`: after
+ * targets= every comma field is a target, so a key after it (or PEFT's
+ * r=RANK) is refused with the spec written in that order. Leaves targets 0
+ * when none are named; a target name that is none of ours is kept in
+ * out->unknown for st_lora_resolve. 0, or -1 with st_error (exit 2) naming
+ * --lora and the fix. */
 int st_lora_parse(const char *spec, st_lora_config *out);
 /* Fill the default targets for cfg's family and check every target exists
- * there (gate on GPT-2: exit 2). cfg need not be validated. 0 or -1. */
+ * there (gate on GPT-2, an unknown name: exit 2, listing the family's
+ * targets). cfg need not be validated. 0 or -1. */
 int st_lora_resolve(st_lora_config *lora, const st_model_config *cfg);
 /* The spec back as text ("8,alpha=16,dropout=0.05,targets=q,v"), which
  * st_lora_parse reads to the same config (checkpoints store it). */

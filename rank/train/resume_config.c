@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "io/model_source.h"
+#include "rank/model/config_fields.h"
+#include "rank/model/lora.h"
 #include "rank/optim/optimizer.h"
 #include "util/error.h"
 
@@ -154,6 +156,30 @@ static int model_fields(st_run_config *rc, const char *config_json, const char *
   return 0;
 }
 
+/* --lora given on resume against the checkpoint's spec, both resolved for
+ * the checkpoint's model (model_fields ran): the family's default targets
+ * compare as what they train, whether named or left out (older checkpoints
+ * stored "targets=" for them), and a refusal quotes the real targets. */
+static int lora_spec_check(const st_run_config *rc, const char *ck_spec, const char *from) {
+  const st_model_config m = st_model_effective(&rc->model);
+  st_lora_config now, was;
+  if (st_lora_parse(rc->lora_spec, &now) || st_lora_resolve(&now, &m)) return -1;
+  if (st_lora_parse(ck_spec, &was) || st_lora_resolve(&was, &m)) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", st_error_msg());
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: its LoRA config \"%s\" does not read (%s)",
+                         from, ck_spec, why);
+  }
+  char a[256], b[256];
+  st_lora_format(&now, a, (int)sizeof a);
+  st_lora_format(&was, b, (int)sizeof b);
+  if (strcmp(a, b) == 0) return 0;
+  return st_error_setc(ST_EXIT_CHECKPOINT, "--lora \"%s\" differs from the checkpoint %s, written "
+                       "with --lora \"%s\": resuming would give its weights a different shape or "
+                       "function than they were trained for. Drop --lora to continue with "
+                       "\"%s\", or start a new run in another --out", a, from, b, b);
+}
+
 static int any_model_flag(const st_run_config *rc) {
   for (int i = 0; i < ST_MF_COUNT; i++)
     if (rc->model_set_by[i] != ST_SET_NONE) return 1;
@@ -190,6 +216,10 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
     const char *by = st_run_config_given(rc, f->flag) ? f->flag : NULL;
     if (!by) {
       set_from(rc, f, v);
+      continue;
+    }
+    if (f->off == offsetof(st_run_config, lora_spec)) {
+      err = lora_spec_check(rc, v->valuestring, from);
       continue;
     }
     cJSON *now = value_of(rc, f);

@@ -35,6 +35,21 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
            (double)st_lora_scale(&rc->lora), (long long)tr->model.base_tab.total,
            100.0 * (double)tr->model.tab.total / (double)tr->model.base_tab.total,
            rc->lora_base_digest);
+    /* what the frozen base is held in: under QLoRA its projections are
+     * NF4, which changes the model that trains (docs/lora.md) */
+    const st_memory_plan *p = &tr->plan;
+    const char *dt = st_dtype_name(tr->model.ops->dtype);
+    char a[32], b[32], c[32];
+    if (rc->lora.nf4_base)
+      printf("  base       dtype nf4 (QLoRA, --base-dtype nf4): every block's 4 projection "
+             "weights in NF4, %s; embeddings, norms and head in %s, %s; dequantisation scratch "
+             "%s\n",
+             st_format_bytes(p->weights_nf4, a, sizeof a), dt,
+             st_format_bytes(p->weights_base, b, sizeof b),
+             st_format_bytes(p->nf4_scratch, c, sizeof c));
+    else
+      printf("  base       dtype %s (the working dtype; --base-dtype nf4 quantises its "
+             "projections), %s\n", dt, st_format_bytes(p->weights_base, a, sizeof a));
   } else {
     printf("  params     %lld (%.2f M)\n", (long long)tr->model.tab.total,
            tr->model.tab.total / 1e6);

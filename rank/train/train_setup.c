@@ -249,6 +249,9 @@ static int setup_lora_config(trainer *tr) {
   if (st_lora_parse(rc->lora_spec, &rc->lora) || st_lora_resolve(&rc->lora, &rc->model) ||
       st_run_config_base_dtype(rc))
     return -1;
+  /* the spec as resolved for the family, so the checkpoint's config and
+   * the messages quoting it name the targets that train (not "targets=") */
+  st_lora_format(&rc->lora, rc->lora_spec, (int)sizeof rc->lora_spec);
   if (rc->zero_stage == 3)
     return st_error_setc(U, "--lora with --zero 3: the frozen base is not sharded; use --zero "
                          "0, 1 or 2 (the adapters' state is partitioned at 1 and 2)");
@@ -662,6 +665,36 @@ static int setup_agree_resolved(trainer *tr) {
   return st_agree_check(tr->comm, &l);
 }
 
+/* A resumed LoRA run whose base digest is not the checkpoint's: exit 4,
+ * naming what drew the base. Without --init-from the base is the seeded
+ * initialisation of the model, so --seed (not --init-from, never given) is
+ * what differs; the checkpoint's config holds the seed that drew it. */
+static int lora_base_mismatch(const trainer *tr, const char *hex) {
+  const st_run_config *rc = tr->rc;
+  if (rc->init_from[0])
+    return st_error_setc(ST_EXIT_DATA, "--init-from %s: these base weights (SHA-256 %.16s...) "
+                         "are not the base the LoRA checkpoint %s was trained on (%.16s...); give "
+                         "--init-from the original base, or start a new run in another --out",
+                         rc->init_from, hex, tr->resume_from, rc->lora_base_digest);
+  cJSON *cfg = cJSON_Parse(tr->resume_meta.config_json);
+  const cJSON *sd = cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "train"), "seed");
+  const int known = cJSON_IsNumber(sd);
+  const unsigned long long was = known ? (unsigned long long)sd->valuedouble : 0;
+  cJSON_Delete(cfg);
+  const unsigned long long now = (unsigned long long)rc->seed;
+  if (known && was != now)
+    return st_error_setc(ST_EXIT_DATA, "--seed %llu: the LoRA checkpoint %s was started without "
+                         "--init-from, so its base is the model's initialisation drawn by "
+                         "--seed %llu, and --seed %llu draws another (SHA-256 %.16s..., not %.16s...); drop "
+                         "--seed (or give --seed %llu) to resume, or start a new run in another "
+                         "--out", now, tr->resume_from, was, now, hex, rc->lora_base_digest, was);
+  return st_error_setc(ST_EXIT_DATA, "the LoRA checkpoint %s was started without --init-from, so "
+                       "its base is the model's initialisation drawn by --seed %llu, but this "
+                       "build draws another base from that seed (SHA-256 %.16s..., not %.16s...); resume with the "
+                       "build that started the run, or start a new run in another --out",
+                       tr->resume_from, now, hex, rc->lora_base_digest);
+}
+
 /* LoRA: the base's weights from --init-from into the frozen model, and
  * their digest: recorded at a fresh start, and on resume checked against
  * the checkpoint's (another base: exit 4; --init-from may name a moved
@@ -689,11 +722,7 @@ static int setup_lora_base(trainer *tr, int resuming) {
   }
   if (!err) err = st_lora_base_digest(&tr->model.base_tab, host, hex);
   if (!err && resuming && strcmp(hex, rc->lora_base_digest) != 0)
-    err = st_error_setc(ST_EXIT_DATA, "--init-from %s: these base weights (SHA-256 %.16s...) are "
-                        "not the base the LoRA checkpoint %s was trained on (%.16s...); give "
-                        "--init-from the original base, or start a new run in another --out",
-                        rc->init_from[0] ? rc->init_from : "(none: the seeded initialisation)",
-                        hex, tr->resume_from, rc->lora_base_digest);
+    err = lora_base_mismatch(tr, hex);
   if (!err) err = st_model_set_base_weights(&tr->model, host);
   free(host);
   if (err) return -1;

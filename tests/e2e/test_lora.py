@@ -125,6 +125,10 @@ want = {}
 for n in names:  # h.L.lora_T.A / .B
     layer, t, ab = n.split(".")[1], n.split(".")[2][5:], n.split(".")[3]
     want[f"base_model.model.model.layers.{layer}.{MOD[t]}.lora_{ab}.weight"] = ref_ad[n]
+# base_model_name_or_path: what from_pretrained loads (AutoPeftModelForCausalLM),
+# the Hugging Face directory --init-from's import came from, not the run folder
+check(pc.get("base_model_name_or_path") == MODEL,
+      f"base_model_name_or_path is the import's source {MODEL}: {pc.get('base_model_name_or_path')}")
 check(sorted(st) == sorted(want), f"PEFT's tensor names, one per adapter: {sorted(st)[:2]}...")
 check(all(st[k].shape == want[k].shape and np.array_equal(st[k], want[k]) for k in want),
       "every PEFT tensor equals the checkpoint's adapter bit for bit, shape [r, in] / [out, r]")
@@ -132,6 +136,15 @@ r = run([a.bin, "ckpt", "export", W("ref"), "--out", W("peft"), "--lora-format",
         expect_rc=3)
 check(os.path.exists(W("peft", "adapter_model.safetensors")),
       "a second --lora-format export onto the same --out is refused and the first stays")
+# an --out whose parent folder is missing: exit 1 (an unwritable --out, README's
+# table), one line naming the --out given and the fix, not a temporary name
+for how in (["--lora-format", "peft"], ["--merge"]):
+    out = W("no_such_dir", "sub", "x")
+    r = run([a.bin, "ckpt", "export", W("ref"), "--out", out] + how, expect_rc=1)
+    err = r.stderr.strip()
+    check(f"--out {out}" in err and "mkdir -p " + W("no_such_dir", "sub") in err and
+          ".tmp." not in err and len(err.splitlines()) == 1 and not os.path.exists(W("no_such_dir")),
+          f"{how[0]} into a missing parent folder: exit 1 naming --out and the fix: {err}")
 r = run([a.bin, "ckpt", "export", W("base"), "--out", W("nolora"), "--merge"], expect_rc=2)
 check("not a LoRA run" in r.stderr, "--merge on a model that is not a LoRA run: exit 2")
 
@@ -185,10 +198,53 @@ r = lora_run("moved", 1, 1, spec0, "--steps", 8, base=W("other"), expect_rc=4)
 check("--init-from" in r.stdout + r.stderr and "not the base" in r.stdout + r.stderr,
       "another base of the same shape: exit 4 naming --init-from")
 
+# base_model_name_or_path of runs on other bases: a Hugging Face directory
+# itself; a trained run (no Hugging Face name holds its weights): null
+for out, base, want in (("on_hf", MODEL, MODEL), ("on_run", W("other"), None)):
+    lora_run(out, 1, 1, spec0, "--steps", 1, base=base)
+    run([a.bin, "ckpt", "export", W(out), "--out", W(out + "_peft"), "--lora-format", "peft"])
+    got = json.load(open(W(out + "_peft", "adapter_config.json")))["base_model_name_or_path"]
+    check(got == want, f"--init-from {base}: base_model_name_or_path {want}: {got}")
+
+# the spec recorded and quoted is the targets that train, the family's
+# default included (it was "targets=", empty, in the resume-mismatch line)
+def error_line(r):
+    return next((ln for ln in (r.stdout + r.stderr).splitlines() if "error: " in ln), "")
+
+
+lora_run("dflt", 1, 1, "4", "--stop-after", 2)
+_, _, dcfg = adapters(W("dflt"))
+check(dcfg["lora"]["spec"] == "4,alpha=8,dropout=0,targets=q,v",
+      f"a spec without targets= records the family's default: {dcfg['lora']['spec']}")
+err = error_line(lora_run("dflt", 1, 1, "8", expect_rc=3))
+check('--lora "8,alpha=8,dropout=0,targets=q,v" differs' in err and
+      'written with --lora "4,alpha=8,dropout=0,targets=q,v"' in err,
+      f"another --lora on resume: exit 3 quoting both specs with their targets: {err}")
+r = lora_run("dflt", 1, 1, "4,targets=v,q", "--steps", 3)
+check("at step 2" in r.stdout, "the default targets named on resume are the same spec")
+# a checkpoint written before the spec was resolved ("targets=")
+with h5py.File(W("dflt", "ckpt", "step_00000003", "index.h5"), "r+") as f:
+    c = json.loads(f.attrs["config"])
+    c["lora"]["spec"] = "4,alpha=8,dropout=0,targets="
+    f.attrs["config"] = json.dumps(c)
+err = error_line(lora_run("dflt", 1, 1, "4,targets=q,k", expect_rc=3))
+check('written with --lora "4,alpha=8,dropout=0,targets=q,v"' in err,
+      f"an older checkpoint's empty targets= is quoted as its family's default: {err}")
+r = lora_run("dflt", 1, 1, "4,targets=q,v", "--steps", 4)
+check("at step 3" in r.stdout, "and the same targets named resume it")
+
 # usage errors (exit 2)
 for bad, what in (("4,targets=qkv", "qkv"), ("0", "rank"), ("4,alpha=x", "alpha")):
     r = lora_run("bad", 1, 1, bad, expect_rc=2)
     check("--lora" in r.stdout + r.stderr, f"--lora {bad}: exit 2 naming --lora ({what})")
+# targets= comes last (docs/lora.md): a key after it was taken as a key
+err = error_line(lora_run("bad", 1, 1, "16,targets=q,v,alpha=32", expect_rc=2))
+check("write --lora 16,alpha=32,targets=q,v" in err and not os.path.exists(W("bad")),
+      f"--lora 16,targets=q,v,alpha=32: exit 2 saying how to write it: {err}")
+# an unknown target: the list offered is this Llama model's (it offered qkv)
+err = error_line(lora_run("bad", 1, 1, "4,targets=q,x", expect_rc=2))
+check("--lora" in err and "'x'" in err and "q, k, v, o, gate, up, down" in err and
+      "qkv" not in err, f"--lora 4,targets=q,x: exit 2 listing the Llama targets: {err}")
 r = lora_run("bad", 1, 3, "4", expect_rc=2)
 check("--zero 3" in r.stdout + r.stderr, "--lora with --zero 3: exit 2")
 # --lora without --init-from trains on the seeded initialisation (tests/e2e/test_qlora.py)
