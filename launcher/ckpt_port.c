@@ -38,6 +38,7 @@ typedef struct {
   const char *src, *out, *dtype, *format;
   int merge;               /* --merge: a LoRA run as base + merged adapters */
   const char *lora_format; /* --lora-format peft: a LoRA run's adapters alone; NULL: not given */
+  int format_given;        /* --format named: a PEFT export has no other format to take */
 } port_args;
 
 static int parse(int argc, char **argv, int export, port_args *a) {
@@ -74,7 +75,7 @@ static int parse(int argc, char **argv, int export, port_args *a) {
     if (strcmp(f, "--out") == 0) a->out = v;
     else if (strcmp(f, "--dtype") == 0) a->dtype = v;
     else if (strcmp(f, "--lora-format") == 0) a->lora_format = v;
-    else a->format = v;
+    else a->format = v, a->format_given = 1;
   }
   if (!a->src || !a->out || !a->out[0]) return st_error_setc(ST_EXIT_USAGE, "%s", usage);
   if (strcmp(a->dtype, "fp32") && strcmp(a->dtype, "bf16"))
@@ -84,6 +85,10 @@ static int parse(int argc, char **argv, int export, port_args *a) {
   if (a->lora_format && strcmp(a->lora_format, "peft"))
     return st_error_setc(ST_EXIT_USAGE, "--lora-format %s: use peft (a Hugging Face PEFT adapter "
                          "directory)", a->lora_format);
+  if (a->lora_format && a->format_given && strcmp(a->format, "hf") != 0)
+    return st_error_setc(ST_EXIT_USAGE, "--format %s and --lora-format peft: a PEFT adapter "
+                         "directory is Hugging Face's format; drop --format %s", a->format,
+                         a->format);
   if (a->lora_format && a->merge)
     return st_error_setc(ST_EXIT_USAGE, "--merge and --lora-format peft: give one (--merge: the "
                          "base with the adapters merged; --lora-format peft: the adapters alone)");

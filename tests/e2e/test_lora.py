@@ -98,6 +98,10 @@ check(abs(got - val) <= 1e-5, f"eval of the LoRA run (merged) = the trainer's va
       f"vs {val:.6f}")
 r = run([a.bin, "ckpt", "export", W("ref"), "--out", W("plain")], expect_rc=2)
 check("--merge" in r.stderr, "export of a LoRA run without --merge/--lora-format: exit 2")
+r = run([a.bin, "ckpt", "export", W("ref"), "--out", W("peft_llmc"), "--lora-format", "peft",
+         "--format", "llmc"], expect_rc=2)
+check("--format llmc and --lora-format peft" in r.stderr and not os.path.exists(W("peft_llmc")),
+      "--lora-format peft with --format llmc: refused (exit 2), nothing written")
 run([a.bin, "ckpt", "export", W("ref"), "--out", W("merged"), "--merge"])
 check(abs(evaluate(W("merged")) - val) <= 1e-5, "the --merge export (a plain HF model) evaluates "
       "to the same loss")
