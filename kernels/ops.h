@@ -95,9 +95,15 @@ typedef struct {
    * NULL (rotary positions): out = wte[inp]. */
   void (*encoder_forward)(void *out, const int *inp, const void *wte,
                           const void *wpe, int B, int T, int C);
-  /* dwte[inp] += dout; dwpe[t] += sum_b dout[b,t] (skipped when dwpe is NULL). */
+  /* dwte[inp] += dout; dwpe[t] += sum_b dout[b,t] (skipped when dwpe is NULL).
+   * Each dwte row sums its positions in ascending order (bit-identical
+   * across backends). scratch: scratch_bytes of device memory the op may
+   * overwrite (256-byte aligned; about 12 B*T bytes and a sort's temporary
+   * storage make the CUDA backend linear in B*T instead of quadratic), or
+   * NULL; the result does not depend on it. */
   void (*encoder_backward)(float *dwte, float *dwpe, const void *dout,
-                           const int *inp, int B, int T, int C);
+                           const int *inp, int B, int T, int C, void *scratch,
+                           size_t scratch_bytes);
 
   /* LayerNorm over the last dim (eps 1e-5). mean/rstd [N] saved for backward. */
   void (*layernorm_forward)(void *out, float *mean, float *rstd,

@@ -60,8 +60,9 @@ static void p_encoder_forward(void *out, const int *inp, const void *wte, const 
   TIMED("encoder_forward", g_inner->encoder_forward(out, inp, wte, wpe, B, T, C));
 }
 static void p_encoder_backward(float *dwte, float *dwpe, const void *dout, const int *inp, int B,
-                               int T, int C) {
-  TIMED("encoder_backward", g_inner->encoder_backward(dwte, dwpe, dout, inp, B, T, C));
+                               int T, int C, void *scratch, size_t scratch_bytes) {
+  TIMED("encoder_backward",
+        g_inner->encoder_backward(dwte, dwpe, dout, inp, B, T, C, scratch, scratch_bytes));
 }
 static void p_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                                 const void *w, const void *b, int N, int C) {

@@ -68,8 +68,12 @@ static void bench(void) {
   upload_st(w, x, (int64_t)Vp * C < 4 * BTC ? (int64_t)Vp * C : 4 * BTC);
   const float *sync_ptr = loss;
   TIME("encoder_forward", 3.0 * BTC * es, 10, GPU->encoder_forward(c, d_tok, w, wpe, B, T, C));
+  const size_t sort_bytes = (size_t)BT * 16 + ((size_t)1 << 20);
+  float *sort_scratch = dev(NULL, (int64_t)(sort_bytes / 4));
   TIME("encoder_backward", BTC * (es + 8.0), 10,
-       GPU->encoder_backward(dw, dwpe, a, d_tok, B, T, C));
+       GPU->encoder_backward(dw, dwpe, a, d_tok, B, T, C, NULL, 0));
+  TIME("encoder_backward, sort", BTC * (es + 8.0), 10,
+       GPU->encoder_backward(dw, dwpe, a, d_tok, B, T, C, sort_scratch, sort_bytes));
   TIME("layernorm_forward", 2.0 * BTC * es, 10,
        GPU->layernorm_forward(c, stat, stat + BT, a, w, w, BT, C));
   TIME("layernorm_backward", 4.0 * BTC * es, 10,
@@ -94,7 +98,7 @@ static void bench(void) {
   TIME("sum_squares (124M)", 1.0 * NP * 4, 10, (void)GPU->sum_squares(g, NP));
   float *bufs[] = {a, b, c, att, datt, w, dw, logits, loss, wpe, dwpe, stat, p, g, m, v, work};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) GPU->free(bufs[i]);
-  GPU->free(d_tok);
+  GPU->free(d_tok), GPU->free(sort_scratch);
   free(tok), free(x);
 }
 

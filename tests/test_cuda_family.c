@@ -251,14 +251,16 @@ static void test_encoder_nopos(int B, int T, int C, int V) {
   float *dout = randn_st(BTC, 1), *dwte0 = randn((int64_t)V * C, 1);
   float *dwte = copy_of(dwte0, (int64_t)V * C);
   if (have_cpu((const void *)CPU->encoder_backward, "encoder_backward")) {
-    CPU->encoder_backward(dwte, NULL, dout, inp, B, T, C);
+    CPU->encoder_backward(dwte, NULL, dout, inp, B, T, C, NULL, 0);
     void *d_dout = dev_st(dout, BTC);
     float *d_dwte = dev(dwte0, (int64_t)V * C);
-    GPU->encoder_backward(d_dwte, NULL, d_dout, d_inp, B, T, C);
+    const size_t sbytes = (size_t)BT * 16 + ((size_t)1 << 20); /* the sort path's scratch */
+    float *d_scratch = dev(NULL, (int64_t)(sbytes / 4));
+    GPU->encoder_backward(d_dwte, NULL, d_dout, d_inp, B, T, C, d_scratch, sbytes);
     g = back(d_dwte, (int64_t)V * C);
     expect_close("encoder_backward dwte (+=), dwpe NULL", g, dwte, (int64_t)V * C, 0, 0);
     free(g);
-    GPU->free(d_dout), GPU->free(d_dwte);
+    GPU->free(d_dout), GPU->free(d_dwte), GPU->free(d_scratch);
   }
   GPU->free(d_inp), GPU->free(d_wte), GPU->free(d_out);
   free(inp), free(wte), free(out), free(dout), free(dwte0), free(dwte);

@@ -112,24 +112,36 @@ static void test_encoder(int B, int T, int C, int V) {
   /* gradients are fp32: the same additions of the same (rounded) values */
   float *dout = randn_st(BTC, 1), *dwte0 = randn((int64_t)V * C, 1), *dwpe0 = randn((int64_t)T * C, 1);
   float *dwte = copy_of(dwte0, (int64_t)V * C), *dwpe = copy_of(dwpe0, (int64_t)T * C);
-  CPU->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  CPU->encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL, 0);
   void *d_dout = dev_st(dout, BTC);
   float *d_dwte = dev(NULL, (int64_t)V * C), *d_dwpe = dev(NULL, (int64_t)T * C);
-  float *r[2][2];
-  for (int k = 0; k < 2; k++) {
-    upload(d_dwte, dwte0, (int64_t)V * C);
-    upload(d_dwpe, dwpe0, (int64_t)T * C);
-    GPU->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
-    r[k][0] = back(d_dwte, (int64_t)V * C);
-    r[k][1] = back(d_dwpe, (int64_t)T * C);
+  /* the sort path (scratch of 16 B*T + 1 MiB: the positions and cub's
+   * storage, poisoned), then the scan path: scratch NULL, and too small */
+  const size_t sbytes = (size_t)BT * 16 + ((size_t)1 << 20);
+  float *d_scratch = dev(NULL, (int64_t)(sbytes / 4));
+  const char *path[3] = {"sort", "no scratch", "scratch too small"};
+  for (int q = 0; q < 3; q++) {
+    float *r[2][2];
+    for (int k = 0; k < 2; k++) {
+      upload(d_dwte, dwte0, (int64_t)V * C);
+      upload(d_dwpe, dwpe0, (int64_t)T * C);
+      float *poison = randn((int64_t)(sbytes / 4), 7 + k);
+      upload(d_scratch, poison, (int64_t)(sbytes / 4));
+      free(poison);
+      GPU->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, q == 1 ? NULL : d_scratch,
+                            q == 2 ? (size_t)BT * 4 : sbytes);
+      r[k][0] = back(d_dwte, (int64_t)V * C);
+      r[k][1] = back(d_dwpe, (int64_t)T * C);
+    }
+    printf("  encoder_backward, %s\n", path[q]);
+    expect_close("encoder_backward dwte (+=)", r[0][0], dwte, (int64_t)V * C, 0, 0);
+    expect_close("encoder_backward dwpe (+=)", r[0][1], dwpe, (int64_t)T * C, 0, 0);
+    expect_identical("encoder_backward dwte", r[0][0], r[1][0], (size_t)V * C * 4);
+    expect_identical("encoder_backward dwpe", r[0][1], r[1][1], (size_t)T * C * 4);
+    for (int k = 0; k < 2; k++) free(r[k][0]), free(r[k][1]);
   }
-  expect_close("encoder_backward dwte (+=)", r[0][0], dwte, (int64_t)V * C, 0, 0);
-  expect_close("encoder_backward dwpe (+=)", r[0][1], dwpe, (int64_t)T * C, 0, 0);
-  expect_identical("encoder_backward dwte", r[0][0], r[1][0], (size_t)V * C * 4);
-  expect_identical("encoder_backward dwpe", r[0][1], r[1][1], (size_t)T * C * 4);
-  for (int k = 0; k < 2; k++) free(r[k][0]), free(r[k][1]);
   GPU->free(d_inp), GPU->free(d_wte), GPU->free(d_wpe), GPU->free(d_out), GPU->free(d_dout);
-  GPU->free(d_dwte), GPU->free(d_dwpe);
+  GPU->free(d_dwte), GPU->free(d_dwpe), GPU->free(d_scratch);
   free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte0), free(dwpe0), free(dwte),
       free(dwpe);
 }
@@ -689,6 +701,7 @@ static void test_ops(int big) {
   expect_true("table dtype", GPU->dtype == DT && strstr(GPU->name, st_dtype_name(DT)) != NULL);
   test_encoder(3, 13, 72, 200);
   test_encoder(4, 300, 37, 7); /* many repeats of each token, > 256 positions */
+  test_encoder(8, 1024, 64, 3); /* runs of ~2,700 positions: the sort path's long walks */
   if (big) test_encoder(2, 256, 768, 50257); /* GPT-2 width and vocabulary */
   test_layernorm(37, 72);
   test_layernorm(300, 200); /* several row chunks in the dw/db partials */
@@ -714,8 +727,13 @@ static void test_ops(int big) {
   test_attention(1, 130, 256, 2); /* hs=128 */
   if (big) test_attention(1, 256, 768, 12);
   test_elementwise(37 * 200 + 3);
+  /* rows not in whole 16-byte packs (203), and Llama 2's and Llama 3's
+   * vocabularies beside GPT-2's */
   test_crossentropy(37, 200, 256);
+  test_crossentropy(5, 200, 203);
   if (big) test_crossentropy(16, 50257, 50304);
+  if (big) test_crossentropy(9, 32000, 32000);
+  if (big) test_crossentropy(3, 128256, 128256);
   test_adamw(10007);
   test_adamw_segments();
 }

@@ -311,7 +311,7 @@ static void test_encoder_no_wpe(void **state) {
   for (int r = 0; r < c.B * c.T; r++)
     assert_memory_equal(c.out + r * c.C, c.wte + toks[r] * c.C, c.C * sizeof(float));
   float *dwte = zeros(V * c.C);
-  ops->encoder_backward(dwte, NULL, c.R, c.inp, c.B, c.T, c.C);
+  ops->encoder_backward(dwte, NULL, c.R, c.inp, c.B, c.T, c.C, NULL, 0);
   assert_int_equal(check("encoder dwte (no wpe)", c.wte, dwte, V * c.C, en_loss, &c, 120), 0);
   free(c.wte); free(c.R); free(c.out); free(dwte);
 }

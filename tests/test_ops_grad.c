@@ -138,7 +138,7 @@ static void test_encoder(void **state) {
   c.wte = randn(V * c.C, 1); c.wpe = randn(c.T * c.C, 1); c.R = randn(c.B * c.T * c.C, 1);
   c.out = zeros(c.B * c.T * c.C);
   float *dwte = zeros(V * c.C), *dwpe = zeros(c.T * c.C);
-  ops->encoder_backward(dwte, dwpe, c.R, c.inp, c.B, c.T, c.C);
+  ops->encoder_backward(dwte, dwpe, c.R, c.inp, c.B, c.T, c.C, NULL, 0);
   int bad = check("encoder dwte", c.wte, dwte, V * c.C, en_loss, &c, 48) +
             check("encoder dwpe", c.wpe, dwpe, c.T * c.C, en_loss, &c, 40);
   assert_int_equal(bad, 0);

@@ -4,12 +4,13 @@
 #ifndef ST_CPU_OPS_H
 #define ST_CPU_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 void cpu_encoder_forward(void *out, const int *inp, const void *wte, const void *wpe,
                          int B, int T, int C);
 void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int *inp,
-                          int B, int T, int C);
+                          int B, int T, int C, void *scratch, size_t scratch_bytes);
 void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                            const void *w, const void *b, int N, int C);
 void cpu_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,

@@ -25,9 +25,11 @@ void cpu_encoder_forward(void *out_, const int *inp, const void *wte_, const voi
 
 /* The same token can appear many times in a batch, so rows of dwte collide.
  * Each thread owns a band of columns and walks every position in order:
- * no atomics, and the summation order does not depend on the thread count. */
+ * no atomics, and the summation order does not depend on the thread count.
+ * The scratch is the CUDA backend's (its sort); nothing here needs one. */
 void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout_, const int *inp,
-                          int B, int T, int C) {
+                          int B, int T, int C, void *scratch, size_t scratch_bytes) {
+  (void)scratch, (void)scratch_bytes;
   const float *dout = dout_;
   const int band = 16;
 #pragma omp parallel for

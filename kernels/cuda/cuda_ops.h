@@ -201,7 +201,7 @@ void cuda_encoder_forward(void *out, const int *inp, const void *wte, const void
                           int T, int C);
 template <typename S>
 void cuda_encoder_backward(float *dwte, float *dwpe, const void *dout, const int *inp, int B,
-                           int T, int C);
+                           int T, int C, void *scratch, size_t scratch_bytes);
 template <typename S>
 void cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *w,
                             const void *b, int N, int C);

@@ -323,7 +323,11 @@ static void backward(st_model *m, const int *inp, int B, int T, const st_grad_ho
       h->ready(h->ctx, src, b0, b0 + m->block_numel, l % 2);
     }
   }
-  if (!lora_on(m)) op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C);
+  /* dfch is dead once block 0's MLP backward is done: the encoder's sort
+   * scratch (model_layout.c carves it 256-byte aligned) */
+  if (!lora_on(m))
+    op->encoder_backward(g->wte, g->wpe, m->dres, inp, B, T, C, m->dfch,
+                         (size_t)BT * d.FC * m->es);
   if (h) {
     const int64_t lnf = lnf_begin(m);
     const float *head = m->head_grads ? m->head_grads : m->grads;
