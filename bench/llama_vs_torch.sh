@@ -35,16 +35,7 @@ L=$(echo "$SHAPE" | sed 's/.*--layers \([0-9]*\).*/\1/')
 C=$(echo "$SHAPE" | sed 's/.*--dim \([0-9]*\).*/\1/')
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
 
-PEAK=$(python3 - <<'PY'
-import torch, time
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
-for _ in range(5): a @ b
-torch.cuda.synchronize(); n = 50; t = time.perf_counter()
-for _ in range(n): a @ b
-torch.cuda.synchronize(); dt = (time.perf_counter() - t) / n
-print(f"{2 * 8192**3 / dt / 1e12:.1f}")
-PY
-)
+PEAK=$(python3 "$(dirname "$0")/matmul_peak.py")
 echo "peak_bf16_tflops=$PEAK"
 
 # llm.c version-2 shard: uint32 tokens (the vocabularies here pass 65536)
