@@ -31,8 +31,11 @@
  * op).
  */
 #include <cublasLt.h>
+#include <errno.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/gemm_cache.h"
+#include "util/envparse.h"
 
 /* CUBLAS_STATUS_ALLOC_FAILED is an out-of-memory, reported as such. */
 #define ST_CUBLAS_CHECK(call)                                                         \
@@ -103,12 +106,28 @@ typedef struct {
   uint32_t al_a, al_b, al_c, al_d, al_bias, al_aux;
 } lt_key;
 
+/* ST_GEMM_SEARCH=N (2..8): each problem's first call times the heuristic's
+ * first N algorithms on that call's own operands (a warm-up and 5 timed
+ * runs each; D is saved before and restored after, so the call's result is
+ * what the chosen algorithm alone computes) and keeps the fastest, with one
+ * line on stderr per problem. On one H200 (GPT-2 124M bf16, micro-batch
+ * 32, T 1024) the fastest of 8 beat the first by up to 8.4% a GEMM and
+ * 1.9% a step. Timing noise can pick differently in another process, and a
+ * different algorithm sums in another order: with ST_GEMM_CACHE=FILE the
+ * choices are written there (kernels/gemm_cache.h) and every later process
+ * on the same GPU model and cuBLASLt takes them without timing, so its
+ * results are bit-identical to the run that chose. Unset or 1: the
+ * heuristic's first, as before, deterministic everywhere. */
+#define LT_SEARCH_MAX 8
+
 typedef struct {
   lt_key key;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, ld;
   cublasLtMatmulAlgo_t algo;
   int ok; /* 0: no algorithm (cached too, so the heuristic is asked once) */
+  int ncand; /* ST_GEMM_SEARCH: candidates still to be timed on the first call */
+  cublasLtMatmulAlgo_t cand[LT_SEARCH_MAX];
 } lt_plan;
 
 /* A GPT-2 step uses about 15 shapes (5 forward, 10 backward) per micro-batch
@@ -123,6 +142,55 @@ static void plan_destroy(lt_plan *p) {
   cublasLtMatrixLayoutDestroy(p->lb);
   cublasLtMatrixLayoutDestroy(p->la);
   cublasLtMatmulDescDestroy(p->desc);
+}
+
+static int search_count(void) {
+  static int n = -1;
+  if (n < 0) {
+    const char *e = getenv("ST_GEMM_SEARCH");
+    long long v = 1;
+    if (e && e[0] && (st_envparse_uint(e, LT_SEARCH_MAX, &v) != 0 || v < 1)) {
+      fprintf(stderr, "shardtrain: warning: ST_GEMM_SEARCH=%s is not a whole number from 1 to "
+              "%d; the heuristic's first algorithm is kept\n", e, LT_SEARCH_MAX);
+      v = 1;
+    }
+    n = (int)v;
+  }
+  return n;
+}
+
+/* ST_GEMM_CACHE, when searching; NULL otherwise. */
+static const char *cache_path(void) {
+  const char *e = getenv("ST_GEMM_CACHE");
+  return search_count() > 1 && e && e[0] ? e : NULL;
+}
+
+/* The cache's DEVICE word: GPU model and cuBLASLt version, blanks made '_'
+ * (an algorithm's words are only meaningful to the same library on the
+ * same architecture). */
+static const char *cache_device(void) {
+  static char dev[320];
+  if (!dev[0]) {
+    int d = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&d) != cudaSuccess || cudaGetDeviceProperties(&prop, d) != cudaSuccess)
+      snprintf(prop.name, sizeof prop.name, "unknown");
+    snprintf(dev, sizeof dev, "%s-sm%d%d-cublasLt%zu", prop.name, prop.major, prop.minor,
+             cublasLtGetVersion());
+    for (char *c = dev; *c; c++)
+      if (*c == ' ' || *c == '\t') *c = '_';
+  }
+  return dev;
+}
+
+/* The key's fields as the cache's integers, in declaration order. */
+static int cache_key(const lt_key *k, long long out[ST_GEMM_KEY_MAX]) {
+  const long long f[] = {k->m,   k->n,    k->k,    k->lda,  k->ldb,  k->ldd,     k->ta,
+                         k->tb,  k->has_bias, k->epi, k->ab,  k->cd,   k->al_a,    k->al_b,
+                         k->al_c, k->al_d, k->al_bias, k->al_aux};
+  const int n = (int)(sizeof f / sizeof f[0]);
+  memcpy(out, f, sizeof f);
+  return n;
 }
 
 /* Asks the heuristic for the best algorithm under the key's alignments and
@@ -144,13 +212,36 @@ static int plan_heuristic(lt_plan *p, uint32_t schemes) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->al_c, sizeof key->al_c));
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->al_d, sizeof key->al_d));
-  cublasLtMatmulHeuristicResult_t heur;
+  cublasLtMatmulHeuristicResult_t heur[LT_SEARCH_MAX];
   int found = 0;
+  const int want = search_count();
   cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->la, p->lb, p->ld, p->ld,
-                                                     pref, 1, &heur, &found);
+                                                     pref, want, heur, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return 0;
-  p->algo = heur.algo;
+  p->algo = heur[0].algo;
+  p->ncand = found > 1 ? found : 0;
+  for (int i = 0; i < p->ncand; i++) p->cand[i] = heur[i].algo;
+  const char *path = cache_path();
+  if (p->ncand && path) { /* an earlier process's choice, if it still checks out */
+    long long ck[ST_GEMM_KEY_MAX];
+    unsigned long long words[ST_GEMM_ALGO_WORDS];
+    const int nk = cache_key(key, ck);
+    const int r = st_gemm_cache_find(path, cache_device(), ck, nk, words);
+    if (r < 0)
+      fprintf(stderr, "shardtrain: warning: ST_GEMM_CACHE=%s cannot be read (%s); timing "
+              "instead\n", path, strerror(errno));
+    cublasLtMatmulAlgo_t cached;
+    static_assert(sizeof cached == sizeof words, "cublasLtMatmulAlgo_t is 8 64-bit words");
+    memcpy(&cached, words, sizeof cached);
+    cublasLtMatmulHeuristicResult_t check;
+    if (r == 1 && cublasLtMatmulAlgoCheck(g_lt, p->desc, p->la, p->lb, p->ld, p->ld, &cached,
+                                          &check) == CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= g_workspace_bytes) {
+      p->algo = cached;
+      p->ncand = 0;
+    }
+  }
   return 1;
 }
 
@@ -217,6 +308,69 @@ static lt_plan *plan_get(const lt_key *key, const void *bias) {
   return p;
 }
 
+/* ST_GEMM_SEARCH: time p's candidates on this call's operands, keep the
+ * fastest in p->algo. D (and the GELU input it may write) is saved first and
+ * restored after, so the real call that follows sees what it would have. */
+static void search(lt_plan *p, void *d, const void *a, const void *b, const void *c, float beta) {
+  const lt_key *k = &p->key;
+  const size_t dbytes = (size_t)k->ldd * k->n * type_size(k->cd);
+  void *saved = NULL;
+  /* memory of the search's own, outside the plan and the arena, freed below;
+   * none left on the GPU: no search for this problem, the heuristic's first */
+  if (cudaMalloc(&saved, dbytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    fprintf(stderr, "shardtrain: warning: ST_GEMM_SEARCH: no %zu bytes of GPU memory to time "
+            "m=%d n=%d k=%d; the heuristic's first algorithm is kept\n", dbytes, k->m, k->n,
+            k->k);
+    p->ncand = 0;
+    return;
+  }
+  ST_CUDA_CHECK(cudaMemcpy(saved, d, dbytes, cudaMemcpyDeviceToDevice));
+  cudaEvent_t e0, e1;
+  ST_CUDA_CHECK(cudaEventCreate(&e0));
+  ST_CUDA_CHECK(cudaEventCreate(&e1));
+  const float alpha = 1.0f;
+  float best = -1.0f, first = -1.0f;
+  int besti = 0;
+  for (int i = 0; i < p->ncand; i++) {
+    float ms = 0.0f;
+    if (cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d, p->ld,
+                       &p->cand[i], g_workspace, g_workspace_bytes, 0) != CUBLAS_STATUS_SUCCESS)
+      continue; /* warm-up; an algorithm that fails here is not a candidate */
+    ST_CUDA_CHECK(cudaEventRecord(e0, 0));
+    for (int r = 0; r < 5; r++)
+      ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld,
+                                     d, p->ld, &p->cand[i], g_workspace, g_workspace_bytes, 0));
+    ST_CUDA_CHECK(cudaEventRecord(e1, 0));
+    ST_CUDA_CHECK(cudaEventSynchronize(e1));
+    ST_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    ms /= 5;
+    if (i == 0) first = ms;
+    if (best < 0 || ms < best) best = ms, besti = i;
+  }
+  p->algo = p->cand[besti];
+  p->ncand = 0;
+  ST_CUDA_CHECK(cudaMemcpy(d, saved, dbytes, cudaMemcpyDeviceToDevice));
+  ST_CUDA_CHECK(cudaFree(saved));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  fprintf(stderr,
+          "gemm search m=%d n=%d k=%d t%d%d epi=%d beta=%g: heuristic's first %.4f ms, "
+          "fastest #%d %.4f ms (%.1f%%)\n",
+          k->m, k->n, k->k, k->ta, k->tb, k->epi, beta, first, besti, best,
+          first > 0 && best >= 0 ? 100.0 * (first - best) / first : 0.0);
+  const char *path = cache_path();
+  if (path) {
+    long long ck[ST_GEMM_KEY_MAX];
+    unsigned long long words[ST_GEMM_ALGO_WORDS];
+    memcpy(words, &p->algo, sizeof words);
+    const int nk = cache_key(k, ck);
+    if (st_gemm_cache_add(path, cache_device(), ck, nk, words) != 0)
+      fprintf(stderr, "shardtrain: warning: ST_GEMM_CACHE=%s: cannot append this choice (%s); "
+              "later runs will time it again\n", path, strerror(errno));
+  }
+}
+
 /* D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m]) + beta * C, column-major, with
  * op = transpose when ta/tb. A is stored [m,k] (or [k,m] when ta) with
  * leading dim lda; likewise B. A and B have type ab, D and the bias cd.
@@ -254,6 +408,7 @@ static int lt_matmul_epi(void *d, const void *a, const void *b, const void *bias
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   const float alpha = 1.0f;
+  if (p->ncand) search(p, d, a, b, c, beta);
   ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d,
                                  p->ld, &p->algo, g_workspace, g_workspace_bytes, 0));
   return 0;

@@ -13,6 +13,8 @@
 #    at gpt2-124m; each run must exit 0 with finite losses that fall; fp32
 #    with --attention cudnn must be refused with exit 2 (cuDNN's fused
 #    attention is bf16/fp16 only);
+#    ST_GEMM_SEARCH's choices through ST_GEMM_CACHE (a second run reads
+#    them and its losses are bit-identical to the first's);
 #    ZeRO 3 (bit-identical to ZeRO 2) and ZeRO 3 with the optimizer offloaded;
 #    asynchronous checkpoints equal --ckpt-async off's, dataset by dataset;
 #    --dump-grads of CUDA fp32 against the CPU's (grads diff --tol 1e-4);
@@ -251,6 +253,26 @@ for spec in "bf16 cudnn 1 none" "bf16 flash 2 selective" "fp16 cudnn 0 full" "fp
   check "$name" 6 "$B" train "${G124[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
 done
+
+# ST_GEMM_SEARCH with ST_GEMM_CACHE (kernels/cuda/matmul.cu): the first run
+# times 8 algorithms per GEMM problem and appends one line per choice; the
+# second reads them, times nothing, and its losses are bit-identical.
+GC=$W/gemm-cache.txt
+rm -f "$GC"
+for i in 1 2; do
+  ST_GEMM_SEARCH=8 ST_GEMM_CACHE=$GC check "gemm-search-$i" 6 "$B" train "${G124[@]}" \
+    --precision bf16 --resume none --out "$W/gemm-search-$i"
+done
+n1=$(grep -c '^gemm search' "$W/gemm-search-1.log")
+n2=$(grep -c '^gemm search' "$W/gemm-search-2.log")
+lines=$(wc -l < "$GC" 2>/dev/null || echo 0)
+if [ "$n1" -ge 1 ] && [ "$n2" -eq 0 ] && [ "$lines" -eq "$n1" ] &&
+   [ -s "$W/gemm-search-1/metrics.jsonl" ] &&
+   [ "$(losses "$W/gemm-search-1")" = "$(losses "$W/gemm-search-2")" ]; then
+  ok gemm-search-cache "$n1 problems timed and cached, the second run timed none, losses identical"
+else
+  bad gemm-search-cache "timed $n1 then $n2 problems, $lines cache lines, or the losses differ"
+fi
 
 # ZeRO 3 on one GPU: the block gathers and the head's, bit-identical losses
 # to ZeRO 2 (the same reduction order), and with the optimizer offloaded.
