@@ -116,8 +116,11 @@ typedef struct {
  * different algorithm sums in another order: with ST_GEMM_CACHE=FILE the
  * choices are written there (kernels/gemm_cache.h) and every later process
  * on the same GPU model and cuBLASLt takes them without timing, so its
- * results are bit-identical to the run that chose. Unset or 1: the
- * heuristic's first, as before, deterministic everywhere. */
+ * results are bit-identical to the run that chose. The saved copy of D is
+ * outside the memory plan (up to the largest GEMM output, 201 MB at GPT-2
+ * 124M micro-batch 32, freed at once) and only while a problem is timed;
+ * when the GPU has no room for it, that problem keeps the heuristic's first.
+ * Unset or 1: the heuristic's first, as before, deterministic everywhere. */
 #define LT_SEARCH_MAX 8
 
 typedef struct {
