@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 
-from common import check, corpus, parse_args, run
+from common import MPIRUN_ENV, check, corpus, parse_args, run
 
 a = parse_args()
 data = corpus(a)
@@ -40,7 +40,7 @@ def mpirun_contexts(contexts, timeout=90, command=("train",)):
         if i:
             cmd.append(":")
         cmd += ["-np", str(np), a.bin] + list(command) + [str(x) for x in args]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **MPIRUN_ENV)  # common.py says why
     # its own process group: a hung job is killed whole, no rank left behind
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True)
