@@ -58,10 +58,14 @@ def write_lock(out, host, pid, pid_start, job=""):
 # ST_TEST_LOCK_RACES: fewer races where runs are slow (the sanitizer stage).
 for race in range(int(os.environ.get("ST_TEST_LOCK_RACES", "8"))):
     out = W("race%d" % race)
-    # 200 steps (about 4 s here) outlast the ~2 s a live holder is looked at
-    # again before a refusal: with 40 steps the first job ended inside that
-    # window and the second, finding the run done, also exited 0.
-    jobs = [mpirun(2, ["--steps", 200, "--ckpt-every", 50, "--out", out]) for _ in range(2)]
+    # The job that wins holds the lock past the ~2 s a live holder is looked
+    # at again before a refusal, on any machine: its rank 0 sleeps 5 s before
+    # step 2 (ST_FAULT_STALL; the loser never reaches a step). Without it,
+    # 200 steps were not enough on a fast machine or with the second job
+    # started late on busy cores: the first ended inside that window and the
+    # second, finding the run done, also exited 0 (seen on 2026-12-04).
+    jobs = [mpirun(2, ["--steps", 60, "--ckpt-every", 20, "--out", out],
+                   {"ST_FAULT_STALL": "0:2:5"}) for _ in range(2)]
     res = [(p.wait(timeout=300),) + p.communicate() for p in jobs]
     rcs = sorted(r[0] for r in res)
     check(rcs == [0, 1], "race %d: one job exits 0, the other 1 (got %s)" % (race, rcs))
@@ -71,19 +75,19 @@ for race in range(int(os.environ.get("ST_TEST_LOCK_RACES", "8"))):
     check(len(msg) == 1 and "is in use by another job: host %s, pid " % socket.gethostname()
           in msg[0] and "since " in msg[0] and "run.lock" in msg[0],
           "race %d: the refused job names the holder in one line" % race)
-    check("done: step 200" in won[1] and "done:" not in lost[1] and "checkpoint:" not in lost[1],
+    check("done: step 60" in won[1] and "done:" not in lost[1] and "checkpoint:" not in lost[1],
           "race %d: exactly one trained" % race)
-    check(open(os.path.join(out, "ckpt", "latest")).read().strip() == "step_00000200",
-          "race %d: latest names step 200" % race)
+    check(open(os.path.join(out, "ckpt", "latest")).read().strip() == "step_00000060",
+          "race %d: latest names step 60" % race)
     run([a.bin, "ckpt", "verify", out])
-    check(sorted(losses(out)) == list(range(1, 201)) and
-          sum(1 for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l) == 200,
-          "race %d: metrics.jsonl holds steps 1-200 once each" % race)
+    check(sorted(losses(out)) == list(range(1, 61)) and
+          sum(1 for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l) == 60,
+          "race %d: metrics.jsonl holds steps 1-60 once each" % race)
     check(not os.path.exists(os.path.join(out, "run.lock")), "race %d: the lock is released" % race)
 print("ok: the refusal reads: " + msg[0])
 
 # --- released at an error exit and at preemption -----------------------------
-out = W("race0")  # latest is step 200: --steps 20 is below it (exit 2, after the lock)
+out = W("race0")  # latest is step 60: --steps 20 is below it (exit 2, after the lock)
 r = train(a, 2, base + ["--steps", 20, "--out", out], expect_rc=2)
 check("--steps 20 is below" in r.stderr and not os.path.exists(os.path.join(out, "run.lock")),
       "an error exit after the lock was taken releases it")
