@@ -61,8 +61,8 @@ cmake --build build-asan -j "$(nproc)"
 source tests/sanitizers/env.sh
 cd build-asan
 skip='e2e_ranks_agree|e2e_run_lock|e2e_config_agree|e2e_memory_flat|e2e_docs|e2e_finetune|e2e_family_ranks|e2e_tokenizer_tiktoken|e2e_tokenizer_nfc|e2e_bench_train|netns_two_hosts|e2e_slurm_preempt'
-# The run lock's two-job races: 2 under ASan, not 8 (a race takes
-# about a minute there on two cores; the plain ctest stage runs all 8).
+# The run lock's two-job races: 2 under ASan, not 8 (four ranks of
+# ASan-built jobs per race on two cores; the plain ctest stage runs all 8).
 export ST_TEST_LOCK_RACES=${ST_TEST_LOCK_RACES:-2}
 [ "${ST_SANITIZE_PREEMPT:-0}" = "1" ] || skip="e2e_preempt|$skip"
 # Two tests at a time: one at a time kept about one of two cores busy (each
