@@ -5,6 +5,8 @@
 #ifndef ST_ATTENTION_CHOICE_H
 #define ST_ATTENTION_CHOICE_H
 
+#include <stdint.h>
+
 #include "kernels/dtype.h"
 
 #ifdef __cplusplus
@@ -20,6 +22,32 @@ int st_attention_tc_takes(int C, int NH, st_dtype dt);
  * C with NH heads: 32, 64 or 128, the smallest that holds the head size
  * C/NH; 0 when C/NH is not a whole number from 1 to 128 (no kernel). */
 int st_attention_simt_tile(int C, int NH);
+
+/* Sequences per cuDNN attention backward call. cuDNN's deterministic
+ * backward keeps dP for every sequence of a call in its workspace, NH x T'^2
+ * x 2 bytes a sequence (T' = T rounded up to 64;
+ * kernels/cuda/attention_cudnn.h), and the sequences are independent, so
+ * calling it on groups of sequences bounds the workspace by a group, not
+ * the micro-batch, with the same result bytes. Each extra call costs speed
+ * (an H200, GPT-2 124M, against one call for the micro-batch: T = 4096,
+ * micro-batch 8, groups of 4 -1.6%, of 2 -3.7%, of 1 -7%; T = 8192,
+ * micro-batch 4, groups of 2 -1.4%, of 1 -4.9%; docs/benchmarks.md), so
+ * the whole micro-batch is one call unless memory asks for groups.
+ *
+ * The group for a micro-batch of B sequences under cap: the largest
+ * divisor of B that is at most cap when cap >= 1; when cap is 0, the one
+ * ST_ATTENTION_CUDNN_SEQS=N (N >= 1; measurements and tests) caps the same
+ * way, else B. B < 1 gives 1. train and plan both ask this function, so the
+ * workspace they count agrees. */
+int st_attention_cudnn_group(int B, int cap);
+
+/* The smallest group --attention auto considers for B sequences of T
+ * tokens and NH query heads: the smallest divisor g of B with g x NH x
+ * ceil(T/128) >= ST_CUDNN_MIN_TILES (B when none), so that a call keeps the
+ * GPU busy: the measured costs above all have 768 such tiles or more;
+ * below that cuDNN's advantage over our O(T) kernel is not measured. */
+#define ST_CUDNN_MIN_TILES 768
+int st_attention_cudnn_min_group(int B, int T, int NH);
 
 #ifdef __cplusplus
 }

@@ -46,13 +46,6 @@ typedef struct {
   char note[256];          /* one line for the configuration block */
 } st_attention_choice;
 
-/* Choose the attention of every CUDA table for B sequences of T tokens,
- * width C, NH heads, storage dt, at setup (builds cuDNN's plans; allocates
- * no device memory: the table's reserve makes the workspace afterwards).
- * FLASH: our kernels. CUDNN: cuDNN's fused flash attention, or -1 with
- * st_error (usage class for fp32) when it cannot run the shape. AUTO:
- * cuDNN for bf16/fp16 when it builds a plan, else ours; fp32 always ours.
- * Shapes other than the selected one run our kernels. 0 or -1. */
 /* Make the workspace the table's reserve will make at least bytes (the
  * memory plan's figure, which rounds cuDNN's per sequence), so an arena
  * sized by the plan comes out exactly full. */
@@ -66,6 +59,19 @@ void st_cuda_attention_workspace_at_least(size_t bytes);
  * when more than cap is already in use. Freed when the process exits. */
 int st_cuda_hold_above(uint64_t cap, uint64_t *held);
 
+/* The most sequences one cuDNN attention backward call takes: the plans
+ * and workspace of the next st_cuda_attention_select follow it
+ * (st_attention_cudnn_group, kernels/attention_choice.h); 0 (the start):
+ * the whole micro-batch, or ST_ATTENTION_CUDNN_SEQS. */
+void st_cuda_attention_group_cap(int cap);
+
+/* Choose the attention of every CUDA table for B sequences of T tokens,
+ * width C, NH heads, storage dt, at setup (builds cuDNN's plans; allocates
+ * no device memory: the table's reserve makes the workspace afterwards).
+ * FLASH: our kernels. CUDNN: cuDNN's fused flash attention, or -1 with
+ * st_error (usage class for fp32) when it cannot run the shape. AUTO:
+ * cuDNN for bf16/fp16 when it builds a plan, else ours; fp32 always ours.
+ * Shapes other than the selected one run our kernels. 0 or -1. */
 int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
                              st_attention_choice *out);
 /* The same for grouped-query attention: NKV key/value heads (NKV divides

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_choice.h"
 #include "launcher/cli.h"
 #include "rank/memory/memory_fit.h"
 #include "rank/memory/nccl_buffsize.h"
@@ -86,18 +87,29 @@ static char attn_note[256];
  * where it fits the budget beside the rest. 0, or -1 with st_error. */
 static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws) {
   st_memory_plan with;
-  const int r = st_plan_attention_auto(in, ws, &with);
+  int group = 0;
+  const int r = st_plan_attention_auto(in, ws, &with, &group);
   if (r < 0) return -1;
   char h[32];
-  human(ws * (uint64_t)in->micro_batch, h, sizeof h);
   if (r) {
     in->attn_workspace_per_seq = ws;
+    in->attn_group = group;
     *p = with;
-    snprintf(attn_note, sizeof attn_note, "auto: cuDNN's fused attention; its deterministic "
-             "backward's %s O(T^2) workspace fits beside the rest", h);
+    human(p->attn_workspace, h, sizeof h);
+    if (group)
+      snprintf(attn_note, sizeof attn_note, "auto: cuDNN's fused attention; its deterministic "
+               "backward's O(T^2) workspace fits beside the rest for %d sequence%s a call "
+               "(%s), not for the whole micro-batch", group, group == 1 ? "" : "s", h);
+    else
+      snprintf(attn_note, sizeof attn_note, "auto: cuDNN's fused attention; its deterministic "
+               "backward's %s O(T^2) workspace fits beside the rest", h);
   } else {
+    const int least =
+        st_attention_cudnn_min_group(in->micro_batch, st_plan_seq_len(in), in->model.n_head);
+    human(st_plan_attention_workspace(ws, in->micro_batch, least), h, sizeof h);
     snprintf(attn_note, sizeof attn_note, "auto: ours, O(T); cuDNN's deterministic backward "
-             "would need %s of O(T^2) workspace, which %s", h,
+             "would need %s of O(T^2) workspace (%d sequence%s a call), which %s", h, least,
+             least == 1 ? "" : "s",
              in->gpu_mem ? "does not fit beside the rest" : "only a budget (--gpu-mem) can allow");
   }
   return 0;

@@ -8,12 +8,18 @@
  * 2. fp32-arithmetic kernels: the smallest of the 32/64/128 tiles that holds
  *    the head size, 0 (none) past 128 or for a width not divisible by the
  *    heads.
+ * 3. Sequences per cuDNN backward call: the whole micro-batch, or the
+ *    largest divisor of it at or below a cap (given, or else from
+ *    ST_ATTENTION_CUDNN_SEQS; a bad value is ignored); and the smallest
+ *    group --attention auto considers (768 tiles of 128 rows a call).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdlib.h>
 
 #include "kernels/attention_choice.h"
 
@@ -49,7 +55,55 @@ static void test_simt(void **state) {
   assert_int_equal(st_attention_simt_tile(64, 0), 0);
 }
 
+static void test_cudnn_group(void **state) {
+  (void)state;
+  unsetenv("ST_ATTENTION_CUDNN_SEQS");
+  /* no cap: the whole micro-batch in one call */
+  assert_int_equal(st_attention_cudnn_group(32, 0), 32);
+  assert_int_equal(st_attention_cudnn_group(1, 0), 1);
+  /* a cap: the largest divisor at or below it */
+  assert_int_equal(st_attention_cudnn_group(32, 10), 8);
+  assert_int_equal(st_attention_cudnn_group(30, 10), 10);
+  assert_int_equal(st_attention_cudnn_group(11, 10), 1); /* prime */
+  assert_int_equal(st_attention_cudnn_group(12, 5), 4);
+  assert_int_equal(st_attention_cudnn_group(8, 1), 1);
+  assert_int_equal(st_attention_cudnn_group(8, 8), 8);
+  assert_int_equal(st_attention_cudnn_group(8, 100), 8);
+  assert_int_equal(st_attention_cudnn_group(0, 4), 1);
+  assert_int_equal(st_attention_cudnn_group(8, -3), 8); /* below 1: no cap */
+  /* the environment caps only where no cap is given */
+  setenv("ST_ATTENTION_CUDNN_SEQS", "6", 1);
+  assert_int_equal(st_attention_cudnn_group(32, 0), 4);
+  assert_int_equal(st_attention_cudnn_group(12, 0), 6);
+  assert_int_equal(st_attention_cudnn_group(12, 2), 2);
+  setenv("ST_ATTENTION_CUDNN_SEQS", "many", 1); /* ignored, with a warning */
+  assert_int_equal(st_attention_cudnn_group(32, 0), 32);
+  setenv("ST_ATTENTION_CUDNN_SEQS", "0", 1);
+  assert_int_equal(st_attention_cudnn_group(32, 0), 32);
+  setenv("ST_ATTENTION_CUDNN_SEQS", "3x", 1);
+  assert_int_equal(st_attention_cudnn_group(32, 0), 32);
+  unsetenv("ST_ATTENTION_CUDNN_SEQS");
+}
+
+static void test_cudnn_min_group(void **state) {
+  (void)state;
+  /* GPT-2 124M, 12 heads: 96 tiles of 128 rows a sequence at T = 1024,
+   * so 8 sequences reach 768 */
+  assert_int_equal(st_attention_cudnn_min_group(32, 1024, 12), 8);
+  assert_int_equal(st_attention_cudnn_min_group(12, 1024, 12), 12); /* no divisor of 12 in 8..11 */
+  assert_int_equal(st_attention_cudnn_min_group(4, 1024, 12), 4);   /* never above B */
+  assert_int_equal(st_attention_cudnn_min_group(8, 4096, 12), 2);   /* 384 a sequence */
+  assert_int_equal(st_attention_cudnn_min_group(4, 8192, 12), 1);   /* 768 a sequence */
+  assert_int_equal(st_attention_cudnn_min_group(4, 8100, 12), 1);   /* ceil(8100/128) = 64 */
+  assert_int_equal(st_attention_cudnn_min_group(4, 8064, 12), 2);   /* 63 tiles: 756 */
+  assert_int_equal(st_attention_cudnn_min_group(0, 1024, 12), 1);
+  assert_int_equal(st_attention_cudnn_min_group(4, 0, 12), 1);
+  assert_int_equal(st_attention_cudnn_min_group(4, 1024, 0), 1);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_tc), cmocka_unit_test(test_simt)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_tc), cmocka_unit_test(test_simt),
+                                     cmocka_unit_test(test_cudnn_group),
+                                     cmocka_unit_test(test_cudnn_min_group)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,10 @@
  * cuDNN against our kernels (same inputs, same dtype): twice those bounds,
  * as each sits within one bound of the reference. dqkv is filled with
  * garbage first: the backward must overwrite it. When the chosen backward
- * engine is deterministic, a second backward must give identical bytes.
+ * engine is deterministic, a second backward must give identical bytes, and
+ * so must the backward run one sequence per call (st_cuda_attention_group_cap
+ * 1, what --attention auto may choose under a budget), whose workspace must
+ * be smaller when there is more than one sequence.
  *
  * Timings (printed, never asserted): B=32 T=1024 NH=12 hs=64, mean of 10
  * calls after 2 warm-ups, forward and backward, cuDNN and ours.
@@ -134,6 +137,8 @@ static void check_grads(const char *label, const float *got, const float *want, 
 /* Run attention forward and backward through the GPU table with impl
  * selected; host copies of out, stats and dqkv (and a second backward's
  * dqkv in dqkv2 when not NULL). -1 when the selection fails. */
+static size_t g_last_ws; /* the last selection's workspace (bytes) */
+
 static int run_gpu(st_attention_impl impl, const float *qkv, const float *dout, int B, int T,
                    int C, int NH, float **out, float **stats, float **dqkv, float **dqkv2,
                    int *deterministic) {
@@ -145,6 +150,7 @@ static int run_gpu(st_attention_impl impl, const float *qkv, const float *dout, 
     return -1;
   }
   if (deterministic) *deterministic = ch.deterministic;
+  g_last_ws = ch.workspace_bytes;
   if (GPU->reserve(0, 0)) {
     printf("  reserve of the attention workspace (%zu bytes) failed  FAIL\n", ch.workspace_bytes);
     g_checks++, g_failures++;
@@ -192,6 +198,30 @@ static void test_shape(int B, int T) {
     check_grads("cudnn vs float64", cg, rdqkv, N, C, gtol, grtol);
     if (det) expect_identical("cudnn backward dqkv", cg, cg2, (size_t)N * 3 * C * sizeof(float));
     else printf("  cudnn backward engine is NONDETERMINISTIC: bit-identity not checked\n");
+    const size_t ws_whole = g_last_ws;
+    float *so, *ss, *sg;
+    st_cuda_attention_group_cap(1);
+    const int rs = run_gpu(ST_ATTENTION_CUDNN, qkv, dout, B, T, C, NH, &so, &ss, &sg, NULL, NULL);
+    st_cuda_attention_group_cap(0);
+    if (rs == 0) {
+      printf("  workspace: %zu bytes for %d sequence%s a backward call, %zu for one\n", ws_whole,
+             B, B > 1 ? "s" : "", g_last_ws);
+      if (B > 1) {
+        g_checks++;
+        if (g_last_ws >= ws_whole) {
+          printf("  one sequence a call does not shrink the workspace  FAIL\n");
+          g_failures++;
+        }
+      }
+      expect_identical("cudnn out, backward one sequence a call", co, so,
+                       (size_t)N * C * sizeof(float));
+      if (det)
+        expect_identical("cudnn backward dqkv, one sequence a call vs all", cg, sg,
+                         (size_t)N * 3 * C * sizeof(float));
+      else
+        check_grads("cudnn one sequence a call vs all", sg, cg, N, C, 2 * gtol, 2 * grtol);
+      free(so), free(ss), free(sg);
+    }
     if (run_gpu(ST_ATTENTION_FLASH, qkv, dout, B, T, C, NH, &fo, &fs, &fg, NULL, NULL) == 0) {
       expect_close("cudnn out vs ours", co, fo, N * C, 2 * otol, 2 * otol);
       expect_close("cudnn stats vs ours", cs, fs, (int64_t)B * NH * T, 2e-3, 0);

@@ -471,6 +471,13 @@ int cuda_attention_reserve(void) {
   return 0;
 }
 
+static int g_group_cap; /* st_cuda_attention_group_cap */
+
+extern "C" void st_cuda_attention_group_cap(int cap) {
+  g_group_cap = cap > 0 ? cap : 0;
+  cuda_attention_cudnn_group_cap(g_group_cap);
+}
+
 extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T,
                                             int C, int NH, int NKV, st_attention_choice *out) {
   memset(out, 0, sizeof *out);
@@ -522,9 +529,13 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
   out->impl = ST_ATTENTION_CUDNN;
   out->workspace_bytes = ws;
   out->deterministic = det;
-  snprintf(out->note, sizeof out->note, "cuDNN %d.%d.%d fused flash attention, %s backward, "
+  const int bseq = st_attention_cudnn_group(B, g_group_cap);
+  char groups[64] = "";
+  if (bseq < B)
+    snprintf(groups, sizeof groups, " in groups of %d sequence%s", bseq, bseq == 1 ? "" : "s");
+  snprintf(out->note, sizeof out->note, "cuDNN %d.%d.%d fused flash attention, %s backward%s, "
            "workspace %.1f MiB (--attention %s)", v / 10000, v / 100 % 100, v % 100,
-           det ? "deterministic" : "NONDETERMINISTIC", ws / 1048576.0,
+           det ? "deterministic" : "NONDETERMINISTIC", groups, ws / 1048576.0,
            want == ST_ATTENTION_AUTO ? "auto" : "cudnn");
   g_use_cudnn = 1;
   g_cudnn_ws_want = ws; /* the latest selection's shape is the one that runs */

@@ -22,6 +22,7 @@
  * variant, which is not deterministic.
  */
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/attention_choice.h"
 
 #include <float.h>
 #include <math.h>
@@ -453,7 +454,7 @@ static int make_plan(graph *g, const char *what, int want_det, cudnnBackendDescr
 
 /* ---- the cache: a few shapes (training, and the tests' handful) */
 
-#define CACHE_SLOTS 12
+#define CACHE_SLOTS 16
 
 /* The graphs' descriptors stay alive with the plans built from them (the
  * frontend keeps them too: a plan refers to its engine config). */
@@ -465,15 +466,23 @@ typedef struct {
   cudnnBackendDescriptor_t fwd, bwd;
   int64_t ws_fwd, ws_bwd;
   int deterministic;
+  int bseq; /* sequences per backward call: gb is built for bseq, gf for B */
 } entry;
 
 static entry g_cache[CACHE_SLOTS];
 
+static int g_group_cap; /* cuda_attention_cudnn_group_cap */
+
+void cuda_attention_cudnn_group_cap(int cap) { g_group_cap = cap > 0 ? cap : 0; }
+
+/* The grouping is part of the key: a plan built for another group size
+ * (the cap or ST_ATTENTION_CUDNN_SEQS changed since) is not this one. */
 static entry *find(int B, int T, int C, int NH, int NKV, st_dtype dt) {
+  const int bseq = st_attention_cudnn_group(B, g_group_cap);
   for (int i = 0; i < CACHE_SLOTS; i++) {
     entry *e = &g_cache[i];
     if (e->used && e->B == B && e->T == T && e->C == C && e->NH == NH && e->NKV == NKV &&
-        e->dt == dt)
+        e->dt == dt && e->bseq == bseq)
       return e;
   }
   return NULL;
@@ -516,7 +525,12 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
     build_forward(&e->gf, &sh);
     int rc = make_plan(&e->gf, "attention forward", 0, &e->fwd, &e->ws_fwd, &det_f);
     if (rc == 0) {
-      build_backward(&e->gb, &sh);
+      /* the backward's workspace holds dP for every sequence of a call:
+       * groups of sequences bound it (st_attention_cudnn_group) */
+      shape shb = sh;
+      e->bseq = st_attention_cudnn_group(B, g_group_cap);
+      shb.B = e->bseq;
+      build_backward(&e->gb, &shb);
       rc = make_plan(&e->gb, "attention backward", 1, &e->bwd, &e->ws_bwd, &e->deterministic);
     }
     if (rc) {
@@ -590,9 +604,27 @@ int cuda_attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv,
   const int64_t vcol = C + (int64_t)NKV * (C / NH);
   const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK, UID_DV,
                           UID_SCALE, UID_ONE, UID_NEG};
-  void *ptrs[] = {column(qkv, 0, dt),  column(qkv, C, dt),  column(qkv, vcol, dt),
-                  (void *)out,         (void *)dout,        (void *)stats,
-                  column(dqkv, 0, dt), column(dqkv, C, dt), column(dqkv, vcol, dt),
-                  &scale,              &one,                &neg};
-  return execute(e->bwd, 12, uids, ptrs, workspace, "attention backward");
+  /* one call per group of bseq sequences, each on its own rows: the
+   * sequences never meet in attention, and the group's plan has the same
+   * strides as the whole micro-batch's */
+  const int64_t row = C + 2 * (int64_t)NKV * (C / NH);
+  for (int b = 0; b < B; b += e->bseq) {
+    const int64_t r0 = (int64_t)b * T;
+    const void *q = column(qkv, r0 * row, dt);
+    void *dq = column(dqkv, r0 * row, dt);
+    void *ptrs[] = {column(q, 0, dt),
+                    column(q, C, dt),
+                    column(q, vcol, dt),
+                    column(out, r0 * C, dt),
+                    column(dout, r0 * C, dt),
+                    (void *)(uintptr_t)(stats + (size_t)b * NH * T),
+                    column(dq, 0, dt),
+                    column(dq, C, dt),
+                    column(dq, vcol, dt),
+                    &scale,
+                    &one,
+                    &neg};
+    if (execute(e->bwd, 12, uids, ptrs, workspace, "attention backward")) return -1;
+  }
+  return 0;
 }

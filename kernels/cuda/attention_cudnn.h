@@ -24,7 +24,12 @@
  * atomics; among the engines cuDNN's heuristics return, one without
  * CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC is taken when any builds, and
  * cuda_attention_cudnn_prepare reports whether it was. The workspace is
- * the price: O(B*NH*T^2), not O(T) like our own kernels.
+ * the price: O(NH*T^2) per sequence of a call, not O(T) like our own
+ * kernels. When memory asks for it the backward runs on groups of
+ * sequences (st_attention_cudnn_group, kernels/attention_choice.h), one
+ * call per group, so the workspace is a group's, not the micro-batch's;
+ * the results are the same bytes (checked by test_cuda_attention_cudnn),
+ * since no sequence's gradient reads another's.
  *
  * Plans are built at setup, once per (B, T, NH, NKV, hs, dtype) (causal always),
  * and kept in a small fixed cache; the forward and backward calls only look
@@ -47,13 +52,20 @@ extern "C" {
  * of T tokens, width C, NH query heads (hs = C/NH) and NKV key/value heads
  * (NKV divides NH), storage dt (ST_BF16 or ST_FP16). The first call creates the cuDNN handle on the current device.
  * *workspace_bytes: the device workspace the larger of the two plans needs
- * (bytes; the caller allocates it once, at setup); *deterministic: 1 when
+ * (bytes; the caller allocates it once, at setup): the forward's for B
+ * sequences, the backward's for st_attention_cudnn_group(B, cap) of them
+ * (cap: the last cuda_attention_cudnn_group_cap);
+ * *deterministic: 1 when
  * the backward engine carries no nondeterminism note. 0 on success; -1 when
  * cuDNN cannot run the shape (no engine builds, unsupported dtype or head
  * size, cache full, no cuDNN library), with the reason in
  * cuda_attention_cudnn_error(). Never aborts. */
 int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
                                  size_t *workspace_bytes, int *deterministic);
+
+/* The most sequences a backward call takes from now on (0: all of B, or
+ * ST_ATTENTION_CUDNN_SEQS); prepare and the calls look plans up with it. */
+void cuda_attention_cudnn_group_cap(int cap);
 
 /* 1 when prepare has succeeded for this shape and dtype (a cache lookup:
  * builds nothing). */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_choice.h"
 #include "util/bytes.h"
 #include "util/error.h"
 
@@ -438,11 +439,27 @@ void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
 #undef ADD
 }
 
-int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memory_plan *with) {
+int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memory_plan *with,
+                           int *group) {
   memset(with, 0, sizeof *with);
+  *group = 0;
   if (!ws_per_seq || !in->gpu_mem) return 0;
   st_plan_input c = *in;
   c.attn_workspace_per_seq = ws_per_seq;
+  c.attn_group = 0;
   if (st_memory_plan_make(&c, with)) return -1;
-  return with->fits == 1;
+  if (with->fits == 1) return 1;
+  /* smaller groups, largest first: each extra call costs a little speed */
+  const int B = in->micro_batch, whole = st_attention_cudnn_group(B, 0);
+  const int least = st_attention_cudnn_min_group(B, st_plan_seq_len(in), in->model.n_head);
+  for (int g = whole - 1; g >= least; g--) {
+    if (B % g != 0) continue;
+    c.attn_group = g;
+    if (st_memory_plan_make(&c, with)) return -1;
+    if (with->fits == 1) {
+      *group = g;
+      return 1;
+    }
+  }
+  return 0;
 }

@@ -16,6 +16,7 @@
 #include "kernels/ops_cuda.h"
 #endif
 #include "kernels/arena.h"
+#include "kernels/attention_choice.h"
 #include "kernels/colsum.h"
 #include "rank/model/params.h"
 #include "util/bytes.h"
@@ -232,7 +233,8 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
                                         ST_PLAN_NCCL_OVERLAP_FACTOR * in->nccl_overlap_channels)
                    : 0);
     p->context = ST_PLAN_CUDA_CONTEXT;
-    p->attn_workspace = R(in->attn_workspace_per_seq * (uint64_t)B);
+    p->attn_workspace =
+        R(st_plan_attention_workspace(in->attn_workspace_per_seq, (int)B, in->attn_group));
   }
   /* act_mem is one buffer, its size a multiple of 256 (model.c) */
   p->arena = p->weights + p->grads + p->acts.total + p->grad_shard + p->master + p->adam_m +
@@ -417,6 +419,10 @@ char *st_memory_plan_json(const char *model_name, int global_batch, int accum,
   cJSON_free(s);
   cJSON_Delete(j);
   return out;
+}
+
+uint64_t st_plan_attention_workspace(uint64_t per_seq, int B, int group_cap) {
+  return per_seq ? per_seq * (uint64_t)st_attention_cudnn_group(B, group_cap) : 0;
 }
 
 uint64_t st_plan_cudnn_attention_per_seq(int T, const st_model_config *c) {

@@ -68,10 +68,14 @@ typedef struct {
   st_dtype dtype;         /* storage dtype: fp32, or bf16/fp16 with fp32 master weights */
   st_recompute recompute;
   st_backend backend;
-  /* cuDNN attention workspace per sequence of the micro-batch (bytes),
+  /* cuDNN attention workspace per sequence of a backward call (bytes),
    * measured by the backend at setup (st_cuda_attention_select) and scaled
-   * by micro_batch, which it grows with linearly; 0 with our kernels. */
+   * by the sequences of one call (st_plan_attention_workspace), which it
+   * grows with linearly; 0 with our kernels. */
   uint64_t attn_workspace_per_seq;
+  /* the most sequences one cuDNN backward call takes (--attention auto
+   * under a budget, st_plan_attention_auto); 0: the whole micro-batch */
+  int attn_group;
   int64_t nccl_buffsize;  /* NCCL_BUFFSIZE in bytes; 0 = NCCL's default 4 MiB */
   int nccl_channels;      /* channels for the NCCL estimate; 0 = ST_PLAN_NCCL_CHANNELS */
   int nccl_overlap_channels; /* the overlap communicator's (--nccl-overlap-ctas); 0 = none */
@@ -143,7 +147,7 @@ typedef struct {
   /* backend internals (CUDA) */
   uint64_t cublaslt;      /* cuBLASLt workspace */
   uint64_t scratch;       /* cuda_scratch after one step (column-sum partials) */
-  uint64_t attn_workspace;/* cuDNN attention workspace (B x attn_workspace_per_seq) */
+  uint64_t attn_workspace;/* cuDNN attention workspace (st_plan_attention_workspace) */
   uint64_t nccl;          /* ESTIMATE: NCCL connection buffers */
   uint64_t context;       /* ESTIMATE: CUDA context */
   uint64_t arena;         /* the arena: every category above but nccl and context */
@@ -237,5 +241,12 @@ int st_plan_device_memory(uint64_t *free_bytes, uint64_t *total_bytes, char *nam
  * and dV before the group sum: an assumption until measured. train uses
  * cuDNN's own figure. Bytes. */
 uint64_t st_plan_cudnn_attention_per_seq(int T, const st_model_config *c);
+
+/* cuDNN's attention workspace (bytes) for a micro-batch of B sequences,
+ * per_seq bytes a sequence: the backward runs on groups of
+ * st_attention_cudnn_group(B, group_cap) sequences
+ * (kernels/attention_choice.h) and one group's workspace serves them all.
+ * 0 when per_seq is 0 (our attention). */
+uint64_t st_plan_attention_workspace(uint64_t per_seq, int B, int group_cap);
 
 #endif

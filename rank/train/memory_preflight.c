@@ -9,6 +9,7 @@
 #include <string.h>
 
 #ifdef SHARDTRAIN_HAVE_CUDA
+#include "kernels/attention_choice.h"
 #include "kernels/ops_cuda.h"
 #endif
 #include "rank/memory/host_mem.h"
@@ -36,13 +37,16 @@ static int setup_attention_as(trainer *tr, const char *attention) {
                                  : strcmp(attention, "flash") == 0 ? ST_ATTENTION_FLASH
                                                                         : ST_ATTENTION_AUTO;
   st_attention_choice ch;
+  st_cuda_attention_group_cap(tr->attn_group);
   /* cuDNN's plans are built per head layout: GQA's K/V have n_kv_head heads */
   if (st_cuda_attention_select_gqa(want, tr->ops->dtype, rc->micro_batch, rc->seq_len, m->n_embd,
                                    m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head, &ch))
     return -1;
   snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
-  tr->attn_ws_per_seq = (ch.workspace_bytes + (size_t)rc->micro_batch - 1) / (size_t)rc->micro_batch;
-  st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * (size_t)rc->micro_batch);
+  /* the workspace serves one backward call of bseq sequences */
+  const size_t bseq = (size_t)st_attention_cudnn_group(rc->micro_batch, tr->attn_group);
+  tr->attn_ws_per_seq = (ch.workspace_bytes + bseq - 1) / bseq;
+  st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * bseq);
 #else
   (void)attention;
 #endif
@@ -54,25 +58,44 @@ int st_trainer_setup_attention(trainer *tr) { return setup_attention_as(tr, tr->
 /* --attention auto after the rest of the configuration is settled
  * (st_plan_attention_auto): cuDNN, chosen by setup_attention when it has a
  * plan for the shape, stays only if its O(T^2) workspace fits beside the
- * plan of *in (made without it) in the budget cap; else ours runs, O(T),
- * and the note says why. in->attn_workspace_per_seq becomes what runs. */
+ * plan of *in (made without it) in the budget cap, for the whole
+ * micro-batch or else for the largest group of sequences per backward call
+ * that fits; else ours runs, O(T), and the note says why.
+ * in->attn_workspace_per_seq and in->attn_group become what runs. */
 static int settle_attention_auto(trainer *tr, st_plan_input *in, uint64_t cap) {
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+  in->attn_group = tr->attn_group;
   if (!tr->attn_ws_per_seq || strcmp(tr->rc->attention, "auto") != 0) return 0;
   st_plan_input t = *in;
   t.attn_workspace_per_seq = 0;
   t.gpu_mem = cap;
   st_memory_plan with;
-  const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with);
-  if (r) return r < 0 ? -1 : 0;
+  int group = 0;
+  const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with, &group);
+  if (r < 0) return -1;
+  if (r && group) { /* cuDNN's plans again, for groups of sequences */
+    tr->attn_group = group;
+    if (setup_attention_as(tr, "auto")) return -1;
+    in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+    in->attn_group = group;
+    const size_t n = strlen(tr->attn_note);
+    snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; --attention auto: the whole "
+             "micro-batch's backward workspace does not fit beside the rest of the plan, so "
+             "one call per group (docs/memory.md)");
+    return 0;
+  }
+  if (r) return 0;
   char a[32], b[32];
-  const uint64_t ws = tr->attn_ws_per_seq * (uint64_t)tr->rc->micro_batch;
+  const int least = st_attention_cudnn_min_group(tr->rc->micro_batch, tr->rc->seq_len,
+                                                 tr->rc->model.n_head);
+  const uint64_t ws = st_plan_attention_workspace(tr->attn_ws_per_seq, tr->rc->micro_batch, least);
   st_format_bytes(ws, a, sizeof a);
   if (cap) st_format_bytes(with.usable, b, sizeof b);
   if (setup_attention_as(tr, "flash")) return -1;
   const size_t n = strlen(tr->attn_note);
   snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; --attention auto: cuDNN's "
-           "deterministic backward needs %s of O(T^2) workspace, which %s (docs/memory.md)", a,
+           "deterministic backward needs %s of O(T^2) workspace (%d sequence%s a call), which "
+           "%s (docs/memory.md)", a, least, least == 1 ? "" : "s",
            cap ? "does not fit beside the rest of the plan" : "no budget allows");
   if (cap) {
     const size_t k = strlen(tr->attn_note);
@@ -87,6 +110,7 @@ static void plan_input_of(const trainer *tr, st_plan_input *in) {
   st_run_plan_input(tr->rc, tr->comm->world,
                     tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU, tr->ops->dtype, in);
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+  in->attn_group = tr->attn_group;
 }
 
 /* The budget every rank plans against: the smallest over ranks, so that all

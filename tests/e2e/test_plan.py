@@ -126,12 +126,23 @@ check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e[
 d = plan_json(auto + ["--gpu-mem", "80GiB"])
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and "cuDNN" in d["attention"]
       and d["gpu"]["fits"] is True, "--attention auto, 80 GiB: cuDNN's workspace fits, cuDNN runs")
-# a budget between the plan with ours and the plan with cuDNN's workspace
-tight = (e["total"] + 806879232 // 2) / 0.95
+# a budget between the plan with ours and the plan with cuDNN's whole
+# workspace: the backward runs in groups of sequences, the largest group
+# whose workspace fits (16 of the 32: half of it)
+tight = (e["total"] + 806879232 // 2 + 65536) / 0.95
+d = plan_json(auto + ["--gpu-mem", f"{int(tight) // 1024}KiB"])
+check(d["bytes"]["cudnn_attention_workspace"] == 806879232 // 2 and d["gpu"]["fits"] is True
+      and "16 sequences a call" in d["attention"],
+      "--attention auto, a budget the whole workspace would overflow: cuDNN in groups of 16 "
+      "sequences, half the workspace, and the plan fits")
+# room for less than the smallest group auto takes (8 sequences: 768 tiles
+# of 128 rows a call): ours
+tight = (e["total"] + 806879232 // 8) / 0.95
 d = plan_json(auto + ["--gpu-mem", f"{int(tight) // 1024}KiB"])
 check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["gpu"]["fits"] is True
-      and "does not fit" in d["attention"],
-      "--attention auto, a budget cuDNN's workspace would overflow: ours runs and the plan fits")
+      and "does not fit" in d["attention"] and "8 sequences a call" in d["attention"],
+      "--attention auto, a budget even 8 sequences' workspace would overflow: ours runs and the "
+      "plan fits")
 # --fit at T=65536 under 24 GiB: the workspace (24 GiB per sequence) never
 # crowds out the search, which finds micro-batch 1 with ours
 d = plan_json(["--model", "gpt2-124m", "--seq-len", 65536, "--global-batch", 1, "--device", "cuda",
