@@ -312,8 +312,13 @@ static lt_plan *plan_get(const lt_key *key, const void *bias) {
 }
 
 /* ST_GEMM_SEARCH: time p's candidates on this call's operands, keep the
- * fastest in p->algo. D (and the GELU input it may write) is saved first and
- * restored after, so the real call that follows sees what it would have. */
+ * fastest in p->algo. D is saved first and restored after, so the real call
+ * that follows sees what it would have (with beta 1, C may be D: dw
+ * accumulates into itself). Only D: the GELU_AUX epilogue's aux output (the
+ * GELU input) is written only by forward calls with beta 0, which read
+ * neither D nor aux, and the real call after the search writes all of aux
+ * again with the chosen algorithm, so it ends up as that algorithm alone
+ * computes it. DGELU's aux is an input and is never written. */
 static void search(lt_plan *p, void *d, const void *a, const void *b, const void *c, float beta) {
   const lt_key *k = &p->key;
   const size_t dbytes = (size_t)k->ldd * k->n * type_size(k->cd);
