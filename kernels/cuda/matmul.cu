@@ -116,10 +116,13 @@ typedef struct {
  * different algorithm sums in another order: with ST_GEMM_CACHE=FILE the
  * choices are written there (kernels/gemm_cache.h) and every later process
  * on the same GPU model and cuBLASLt takes them without timing, so its
- * results are bit-identical to the run that chose. The saved copy of D is
- * outside the memory plan (up to the largest GEMM output, 201 MB at GPT-2
- * 124M micro-batch 32, freed at once) and only while a problem is timed;
- * when the GPU has no room for it, that problem keeps the heuristic's first.
+ * results are bit-identical to the run that chose. The file is read and
+ * written only while searching (cache_path): a later process sets both
+ * ST_GEMM_SEARCH and ST_GEMM_CACHE, and ST_GEMM_CACHE alone is ignored.
+ * The saved copy of D is outside the memory plan (up to the largest GEMM
+ * output, 201 MB at GPT-2 124M micro-batch 32, freed at once) and only
+ * while a problem is timed; when the GPU has no room for it, that problem
+ * keeps the heuristic's first.
  * Unset or 1: the heuristic's first, as before, deterministic everywhere.
  * Searching, a problem keeps its choice for the life of the process, even
  * when its plan is evicted and rebuilt (g_choices). */
