@@ -18,7 +18,13 @@
 # peak device memory (torch's allocator; nvidia-smi's sampled maximum for
 # shardtrain, which includes the CUDA context).
 set -eu
-PEER=${1:?usage: bench/gpt2_vs_torch.sh PEER.py [GPUS] [PRECISION] [MICRO_BATCH]}
+# A missing argument: one usage line and exit 2, the project's code for a
+# bad argument (not bash's ${1:?} message and exit 1).
+if [ $# -lt 1 ] || [ -z "$1" ]; then
+  echo "usage: bench/gpt2_vs_torch.sh PEER.py [GPUS] [PRECISION] [MICRO_BATCH]" >&2
+  exit 2
+fi
+PEER=$1
 GPUS=${2:-1}; PREC=${3:-bf16}; MB=${4:-32}
 BIN=${BIN:-build-gpu/shardtrain}
 W=${WORK:-/tmp/st_bench}; rm -rf $W; mkdir -p $W

@@ -19,8 +19,13 @@
 # peak measured here with torch, and the peak device memory of each whole
 # process by nvidia-smi (smi_peak.sh: CUDA context and workspaces included).
 set -eu
-PEERS=${1:?usage: bench/llama_vs_torch.sh PEER_DIR PRESET MICRO_BATCH [T]}
-PRESET=${2:?preset}; MB=${3:?micro-batch}; T=${4:-2048}
+# A missing argument: one usage line and exit 2, the project's code for a
+# bad argument (not bash's ${1:?} message and exit 1).
+if [ $# -lt 3 ] || [ -z "$1" ] || [ -z "$2" ] || [ -z "$3" ]; then
+  echo "usage: bench/llama_vs_torch.sh PEER_DIR PRESET MICRO_BATCH [T]" >&2
+  exit 2
+fi
+PEERS=$1; PRESET=$2; MB=$3; T=${4:-2048}
 BIN=${BIN:-build-gpu/shardtrain}
 W=${WORK:-/tmp/st_llama_bench}/$PRESET-$MB-$T; rm -rf "$W"; mkdir -p "$W"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}

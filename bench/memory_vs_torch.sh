@@ -9,6 +9,10 @@
 #   bash bench/memory_vs_torch.sh PEER_DIR OUT.jsonl "MODEL:T:MB ..."
 # Rows, arguments and the other environment variables: speed_vs_torch.sh.
 set -u
-: "${3:?usage: bench/memory_vs_torch.sh PEER_DIR OUT.jsonl \"MODEL:T:MB ...\"}"
+# A missing argument: one usage line and exit 2 (speed_vs_torch.sh says why).
+if [ $# -lt 3 ] || [ -z "$1" ] || [ -z "$2" ] || [ -z "$3" ]; then
+  echo "usage: bench/memory_vs_torch.sh PEER_DIR OUT.jsonl \"MODEL:T:MB ...\"" >&2
+  exit 2
+fi
 STEPS=${STEPS:-12} WARM=${WARM:-6} WORK=${WORK:-/tmp/st_mem_bench} \
   exec bash "$(dirname "$0")/speed_vs_torch.sh" "$@"

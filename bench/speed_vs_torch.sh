@@ -33,8 +33,13 @@ set -u
 DEFAULT_SHAPES="gpt2-124m:1024:32 gpt2-124m:2048:16 gpt2-124m:4096:8 gpt2-124m:1024:4
 gpt2-350m:1024:16 gpt2-350m:2048:8 gpt2-774m:1024:8 gpt2-774m:4096:2 gpt2-1558m:1024:8
 gpt2-1558m:2048:4"
-PEERS=${1:?usage: bench/speed_vs_torch.sh PEER_DIR OUT.jsonl [\"MODEL:T:MB ...\"]}
-OUTJ=${2:?out.jsonl}; SHAPES=${3:-$DEFAULT_SHAPES}
+# A missing argument: one usage line and exit 2, the project's code for a
+# bad argument (not bash's ${1:?} message and exit 1).
+if [ $# -lt 2 ] || [ -z "$1" ] || [ -z "$2" ]; then
+  echo "usage: bench/speed_vs_torch.sh PEER_DIR OUT.jsonl [\"MODEL:T:MB ...\"]" >&2
+  exit 2
+fi
+PEERS=$1; OUTJ=$2; SHAPES=${3:-$DEFAULT_SHAPES}
 BIN=${BIN:-build-gpu/shardtrain}
 W=${WORK:-/tmp/st_speed_bench}; mkdir -p "$W"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}

@@ -116,11 +116,16 @@ typedef struct {
  * different algorithm sums in another order: with ST_GEMM_CACHE=FILE the
  * choices are written there (kernels/gemm_cache.h) and every later process
  * on the same GPU model and cuBLASLt takes them without timing, so its
- * results are bit-identical to the run that chose. The saved copy of D is
- * outside the memory plan (up to the largest GEMM output, 201 MB at GPT-2
- * 124M micro-batch 32, freed at once) and only while a problem is timed;
- * when the GPU has no room for it, that problem keeps the heuristic's first.
- * Unset or 1: the heuristic's first, as before, deterministic everywhere. */
+ * results are bit-identical to the run that chose. The file is read and
+ * written only while searching (cache_path): a later process sets both
+ * ST_GEMM_SEARCH and ST_GEMM_CACHE, and ST_GEMM_CACHE alone is ignored.
+ * The saved copy of D is outside the memory plan (up to the largest GEMM
+ * output, 201 MB at GPT-2 124M micro-batch 32, freed at once) and only
+ * while a problem is timed; when the GPU has no room for it, that problem
+ * keeps the heuristic's first.
+ * Unset or 1: the heuristic's first, as before, deterministic everywhere.
+ * Searching, a problem keeps its choice for the life of the process, even
+ * when its plan is evicted and rebuilt (g_choices). */
 #define LT_SEARCH_MAX 8
 
 typedef struct {
@@ -135,10 +140,45 @@ typedef struct {
 
 /* A GPT-2 step uses about 15 shapes (5 forward, 10 backward) per micro-batch
  * size; evaluation adds a few. Past the capacity, plans are replaced round
- * robin; a replaced shape gets the same algorithm again from the heuristic. */
+ * robin; a replaced shape gets the same algorithm again from the heuristic,
+ * or under ST_GEMM_SEARCH the one it was given before (g_choices below). */
 #define LT_CACHE 64
 static lt_plan g_plans[LT_CACHE];
 static int g_nplans, g_next_evict;
+
+/* ST_GEMM_SEARCH: the algorithm each problem got on its first call in this
+ * process, by key, never evicted. Without it, a problem whose plan the
+ * round robin above replaced would be timed again when it came back and
+ * could take another algorithm mid-run: another summation order, so results
+ * that change in the middle of a run (ST_GEMM_CACHE's file would give the
+ * choice back, but the file is optional and may be unwritable). Every
+ * choice made while searching is kept here (timed, read from the file, or
+ * the heuristic's first when there was no memory to time), and a rebuilt
+ * plan takes it without timing. Past LT_CHOICES problems nothing new is
+ * timed: a new problem takes the heuristic's first, as it will every time
+ * its plan is rebuilt. A whole process uses far fewer problems. */
+#define LT_CHOICES 1024
+typedef struct {
+  lt_key key;
+  cublasLtMatmulAlgo_t algo;
+} lt_choice;
+static lt_choice g_choices[LT_CHOICES];
+static int g_nchoices;
+
+static const cublasLtMatmulAlgo_t *choice_find(const lt_key *key) {
+  for (int i = 0; i < g_nchoices; i++)
+    if (memcmp(&g_choices[i].key, key, sizeof *key) == 0) return &g_choices[i].algo;
+  return NULL;
+}
+
+/* Keeps key's first choice; a later one for the same key, or one past the
+ * table's capacity, is dropped. */
+static void choice_keep(const lt_key *key, const cublasLtMatmulAlgo_t *algo) {
+  if (g_nchoices == LT_CHOICES || choice_find(key)) return;
+  memcpy(&g_choices[g_nchoices].key, key, sizeof *key); /* memcmp'd: padding too */
+  g_choices[g_nchoices].algo = *algo;
+  g_nchoices++;
+}
 
 static void plan_destroy(lt_plan *p) {
   cublasLtMatrixLayoutDestroy(p->ld);
@@ -196,8 +236,18 @@ static int cache_key(const lt_key *k, long long out[ST_GEMM_KEY_MAX]) {
   return n;
 }
 
+/* 1 when algo runs p's problem within the workspace. */
+static int algo_usable(const lt_plan *p, const cublasLtMatmulAlgo_t *algo) {
+  cublasLtMatmulHeuristicResult_t check;
+  return cublasLtMatmulAlgoCheck(g_lt, p->desc, p->la, p->lb, p->ld, p->ld, algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= g_workspace_bytes;
+}
+
 /* Asks the heuristic for the best algorithm under the key's alignments and
- * the given split-K reduction schemes; 1 when it offers one. */
+ * the given split-K reduction schemes; 1 when it offers one. Searching
+ * (p->ncand set), the problem's earlier choice in this process wins, then
+ * ST_GEMM_CACHE's; otherwise the first call times the candidates. */
 static int plan_heuristic(lt_plan *p, uint32_t schemes) {
   const lt_key *key = &p->key;
   cublasLtMatmulPreference_t pref;
@@ -225,8 +275,17 @@ static int plan_heuristic(lt_plan *p, uint32_t schemes) {
   p->algo = heur[0].algo;
   p->ncand = found > 1 ? found : 0;
   for (int i = 0; i < p->ncand; i++) p->cand[i] = heur[i].algo;
+  if (!p->ncand) return 1;
+  const cublasLtMatmulAlgo_t *kept = choice_find(key);
+  if (kept) { /* this process's choice for the problem, whose plan was replaced */
+    /* not runnable any more (a smaller workspace since): the heuristic's
+     * first, untimed, as every later rebuild will also do */
+    if (algo_usable(p, kept)) p->algo = *kept;
+    p->ncand = 0;
+    return 1;
+  }
   const char *path = cache_path();
-  if (p->ncand && path) { /* an earlier process's choice, if it still checks out */
+  if (path) { /* an earlier process's choice, if it still checks out */
     long long ck[ST_GEMM_KEY_MAX];
     unsigned long long words[ST_GEMM_ALGO_WORDS];
     const int nk = cache_key(key, ck);
@@ -237,13 +296,21 @@ static int plan_heuristic(lt_plan *p, uint32_t schemes) {
     cublasLtMatmulAlgo_t cached;
     static_assert(sizeof cached == sizeof words, "cublasLtMatmulAlgo_t is 8 64-bit words");
     memcpy(&cached, words, sizeof cached);
-    cublasLtMatmulHeuristicResult_t check;
-    if (r == 1 && cublasLtMatmulAlgoCheck(g_lt, p->desc, p->la, p->lb, p->ld, p->ld, &cached,
-                                          &check) == CUBLAS_STATUS_SUCCESS &&
-        check.workspaceSize <= g_workspace_bytes) {
+    if (r == 1 && algo_usable(p, &cached)) {
       p->algo = cached;
       p->ncand = 0;
+      choice_keep(key, &p->algo);
+      return 1;
     }
+  }
+  if (g_nchoices == LT_CHOICES) { /* no room to keep a choice: do not make one */
+    static int warned;
+    if (!warned)
+      fprintf(stderr, "shardtrain: warning: ST_GEMM_SEARCH: choices kept for %d GEMM problems, "
+              "the most one process holds; later problems take the heuristic's first "
+              "algorithm, untimed\n", LT_CHOICES);
+    warned = 1;
+    p->ncand = 0;
   }
   return 1;
 }
@@ -312,8 +379,13 @@ static lt_plan *plan_get(const lt_key *key, const void *bias) {
 }
 
 /* ST_GEMM_SEARCH: time p's candidates on this call's operands, keep the
- * fastest in p->algo. D (and the GELU input it may write) is saved first and
- * restored after, so the real call that follows sees what it would have. */
+ * fastest in p->algo. D is saved first and restored after, so the real call
+ * that follows sees what it would have (with beta 1, C may be D: dw
+ * accumulates into itself). Only D: the GELU_AUX epilogue's aux output (the
+ * GELU input) is written only by forward calls with beta 0, which read
+ * neither D nor aux, and the real call after the search writes all of aux
+ * again with the chosen algorithm, so it ends up as that algorithm alone
+ * computes it. DGELU's aux is an input and is never written. */
 static void search(lt_plan *p, void *d, const void *a, const void *b, const void *c, float beta) {
   const lt_key *k = &p->key;
   const size_t dbytes = (size_t)k->ldd * k->n * type_size(k->cd);
@@ -326,6 +398,7 @@ static void search(lt_plan *p, void *d, const void *a, const void *b, const void
             "m=%d n=%d k=%d; the heuristic's first algorithm is kept\n", dbytes, k->m, k->n,
             k->k);
     p->ncand = 0;
+    choice_keep(k, &p->algo); /* kept too: a rebuilt plan must not time it later */
     return;
   }
   ST_CUDA_CHECK(cudaMemcpy(saved, d, dbytes, cudaMemcpyDeviceToDevice));
@@ -353,6 +426,7 @@ static void search(lt_plan *p, void *d, const void *a, const void *b, const void
   }
   p->algo = p->cand[besti];
   p->ncand = 0;
+  choice_keep(k, &p->algo);
   ST_CUDA_CHECK(cudaMemcpy(d, saved, dbytes, cudaMemcpyDeviceToDevice));
   ST_CUDA_CHECK(cudaFree(saved));
   cudaEventDestroy(e0);
