@@ -115,6 +115,27 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws) {
   return 0;
 }
 
+/* --attention cudnn whose whole workspace does not fit: groups of
+ * sequences per backward call where one fits (train's rule,
+ * memory_preflight.c); else *p stays, and the caller reports it. 0, or -1
+ * with st_error. */
+static int cudnn_groups(st_plan_input *in, st_memory_plan *p) {
+  st_plan_input t = *in;
+  t.attn_workspace_per_seq = 0;
+  st_memory_plan with;
+  int group = 0;
+  const int r = st_plan_attention_auto(&t, in->attn_workspace_per_seq, &with, &group);
+  if (r < 0) return -1;
+  if (!r || !group) return 0;
+  in->attn_group = group;
+  *p = with;
+  char h[32];
+  snprintf(attn_note, sizeof attn_note, "cudnn: its deterministic backward's O(T^2) workspace "
+           "fits beside the rest for %d sequence%s a call (%s), not for the whole micro-batch",
+           group, group == 1 ? "" : "s", human(p->attn_workspace, h, sizeof h));
+  return 0;
+}
+
 static void row(const char *label, uint64_t bytes, const char *note) {
   char c[40], h[32];
   printf("  %-28s %17s %11s%s%s\n", label, commas(bytes, c, sizeof c), human(bytes, h, sizeof h),
@@ -384,6 +405,8 @@ int st_cmd_plan(int argc, char **argv) {
     st_memory_plan p;
     if (st_memory_plan_make(&in, &p)) return st_cli_fail(st_error_exit_code());
     if (settle && settle_attention(&in, &p, cudnn_ws)) return st_cli_fail(st_error_exit_code());
+    if (in.attn_workspace_per_seq && p.fits == 0 && cudnn_groups(&in, &p))
+      return st_cli_fail(st_error_exit_code());
     if (o.json) print_json(plan_json(&o, &in, &p, G / BN, source));
     else print_table(&o, &in, &p, G / BN, source);
     if (p.fits == 0 && !o.json && print_smallest_change(&in, G))

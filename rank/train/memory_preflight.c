@@ -60,30 +60,47 @@ int st_trainer_setup_attention(trainer *tr) { return setup_attention_as(tr, tr->
  * plan for the shape, stays only if its O(T^2) workspace fits beside the
  * plan of *in (made without it) in the budget cap, for the whole
  * micro-batch or else for the largest group of sequences per backward call
- * that fits; else ours runs, O(T), and the note says why.
- * in->attn_workspace_per_seq and in->attn_group become what runs. */
-static int settle_attention_auto(trainer *tr, st_plan_input *in, uint64_t cap) {
+ * that fits; else ours runs, O(T), and the note says why. --attention
+ * cudnn keeps cuDNN, in groups only where the whole workspace does not fit
+ * and a group does. in->attn_workspace_per_seq and in->attn_group become
+ * what runs. */
+/* cuDNN's plans again, for backward calls of at most `group` sequences. */
+static int take_groups(trainer *tr, st_plan_input *in, int group) {
+  tr->attn_group = group;
+  if (setup_attention_as(tr, tr->rc->attention)) return -1;
+  in->attn_workspace_per_seq = tr->attn_ws_per_seq;
+  in->attn_group = group;
+  const size_t n = strlen(tr->attn_note);
+  snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; the whole micro-batch's backward "
+           "workspace does not fit beside the rest of the plan, so one call per group "
+           "(docs/memory.md)");
+  return 0;
+}
+
+static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
   in->attn_group = tr->attn_group;
-  if (!tr->attn_ws_per_seq || strcmp(tr->rc->attention, "auto") != 0) return 0;
+  if (!tr->attn_ws_per_seq) return 0;
   st_plan_input t = *in;
-  t.attn_workspace_per_seq = 0;
   t.gpu_mem = cap;
   st_memory_plan with;
   int group = 0;
+  if (strcmp(tr->rc->attention, "cudnn") == 0) {
+    /* asked for cuDNN: its whole workspace when it fits, else groups that
+     * do; when none does, the pre-flight reports the whole plan */
+    if (!cap) return 0;
+    if (st_memory_plan_make(&t, &with)) return -1;
+    if (with.fits != 0) return 0;
+    t.attn_workspace_per_seq = 0;
+    const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with, &group);
+    if (r < 0) return -1;
+    return r && group ? take_groups(tr, in, group) : 0;
+  }
+  if (strcmp(tr->rc->attention, "auto") != 0) return 0;
+  t.attn_workspace_per_seq = 0;
   const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with, &group);
   if (r < 0) return -1;
-  if (r && group) { /* cuDNN's plans again, for groups of sequences */
-    tr->attn_group = group;
-    if (setup_attention_as(tr, "auto")) return -1;
-    in->attn_workspace_per_seq = tr->attn_ws_per_seq;
-    in->attn_group = group;
-    const size_t n = strlen(tr->attn_note);
-    snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; --attention auto: the whole "
-             "micro-batch's backward workspace does not fit beside the rest of the plan, so "
-             "one call per group (docs/memory.md)");
-    return 0;
-  }
+  if (r && group) return take_groups(tr, in, group);
   if (r) return 0;
   char a[32], b[32];
   const int least = st_attention_cudnn_min_group(tr->rc->micro_batch, tr->rc->seq_len,
@@ -240,7 +257,7 @@ int st_trainer_memory_check(trainer *tr) {
 #endif
   const int asked_batch = rc->micro_batch;
   /* everything else is chosen as if ours ran; cuDNN's workspace is added
-   * afterwards only where it fits (settle_attention_auto) */
+   * afterwards only where it fits (settle_attention) */
   if (strcmp(rc->attention, "auto") == 0) in.attn_workspace_per_seq = 0;
   if (tr->gpu_mem_held) {
     size_t n = strlen(tr->plan_source);
@@ -253,7 +270,7 @@ int st_trainer_memory_check(trainer *tr) {
      * micro-batch auto-fit picked, so the arena holds that workspace */
     if (st_trainer_setup_attention(tr)) return -1;
   }
-  if (tr->device_index >= 0 && settle_attention_auto(tr, &in, cap)) return -1;
+  if (tr->device_index >= 0 && settle_attention(tr, &in, cap)) return -1;
   if (tr->device_index < 0) in.attn_workspace_per_seq = tr->attn_ws_per_seq;
   in.gpu_mem = cap;
   if (st_memory_plan_make(&in, &tr->plan)) return -1;

@@ -135,6 +135,11 @@ check(d["bytes"]["cudnn_attention_workspace"] == 806879232 // 2 and d["gpu"]["fi
       and "16 sequences a call" in d["attention"],
       "--attention auto, a budget the whole workspace would overflow: cuDNN in groups of 16 "
       "sequences, half the workspace, and the plan fits")
+# --attention cudnn under the same budget: cuDNN still, in groups of 16
+d = plan_json(base + ["--global-batch", 32, "--gpu-mem", f"{int(tight) // 1024}KiB"])
+check(d["bytes"]["cudnn_attention_workspace"] == 806879232 // 2 and d["gpu"]["fits"] is True
+      and "16 sequences a call" in d["attention"],
+      "--attention cudnn, a budget the whole workspace would overflow: groups of 16 sequences")
 # room for less than the smallest group auto takes (8 sequences: 768 tiles
 # of 128 rows a call): ours
 tight = (e["total"] + 806879232 // 8) / 0.95
@@ -143,6 +148,11 @@ check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["gpu"]["fits"] is True
       and "does not fit" in d["attention"] and "8 sequences a call" in d["attention"],
       "--attention auto, a budget even 8 sequences' workspace would overflow: ours runs and the "
       "plan fits")
+# --attention cudnn there: no group of 8 or more fits; the whole plan is
+# reported as not fitting (exit 6), not a group below the smallest auto takes
+d = plan_json(base + ["--global-batch", 32, "--gpu-mem", f"{int(tight) // 1024}KiB"], rc=6)
+check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and d["gpu"]["fits"] is False,
+      "--attention cudnn, a budget no group fits: the whole workspace, does not fit (exit 6)")
 # --fit at T=65536 under 24 GiB: the workspace (24 GiB per sequence) never
 # crowds out the search, which finds micro-batch 1 with ours
 d = plan_json(["--model", "gpt2-124m", "--seq-len", 65536, "--global-batch", 1, "--device", "cuda",
