@@ -15,6 +15,8 @@
 #    attention is bf16/fp16 only);
 #    ST_GEMM_SEARCH's choices through ST_GEMM_CACHE (a second run reads
 #    them and its losses are bit-identical to the first's);
+#    --attention auto under a budget running cuDNN's backward in groups of
+#    sequences, bit-identical to one call for the micro-batch;
 #    ZeRO 3 (bit-identical to ZeRO 2) and ZeRO 3 with the optimizer offloaded;
 #    asynchronous checkpoints equal --ckpt-async off's, dataset by dataset;
 #    --dump-grads of CUDA fp32 against the CPU's (grads diff --tol 1e-4);
@@ -272,6 +274,29 @@ if [ "$n1" -ge 1 ] && [ "$n2" -eq 0 ] && [ "$lines" -eq "$n1" ] &&
   ok gemm-search-cache "$n1 problems timed and cached, the second run timed none, losses identical"
 else
   bad gemm-search-cache "timed $n1 then $n2 problems, $lines cache lines, or the losses differ"
+fi
+
+# --attention auto under a budget with room for half of cuDNN's whole
+# workspace and 16 MiB (memory_fit.c, st_plan_attention_auto): the backward
+# runs 8 sequences a call instead of 16, and the losses are those of one
+# call for all 16 (--attention cudnn), bit for bit.
+P16=(--model gpt2-124m --vocab-size 50257 --seq-len 1024 --micro-batch 16 --global-batch 16
+     --device cuda --precision bf16)
+G16=(--data "$DATA" "${P16[@]}" --steps 4 --lr 6e-4 --warmup 2 --val-seqs 0)
+budget=$("$B" plan "${P16[@]}" --attention auto --json 2>/dev/null | python3 -c '
+import json, sys
+ours = json.load(sys.stdin)["bytes"]["total"]
+whole = 16 * 12 * 1024 * 1024 * 2 + 16 * 12 * 1024 * 4   # the plan formula, 16 sequences
+print(int((ours + whole // 2 + (16 << 20)) / 0.95) // 1024)')
+check attn-whole 4 "$B" train "${G16[@]}" --attention cudnn --resume none --out "$W/attn-whole"
+check attn-groups 4 "$B" train "${G16[@]}" --attention auto --gpu-mem "${budget}KiB" \
+  --resume none --out "$W/attn-groups"
+if grep -q "in groups of 8 sequences" "$W/attn-groups.log" &&
+   [ -s "$W/attn-whole/metrics.jsonl" ] &&
+   [ "$(losses "$W/attn-whole")" = "$(losses "$W/attn-groups")" ]; then
+  ok attn-groups-equal "auto at --gpu-mem ${budget}KiB ran 8 sequences a call, losses identical"
+else
+  bad attn-groups-equal "no 'in groups of 8 sequences' in attn-groups.log, or the losses differ"
 fi
 
 # ZeRO 3 on one GPU: the block gathers and the head's, bit-identical losses
