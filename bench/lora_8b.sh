@@ -18,7 +18,13 @@
 # Env as bench/lora_vs_peft.sh (BIN, WORK); OUT defaults to
 # docs/bench/lora-DATE.jsonl.
 set -u
-PEERS=${1:?usage: bench/lora_8b.sh PEERS_DIR [OUT.jsonl]}
+# A missing argument: one usage line and exit 2, the project's code for a
+# bad argument.
+if [ $# -lt 1 ] || [ -z "$1" ]; then
+  echo "usage: bench/lora_8b.sh PEERS_DIR [OUT.jsonl]" >&2
+  exit 2
+fi
+PEERS=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${2:-$HERE/../docs/bench/lora-$(date +%F).jsonl}
 export OUT ENFORCE=1

@@ -44,8 +44,14 @@
 # gpu_mem_gib, base, planned: our plan's total, peer_max_allocated_mib,
 # failures).
 set -u
-PEERS=${1:?usage: bench/lora_vs_peft.sh PEERS_DIR PRESET MICRO_BATCH SEQ_LEN [GPU_MEM_GIB]}
-PRESET=${2:?preset}; MB=${3:?micro-batch}; T=${4:?seq-len}; CAP=${5:-}
+# A missing argument: one usage line and exit 2, the project's code for a
+# bad argument.
+if [ $# -lt 4 ] || [ -z "$1" ] || [ -z "$2" ] || [ -z "$3" ] || [ -z "$4" ]; then
+  echo "usage: bench/lora_vs_peft.sh PEERS_DIR PRESET MICRO_BATCH SEQ_LEN [GPU_MEM_GIB]" >&2
+  exit 2
+fi
+PEERS=$1
+PRESET=$2; MB=$3; T=$4; CAP=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${BIN:-build-gpu/shardtrain}
 STEPS=${STEPS:-20}; WARM=${WARM:-5}; RANK=${RANK:-16}; ALPHA=${ALPHA:-32}; CKPT=${CKPT:-0}

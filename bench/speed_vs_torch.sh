@@ -14,7 +14,8 @@
 #     OUT.jsonl  rows appended, one JSON object per shape and policy: model,
 #                seq_len, micro_batch, recompute, peer_tokens_per_s,
 #                tokens_per_s, ratio, peer_mem_mib, mem_mib, mem_ratio,
-#                planned_mib, peak_bf16_tflops, peer_mfu, mfu, attention, date
+#                planned_mib, peak_bf16_tflops, peer_mfu, mfu, attention, date,
+#                st_args (ST_ARGS, when given)
 #                (peer_failed / failed: the last error line of a side that
 #                did not finish)
 #     MODEL      gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-3.2-1b or
@@ -108,7 +109,7 @@ t = tps[len(tps) // 2] if tps and src == 0 else None
 m = re.search(r"memory     planned ([\d.]+) GiB", st)
 plan = float(m.group(1)) * 1024 if m else None
 m = re.search(r"attention  (.*)", st)
-att = m.group(1)[:60] if m else None
+att = m.group(1)[:120] if m else None
 flops = 6 * N + 6 * arg("layers") * arg("dim") * T if N else None
 mfu = lambda tok: round(flops * tok / 1e12 / PEAK, 4) if flops and tok else None
 row = dict(model=M, seq_len=T, micro_batch=MB, recompute=POL, peer_tokens_per_s=pt, tokens_per_s=t,
@@ -117,6 +118,7 @@ row = dict(model=M, seq_len=T, micro_batch=MB, recompute=POL, peer_tokens_per_s=
            mem_ratio=round(sm / pm, 4) if sm and pm and prc == 0 and src == 0 else None,
            planned_mib=round(plan) if plan else None, peak_bf16_tflops=PEAK, peer_mfu=mfu(pt),
            mfu=mfu(t), attention=att, date=datetime.date.today().isoformat())
+if os.environ.get("ST_ARGS", "").strip(): row["st_args"] = os.environ["ST_ARGS"].strip()
 if prc != 0: row["peer_failed"] = (re.findall(r".*(?:Error|error).*", peer) or ["rc %s" % prc])[-1][:160]
 if src != 0: row["failed"] = (re.findall(r"shardtrain: error.*", st) or ["rc %s" % src])[-1][:160]
 open(OUTJ, "a").write(json.dumps(row) + "\n")

@@ -13,8 +13,14 @@
 # Train flags as before, except that --out, --resume and --global-batch are
 # refused rather than dropped (the command sets them per run).
 set -eu
-OUT=${1:?usage: bench/train_scaling.sh OUT_DIR RANKS_LIST [train flags...]}
-LIST=${2:?usage: bench/train_scaling.sh OUT_DIR RANKS_LIST [train flags...]}
+# A missing argument: one usage line and exit 2, the project's code for a
+# bad argument.
+if [ $# -lt 2 ] || [ -z "$1" ] || [ -z "$2" ]; then
+  echo "usage: bench/train_scaling.sh OUT_DIR RANKS_LIST [train flags...]" >&2
+  exit 2
+fi
+OUT=$1
+LIST=$2
 shift 2
 BIN=${BIN:-build/shardtrain}
 MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe --bind-to none}
