@@ -30,8 +30,8 @@ int st_attention_simt_tile(int C, int NH);
  * calling it on groups of sequences bounds the workspace by a group, not
  * the micro-batch, with the same result bytes. Each extra call costs speed
  * (an H200, GPT-2 124M, against one call for the micro-batch: T = 4096,
- * micro-batch 8, groups of 4 -1.6%, of 2 -3.7%, of 1 -7%; T = 8192,
- * micro-batch 4, groups of 2 -1.4%, of 1 -4.9%; docs/benchmarks.md), so
+ * micro-batch 8, groups of 4 -1.9%, of 2 -4.0%, of 1 -6.8%; T = 8192,
+ * micro-batch 4, groups of 2 -1.8%, of 1 -4.1%; docs/memory.md), so
  * the whole micro-batch is one call unless memory asks for groups.
  *
  * The group for a micro-batch of B sequences under cap: the largest
