@@ -25,6 +25,8 @@
 #   against the one peer run of the shape), DEADLINE (epoch seconds: shapes
 #   that would start after it are skipped, and say so), ST_ARGS (extra train
 #   flags), PEAK (TFLOP/s: skip the measurement).
+#   Exit 2: a missing argument, PEER_DIR without the three files, or BIN not
+#   executable; 1: no peak, or no shape measured on both sides; else 0.
 #
 # Both sides: uniform random tokens below the vocabulary, one optimizer step
 # per micro-batch (global batch = micro-batch), AdamW. FLOPs per token for
@@ -42,12 +44,17 @@ if [ $# -lt 2 ] || [ -z "$1" ] || [ -z "$2" ]; then
 fi
 PEERS=$1; OUTJ=$2; SHAPES=${3:-$DEFAULT_SHAPES}
 BIN=${BIN:-build-gpu/shardtrain}
+for f in torch_gpt2.py torch_llama.py smi_peak.sh; do
+  [ -f "$PEERS/$f" ] || { echo "speed_vs_torch: PEER_DIR $PEERS has no $f (the team's benchmark files)" >&2; exit 2; }
+done
+[ -x "$BIN" ] || { echo "speed_vs_torch: BIN $BIN is not an executable shardtrain; build it (tests/gpu/smoke.sh makes build-gpu/) or set BIN" >&2; exit 2; }
 W=${WORK:-/tmp/st_speed_bench}; mkdir -p "$W"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 STEPS=${STEPS:-20}; WARM=${WARM:-8}; DEADLINE=${DEADLINE:-0}
 HERE=$(cd "$(dirname "$0")" && pwd)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
 PEAK=${PEAK:-$(python3 "$HERE/matmul_peak.py")}
+[ -n "$PEAK" ] || { echo "speed_vs_torch: the bf16 matmul peak could not be measured (bench/matmul_peak.py; set PEAK to skip it)" >&2; exit 1; }
 echo "peak_bf16_tflops=$PEAK"
 # llm.c version-2 shards: uint16 tokens for GPT-2's 50257, uint32 for the rest
 synth() { # FILE VOCAB
@@ -143,3 +150,9 @@ for r in rows:
           + (f"  ours: {r['failed']}" if 'failed' in r else ""))
 PY
 echo "speed_vs_torch: $(echo $SHAPES | wc -w) shapes in $(( $(date +%s) - START )) s"
+# exit 1 when no shape gave both sides' tokens/s: a benchmark that measured nothing failed
+python3 - "$OUTJ" "$ROWS0" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
+sys.exit(0 if any(r.get("ratio") for r in rows) else 1)
+PY

@@ -115,6 +115,21 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws) {
   return 0;
 }
 
+/* What runs when nothing below changes it (settle_attention, cudnn_groups
+ * overwrite it): the CPU's reference, ours for fp32 or --attention flash,
+ * cuDNN's one call for the micro-batch for --attention cudnn. */
+static void default_note(const st_plan_input *in, const char *attention) {
+  if (in->backend != ST_BACKEND_CUDA)
+    snprintf(attn_note, sizeof attn_note, "the CPU reference (softmax kept, T x T per head)");
+  else if (in->dtype == ST_FP32)
+    snprintf(attn_note, sizeof attn_note, "ours, O(T) (fp32 runs ours)");
+  else if (strcmp(attention, "flash") == 0)
+    snprintf(attn_note, sizeof attn_note, "flash: ours, O(T), as asked");
+  else if (strcmp(attention, "cudnn") == 0)
+    snprintf(attn_note, sizeof attn_note, "cudnn: cuDNN's fused attention, as asked; its "
+             "deterministic backward in one call for the micro-batch (O(T^2) workspace)");
+}
+
 /* --attention cudnn whose whole workspace does not fit: groups of
  * sequences per backward call where one fits (train's rule,
  * memory_preflight.c); else *p stays, and the caller reports it. 0, or -1
@@ -124,9 +139,17 @@ static int cudnn_groups(st_plan_input *in, st_memory_plan *p) {
   t.attn_workspace_per_seq = 0;
   st_memory_plan with;
   int group = 0;
-  const int r = st_plan_attention_auto(&t, in->attn_workspace_per_seq, &with, &group);
+  const int r = st_plan_attention_groups(&t, in->attn_workspace_per_seq, 1, &with, &group);
   if (r < 0) return -1;
-  if (!r || !group) return 0;
+  if (!r || !group) {
+    char h[32];
+    snprintf(attn_note, sizeof attn_note, "cudnn: cuDNN's fused attention, as asked; its "
+             "deterministic backward's O(T^2) workspace does not fit beside the rest even for "
+             "one sequence a call (%s); --attention auto|flash runs ours, O(T)",
+             human(st_plan_attention_workspace(in->attn_workspace_per_seq, in->micro_batch, 1),
+                   h, sizeof h));
+    return 0;
+  }
   in->attn_group = group;
   *p = with;
   char h[32];
@@ -215,8 +238,8 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   if (in->recompute != ST_RECOMPUTE_NONE)
     row("  recompute's shared block", p->acts.recompute, "rebuilt before each block's backward");
   row("  attention state", p->acts.attention,
-      cuda ? "flash: fp32 [B, heads, T] per layer + backward's"
-           : "CPU: fp32 softmax [B, heads, T, T] per layer + backward's");
+      cuda ? "log-sum-exp, fp32 [B, heads, T] per layer (either kernel) + backward's scratch"
+           : "CPU: fp32 softmax [B, heads, T, T] per layer + backward's scratch");
   /* the LM head's chunk (rank/model/model.h, st_model_head_rows) */
   const int64_t BT = (int64_t)in->micro_batch * st_plan_seq_len(in);
   const int R = st_model_head_rows(m, in->dtype, BT);
@@ -383,8 +406,19 @@ int st_cmd_plan(int argc, char **argv) {
    * --attention auto plans without it and adds it after, where it fits
    * (settle_attention). */
   uint64_t cudnn_ws = 0;
+  if (strcmp(rc->attention, "cudnn") == 0 && (in.backend != ST_BACKEND_CUDA || in.dtype == ST_FP32)) {
+    /* train's refusals (memory_preflight.c, attention.cu), at plan time */
+    if (in.backend != ST_BACKEND_CUDA)
+      st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or fp16); "
+                    "the CPU runs its fp32 reference: use --attention auto|flash");
+    else
+      st_error_setc(ST_EXIT_USAGE, "--attention cudnn: cuDNN's fused attention runs bf16 and "
+                    "fp16 only; use --precision bf16|fp16, or --attention auto|flash with fp32");
+    return st_cli_fail(ST_EXIT_USAGE);
+  }
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
     cudnn_ws = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
+  default_note(&in, rc->attention);
   if (strcmp(rc->attention, "cudnn") == 0) in.attn_workspace_per_seq = cudnn_ws;
   char source[200];
   resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);

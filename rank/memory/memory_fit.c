@@ -441,6 +441,14 @@ void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
 
 int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memory_plan *with,
                            int *group) {
+  return st_plan_attention_groups(
+      in, ws_per_seq,
+      st_attention_cudnn_min_group(in->micro_batch, st_plan_seq_len(in), in->model.n_head), with,
+      group);
+}
+
+int st_plan_attention_groups(const st_plan_input *in, uint64_t ws_per_seq, int least,
+                             st_memory_plan *with, int *group) {
   memset(with, 0, sizeof *with);
   *group = 0;
   if (!ws_per_seq || !in->gpu_mem) return 0;
@@ -451,8 +459,7 @@ int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memo
   if (with->fits == 1) return 1;
   /* smaller groups, largest first: each extra call costs a little speed */
   const int B = in->micro_batch, whole = st_attention_cudnn_group(B, 0);
-  const int least = st_attention_cudnn_min_group(B, st_plan_seq_len(in), in->model.n_head);
-  for (int g = whole - 1; g >= least; g--) {
+  for (int g = whole - 1; g >= (least > 1 ? least : 1); g--) {
     if (B % g != 0) continue;
     c.attn_group = g;
     if (st_memory_plan_make(&c, with)) return -1;

@@ -151,4 +151,10 @@ void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
 int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memory_plan *with,
                            int *group);
 
+/* The same search with the smallest group given: --attention cudnn takes
+ * any group down to one sequence a call (asked for cuDNN, it runs cuDNN
+ * where anything fits). least < 1 counts as 1. */
+int st_plan_attention_groups(const st_plan_input *in, uint64_t ws_per_seq, int least,
+                             st_memory_plan *with, int *group);
+
 #endif

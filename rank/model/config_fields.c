@@ -50,8 +50,13 @@ const st_model_field *st_model_field_info(st_model_field_id id) { return &k_fiel
 
 /* A float as the decimal a person typed (1e-06, not 9.99999997e-07). */
 static double dec(float x) {
+  /* the fewest significant digits that read back as the same float: 7
+   * would turn 2^24 into 16777220 */
   char buf[32];
-  snprintf(buf, sizeof buf, "%.7g", x);
+  for (int digits = 6; digits <= 9; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+    if (strtof(buf, NULL) == (float)x) break;
+  }
   return strtod(buf, NULL);
 }
 

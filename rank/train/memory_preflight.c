@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef SHARDTRAIN_HAVE_CUDA
 #include "kernels/attention_choice.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
 #include "kernels/ops_cuda.h"
 #endif
 #include "rank/memory/host_mem.h"
@@ -86,13 +86,14 @@ static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   st_memory_plan with;
   int group = 0;
   if (strcmp(tr->rc->attention, "cudnn") == 0) {
-    /* asked for cuDNN: its whole workspace when it fits, else groups that
-     * do; when none does, the pre-flight reports the whole plan */
+    /* asked for cuDNN: its whole workspace when it fits, else the largest
+     * group that does, down to one sequence a call; when none does, the
+     * pre-flight reports the whole plan */
     if (!cap) return 0;
     if (st_memory_plan_make(&t, &with)) return -1;
     if (with.fits != 0) return 0;
     t.attn_workspace_per_seq = 0;
-    const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with, &group);
+    const int r = st_plan_attention_groups(&t, tr->attn_ws_per_seq, 1, &with, &group);
     if (r < 0) return -1;
     return r && group ? take_groups(tr, in, group) : 0;
   }

@@ -84,8 +84,13 @@ static const field k_fields[] = {
 
 /* A float as the decimal a person typed, as run_config.c writes it. */
 static double dec(double x) {
+  /* the fewest significant digits that read back as the same float: 7
+   * would turn 2^24 into 16777220 */
   char buf[32];
-  snprintf(buf, sizeof buf, "%.7g", x);
+  for (int digits = 6; digits <= 9; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+    if (strtof(buf, NULL) == (float)x) break;
+  }
   return strtod(buf, NULL);
 }
 

@@ -11,8 +11,13 @@
 
 /* A float as the decimal a person typed (2e-3, not 0.0020000000949949026). */
 static double dec(float x) {
+  /* the fewest significant digits that read back as the same float: 7
+   * would turn 2^24 into 16777220 */
   char buf[32];
-  snprintf(buf, sizeof buf, "%.7g", x);
+  for (int digits = 6; digits <= 9; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+    if (strtof(buf, NULL) == (float)x) break;
+  }
   return strtod(buf, NULL);
 }
 

@@ -148,11 +148,32 @@ check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["gpu"]["fits"] is True
       and "does not fit" in d["attention"] and "8 sequences a call" in d["attention"],
       "--attention auto, a budget even 8 sequences' workspace would overflow: ours runs and the "
       "plan fits")
-# --attention cudnn there: no group of 8 or more fits; the whole plan is
-# reported as not fitting (exit 6), not a group below the smallest auto takes
+# --attention cudnn with room for 4 sequences': asked for cuDNN, it takes
+# groups below the smallest auto takes, down to one sequence a call
+tight = (e["total"] + 806879232 // 8 + 65536) / 0.95
+d = plan_json(base + ["--global-batch", 32, "--gpu-mem", f"{int(tight) // 1024}KiB"])
+check(d["bytes"]["cudnn_attention_workspace"] == 806879232 // 8 and d["gpu"]["fits"] is True
+      and "4 sequences a call" in d["attention"],
+      "--attention cudnn, a budget only 4 sequences' workspace fits: groups of 4")
+# no room for even one sequence's: the whole plan is reported as not
+# fitting (exit 6), and the attention line says so
+tight = e["total"] / 0.95
 d = plan_json(base + ["--global-batch", 32, "--gpu-mem", f"{int(tight) // 1024}KiB"], rc=6)
-check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and d["gpu"]["fits"] is False,
+check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and d["gpu"]["fits"] is False
+      and "even for one sequence a call" in d["attention"],
       "--attention cudnn, a budget no group fits: the whole workspace, does not fit (exit 6)")
+# the attention line is there for every choice, and cudnn is refused where
+# train refuses it
+d = plan_json(base[:-2] + ["--attention", "flash", "--global-batch", 32])
+check("ours" in d["attention"], "--attention flash: the attention line says ours")
+r = plan(["--model", "gpt2-124m", "--device", "cuda", "--precision", "fp32", "--attention",
+          "cudnn", "--global-batch", 32], None)
+check(r.returncode == 2 and "bf16 and fp16 only" in r.stderr,
+      "--attention cudnn with fp32: exit 2, as train")
+r = plan(["--model", "gpt2-124m", "--device", "cpu", "--attention", "cudnn", "--global-batch", 32],
+         None)
+check(r.returncode == 2 and "needs the CUDA backend" in r.stderr,
+      "--attention cudnn on the CPU: exit 2, as train")
 # --fit at T=65536 under 24 GiB: the workspace (24 GiB per sequence) never
 # crowds out the search, which finds micro-batch 1 with ours
 d = plan_json(["--model", "gpt2-124m", "--seq-len", 65536, "--global-batch", 1, "--device", "cuda",
