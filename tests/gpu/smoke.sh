@@ -279,17 +279,19 @@ fi
 # --attention auto under a budget with room for half of cuDNN's whole
 # workspace and 16 MiB (memory_fit.c, st_plan_attention_auto): the backward
 # runs 8 sequences a call instead of 16, and the losses are those of one
-# call for all 16 (--attention cudnn), bit for bit.
-P16=(--model gpt2-124m --vocab-size 50257 --seq-len 1024 --micro-batch 16 --global-batch 16
-     --device cuda --precision bf16)
-G16=(--data "$DATA" "${P16[@]}" --steps 4 --lr 6e-4 --warmup 2 --val-seqs 0)
-budget=$("$B" plan "${P16[@]}" --attention auto --json 2>/dev/null | python3 -c '
-import json, sys
-ours = json.load(sys.stdin)["bytes"]["total"]
-whole = 16 * 12 * 1024 * 1024 * 2 + 16 * 12 * 1024 * 4   # the plan formula, 16 sequences
-print(int((ours + whole // 2 + (16 << 20)) / 0.95) // 1024)')
+# call for all 16 (--attention cudnn), bit for bit. The budget comes from
+# the whole run's own plan (the first line of its metrics.jsonl), which
+# `plan` cannot give: train plans for --val-seqs 0, plan for validation.
+G16=(--data "$DATA" --model gpt2-124m --vocab-size 50257 --seq-len 1024 --micro-batch 16
+     --global-batch 16 --steps 4 --lr 6e-4 --warmup 2 --val-seqs 0 --device cuda --precision bf16)
 check attn-whole 4 "$B" train "${G16[@]}" --attention cudnn --resume none --out "$W/attn-whole"
-check attn-groups 4 "$B" train "${G16[@]}" --attention auto --gpu-mem "${budget}KiB" \
+budget=$(python3 - "$W/attn-whole/metrics.jsonl" <<'PY' 2>/dev/null
+import json, sys
+b = json.loads(open(sys.argv[1]).readline())["memory_plan"]["bytes"]
+print(int((b["total"] - b["cudnn_attention_workspace"] // 2 + (16 << 20)) / 0.95) // 1024)
+PY
+)
+check attn-groups 4 "$B" train "${G16[@]}" --attention auto --gpu-mem "${budget:-0}KiB" \
   --resume none --out "$W/attn-groups"
 if grep -q "in groups of 8 sequences" "$W/attn-groups.log" &&
    [ -s "$W/attn-whole/metrics.jsonl" ] &&
