@@ -55,15 +55,6 @@ static int setup_attention_as(trainer *tr, const char *attention) {
 
 int st_trainer_setup_attention(trainer *tr) { return setup_attention_as(tr, tr->rc->attention); }
 
-/* --attention auto after the rest of the configuration is settled
- * (st_plan_attention_auto): cuDNN, chosen by setup_attention when it has a
- * plan for the shape, stays only if its O(T^2) workspace fits beside the
- * plan of *in (made without it) in the budget cap, for the whole
- * micro-batch or else for the largest group of sequences per backward call
- * that fits; else ours runs, O(T), and the note says why. --attention
- * cudnn keeps cuDNN, in groups only where the whole workspace does not fit
- * and a group does. in->attn_workspace_per_seq and in->attn_group become
- * what runs. */
 /* cuDNN's plans again, for backward calls of at most `group` sequences. */
 static int take_groups(trainer *tr, st_plan_input *in, int group) {
   tr->attn_group = group;
@@ -77,6 +68,15 @@ static int take_groups(trainer *tr, st_plan_input *in, int group) {
   return 0;
 }
 
+/* --attention auto after the rest of the configuration is settled
+ * (st_plan_attention_auto): cuDNN, chosen by setup_attention when it has a
+ * plan for the shape, stays only if its O(T^2) workspace fits beside the
+ * plan of *in (made without it) in the budget cap, for the whole
+ * micro-batch or else for the largest group of sequences per backward call
+ * that fits; else ours runs, O(T), and the note says why. --attention
+ * cudnn keeps cuDNN, in groups only where the whole workspace does not fit
+ * and a group does. in->attn_workspace_per_seq and in->attn_group become
+ * what runs. */
 static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
   in->attn_group = tr->attn_group;
