@@ -348,6 +348,15 @@ static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
                         const st_memory_plan *p, int accum, const char *source) {
   cJSON *j = st_memory_plan_cjson(o->rc.model_name, o->rc.global_batch, accum, in, p, source);
   if (j && attn_note[0]) cJSON_AddStringToObject(j, "attention", attn_note);
+  /* the same choice for scripts: which kernel, and cuDNN's sequences a
+   * backward call (0 with ours) */
+  if (j) {
+    const int cudnn = in->backend == ST_BACKEND_CUDA && in->attn_workspace_per_seq > 0;
+    cJSON_AddStringToObject(j, "attention_kernel",
+                            in->backend != ST_BACKEND_CUDA ? "cpu" : cudnn ? "cudnn" : "ours");
+    cJSON_AddNumberToObject(j, "cudnn_seqs_per_call",
+                            cudnn ? st_attention_cudnn_group(in->micro_batch, in->attn_group) : 0);
+  }
   return j;
 }
 

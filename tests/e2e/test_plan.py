@@ -132,7 +132,8 @@ check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and "cuDNN" in d["att
 tight = (e["total"] + 806879232 // 2 + 65536) / 0.95
 d = plan_json(auto + ["--gpu-mem", f"{int(tight) // 1024}KiB"])
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232 // 2 and d["gpu"]["fits"] is True
-      and "16 sequences a call" in d["attention"],
+      and "16 sequences a call" in d["attention"] and d["attention_kernel"] == "cudnn"
+      and d["cudnn_seqs_per_call"] == 16,
       "--attention auto, a budget the whole workspace would overflow: cuDNN in groups of 16 "
       "sequences, half the workspace, and the plan fits")
 # --attention cudnn under the same budget: cuDNN still, in groups of 16
@@ -165,7 +166,11 @@ check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and d["gpu"]["fits"] 
 # the attention line is there for every choice, and cudnn is refused where
 # train refuses it
 d = plan_json(base[:-2] + ["--attention", "flash", "--global-batch", 32])
-check("ours" in d["attention"], "--attention flash: the attention line says ours")
+check("ours" in d["attention"] and d["attention_kernel"] == "ours"
+      and d["cudnn_seqs_per_call"] == 0, "--attention flash: the attention line says ours")
+d = plan_json(base + ["--global-batch", 32])
+check(d["attention_kernel"] == "cudnn" and d["cudnn_seqs_per_call"] == 32,
+      "--attention cudnn without a budget: one call for the 32 sequences")
 r = plan(["--model", "gpt2-124m", "--device", "cuda", "--precision", "fp32", "--attention",
           "cudnn", "--global-batch", 32], None)
 check(r.returncode == 2 and "bf16 and fp16 only" in r.stderr,
