@@ -471,12 +471,7 @@ int cuda_attention_reserve(void) {
   return 0;
 }
 
-static int g_group_cap; /* st_cuda_attention_group_cap */
-
-extern "C" void st_cuda_attention_group_cap(int cap) {
-  g_group_cap = cap > 0 ? cap : 0;
-  cuda_attention_cudnn_group_cap(g_group_cap);
-}
+extern "C" void st_cuda_attention_group_cap(int cap) { cuda_attention_cudnn_group_cap(cap); }
 
 extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T,
                                             int C, int NH, int NKV, st_attention_choice *out) {
@@ -512,8 +507,8 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
     return 0;
   }
   size_t ws = 0;
-  int det = 0;
-  if (cuda_attention_cudnn_prepare(B, T, C, NH, NKV, dt, &ws, &det)) {
+  int det = 0, bseq = B;
+  if (cuda_attention_cudnn_prepare(B, T, C, NH, NKV, dt, &ws, &det, &bseq)) {
     if (want == ST_ATTENTION_CUDNN)
       return st_error_set("--attention cudnn: %s; use --attention flash (or auto, which falls "
                           "back to it)", cuda_attention_cudnn_error());
@@ -529,7 +524,6 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
   out->impl = ST_ATTENTION_CUDNN;
   out->workspace_bytes = ws;
   out->deterministic = det;
-  const int bseq = st_attention_cudnn_group(B, g_group_cap);
   char groups[64] = "";
   if (bseq < B)
     snprintf(groups, sizeof groups, " in groups of %d sequence%s", bseq, bseq == 1 ? "" : "s");

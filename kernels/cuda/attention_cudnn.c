@@ -466,6 +466,7 @@ typedef struct {
   cudnnBackendDescriptor_t fwd, bwd;
   int64_t ws_fwd, ws_bwd;
   int deterministic;
+  int cap;  /* the group cap it was prepared under (part of the key) */
   int bseq; /* sequences per backward call: gb is built for bseq, gf for B */
 } entry;
 
@@ -475,14 +476,14 @@ static int g_group_cap; /* cuda_attention_cudnn_group_cap */
 
 void cuda_attention_cudnn_group_cap(int cap) { g_group_cap = cap > 0 ? cap : 0; }
 
-/* The grouping is part of the key: a plan built for another group size
- * (the cap or ST_ATTENTION_CUDNN_SEQS changed since) is not this one. */
+/* The group cap is part of the key: a plan prepared under another cap is
+ * not this one. The group itself is resolved once, at prepare, so the
+ * calls in a step read no environment. */
 static entry *find(int B, int T, int C, int NH, int NKV, st_dtype dt) {
-  const int bseq = st_attention_cudnn_group(B, g_group_cap);
   for (int i = 0; i < CACHE_SLOTS; i++) {
     entry *e = &g_cache[i];
     if (e->used && e->B == B && e->T == T && e->C == C && e->NH == NH && e->NKV == NKV &&
-        e->dt == dt && e->bseq == bseq)
+        e->dt == dt && e->cap == g_group_cap)
       return e;
   }
   return NULL;
@@ -493,7 +494,8 @@ int cuda_attention_cudnn_ready(int B, int T, int C, int NH, int NKV, st_dtype dt
 }
 
 int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
-                                 size_t *workspace_bytes, int *deterministic) {
+                                 size_t *workspace_bytes, int *deterministic,
+                                 int *seqs_per_call) {
   g_err[0] = 0;
   if (dt != ST_BF16 && dt != ST_FP16)
     return fail("cuDNN attention runs bf16 and fp16 storage, not %s", st_dtype_name(dt));
@@ -541,11 +543,12 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
       memset(e, 0, sizeof *e);
       return -1;
     }
-    e->B = B, e->T = T, e->C = C, e->NH = NH, e->NKV = NKV, e->dt = dt;
+    e->B = B, e->T = T, e->C = C, e->NH = NH, e->NKV = NKV, e->dt = dt, e->cap = g_group_cap;
     e->used = 1;
   }
   *workspace_bytes = (size_t)(e->ws_fwd > e->ws_bwd ? e->ws_fwd : e->ws_bwd);
   *deterministic = e->deterministic;
+  *seqs_per_call = e->bseq;
   return 0;
 }
 

@@ -54,14 +54,15 @@ extern "C" {
  * *workspace_bytes: the device workspace the larger of the two plans needs
  * (bytes; the caller allocates it once, at setup): the forward's for B
  * sequences, the backward's for st_attention_cudnn_group(B, cap) of them
- * (cap: the last cuda_attention_cudnn_group_cap);
- * *deterministic: 1 when
+ * (cap: the last cuda_attention_cudnn_group_cap), which *seqs_per_call
+ * gets; *deterministic: 1 when
  * the backward engine carries no nondeterminism note. 0 on success; -1 when
  * cuDNN cannot run the shape (no engine builds, unsupported dtype or head
  * size, cache full, no cuDNN library), with the reason in
  * cuda_attention_cudnn_error(). Never aborts. */
 int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
-                                 size_t *workspace_bytes, int *deterministic);
+                                 size_t *workspace_bytes, int *deterministic,
+                                 int *seqs_per_call);
 
 /* The most sequences a backward call takes from now on (0: all of B, or
  * ST_ATTENTION_CUDNN_SEQS); prepare and the calls look plans up with it. */
