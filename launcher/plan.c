@@ -82,14 +82,26 @@ static const char *memory_what(int cuda) { return cuda ? "GPU memory" : "memory 
 /* What --attention runs, for the table and --json ("attention"). */
 static char attn_note[256];
 
-/* --attention auto (st_plan_attention_auto, the rule train applies): *in and
- * *p were planned without cuDNN's workspace; they take it (ws per sequence)
- * where it fits the budget beside the rest. 0, or -1 with st_error. */
-static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws) {
+/* cuDNN's workspace against the budget (st_plan_attention_groups, the rule
+ * train applies in memory_preflight.c): *in and *p were planned without it;
+ * they take it (ws per sequence) for the whole micro-batch where it fits
+ * beside the rest, else for the largest group of sequences a call that
+ * fits. auto goes down to st_attention_cudnn_min_group and else runs ours;
+ * --attention cudnn (asked) goes down to one sequence and else keeps the
+ * whole workspace, which the caller reports as not fitting. 0, or -1 with
+ * st_error. */
+static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws, int asked) {
+  const int least = asked ? 1
+                          : st_attention_cudnn_min_group(in->micro_batch, st_plan_seq_len(in),
+                                                         in->model.n_head);
+  st_plan_input t = *in;
+  t.attn_workspace_per_seq = 0;
   st_memory_plan with;
   int group = 0;
-  const int r = st_plan_attention_auto(in, ws, &with, &group);
+  const int r = st_plan_attention_groups(&t, ws, least, &with, &group);
   if (r < 0) return -1;
+  const char *who = asked ? "cudnn: cuDNN's fused attention, as asked;"
+                          : "auto: cuDNN's fused attention;";
   char h[32];
   if (r) {
     in->attn_workspace_per_seq = ws;
@@ -97,26 +109,29 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws) {
     *p = with;
     human(p->attn_workspace, h, sizeof h);
     if (group)
-      snprintf(attn_note, sizeof attn_note, "auto: cuDNN's fused attention; its deterministic "
-               "backward's O(T^2) workspace fits beside the rest for %d sequence%s a call "
-               "(%s), not for the whole micro-batch", group, group == 1 ? "" : "s", h);
+      snprintf(attn_note, sizeof attn_note, "%s its deterministic backward's O(T^2) workspace "
+               "fits beside the rest for %d sequence%s a call (%s), not for the whole "
+               "micro-batch", who, group, group == 1 ? "" : "s", h);
     else
-      snprintf(attn_note, sizeof attn_note, "auto: cuDNN's fused attention; its deterministic "
-               "backward's %s O(T^2) workspace fits beside the rest", h);
-  } else {
-    const int least =
-        st_attention_cudnn_min_group(in->micro_batch, st_plan_seq_len(in), in->model.n_head);
-    human(st_plan_attention_workspace(ws, in->micro_batch, least), h, sizeof h);
+      snprintf(attn_note, sizeof attn_note, "%s its deterministic backward's %s O(T^2) "
+               "workspace fits beside the rest", who, h);
+    return 0;
+  }
+  human(st_plan_attention_workspace(ws, in->micro_batch, least), h, sizeof h);
+  if (asked)
+    snprintf(attn_note, sizeof attn_note, "%s its deterministic backward's O(T^2) workspace "
+             "does not fit beside the rest even for one sequence a call (%s); --attention "
+             "auto|flash runs ours, O(T)", who, h);
+  else
     snprintf(attn_note, sizeof attn_note, "auto: ours, O(T); cuDNN's deterministic backward "
              "would need %s of O(T^2) workspace (%d sequence%s a call), which %s", h, least,
              least == 1 ? "" : "s",
              in->gpu_mem ? "does not fit beside the rest" : "only a budget (--gpu-mem) can allow");
-  }
   return 0;
 }
 
-/* What runs when nothing below changes it (settle_attention, cudnn_groups
- * overwrite it): the CPU's reference, ours for fp32 or --attention flash,
+/* What runs when nothing below changes it (settle_attention overwrites
+ * it): the CPU's reference, ours for fp32 or --attention flash,
  * cuDNN's one call for the micro-batch for --attention cudnn. */
 static void default_note(const st_plan_input *in, const char *attention) {
   if (in->backend != ST_BACKEND_CUDA)
@@ -128,35 +143,6 @@ static void default_note(const st_plan_input *in, const char *attention) {
   else if (strcmp(attention, "cudnn") == 0)
     snprintf(attn_note, sizeof attn_note, "cudnn: cuDNN's fused attention, as asked; its "
              "deterministic backward in one call for the micro-batch (O(T^2) workspace)");
-}
-
-/* --attention cudnn whose whole workspace does not fit: groups of
- * sequences per backward call where one fits (train's rule,
- * memory_preflight.c); else *p stays, and the caller reports it. 0, or -1
- * with st_error. */
-static int cudnn_groups(st_plan_input *in, st_memory_plan *p) {
-  st_plan_input t = *in;
-  t.attn_workspace_per_seq = 0;
-  st_memory_plan with;
-  int group = 0;
-  const int r = st_plan_attention_groups(&t, in->attn_workspace_per_seq, 1, &with, &group);
-  if (r < 0) return -1;
-  if (!r || !group) {
-    char h[32];
-    snprintf(attn_note, sizeof attn_note, "cudnn: cuDNN's fused attention, as asked; its "
-             "deterministic backward's O(T^2) workspace does not fit beside the rest even for "
-             "one sequence a call (%s); --attention auto|flash runs ours, O(T)",
-             human(st_plan_attention_workspace(in->attn_workspace_per_seq, in->micro_batch, 1),
-                   h, sizeof h));
-    return 0;
-  }
-  in->attn_group = group;
-  *p = with;
-  char h[32];
-  snprintf(attn_note, sizeof attn_note, "cudnn: its deterministic backward's O(T^2) workspace "
-           "fits beside the rest for %d sequence%s a call (%s), not for the whole micro-batch",
-           group, group == 1 ? "" : "s", human(p->attn_workspace, h, sizeof h));
-  return 0;
 }
 
 static void row(const char *label, uint64_t bytes, const char *note) {
@@ -447,8 +433,9 @@ int st_cmd_plan(int argc, char **argv) {
     }
     st_memory_plan p;
     if (st_memory_plan_make(&in, &p)) return st_cli_fail(st_error_exit_code());
-    if (settle && settle_attention(&in, &p, cudnn_ws)) return st_cli_fail(st_error_exit_code());
-    if (in.attn_workspace_per_seq && p.fits == 0 && cudnn_groups(&in, &p))
+    if (settle && settle_attention(&in, &p, cudnn_ws, 0))
+      return st_cli_fail(st_error_exit_code());
+    if (in.attn_workspace_per_seq && p.fits == 0 && settle_attention(&in, &p, cudnn_ws, 1))
       return st_cli_fail(st_error_exit_code());
     if (o.json) print_json(plan_json(&o, &in, &p, G / BN, source));
     else print_table(&o, &in, &p, G / BN, source);
@@ -465,7 +452,7 @@ int st_cmd_plan(int argc, char **argv) {
   st_plan_fit f;
   if (st_memory_plan_fit(&q, &f)) return st_cli_fail(st_error_exit_code());
   st_plan_choice *ch = f.found ? &f.choice : &f.least;
-  if (settle && settle_attention(&ch->in, &ch->plan, cudnn_ws))
+  if (settle && settle_attention(&ch->in, &ch->plan, cudnn_ws, 0))
     return st_cli_fail(st_error_exit_code());
   if (o.json) {
     cJSON *j = plan_json(&o, &ch->in, &ch->plan, ch->accum, source);

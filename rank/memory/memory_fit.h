@@ -134,26 +134,22 @@ struct cJSON *st_plan_fit_cjson(const st_plan_fit_query *q, const st_plan_fit *f
 void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
                              int global_batch, char *out, size_t cap);
 
-/* --attention auto's rule (docs/memory.md, "Attention memory"). cuDNN's
- * fused attention is faster than ours (ours runs at 0.65x its speed at
- * GPT-2 124M, docs/benchmarks.md) but its deterministic backward keeps a
+/* cuDNN's attention workspace against the budget (docs/memory.md,
+ * "Attention memory"), the rule train and plan both apply. cuDNN's fused
+ * attention is faster than ours (ours runs at 0.65x its speed at GPT-2
+ * 124M, docs/benchmarks.md) but its deterministic backward keeps a
  * workspace of heads x T^2 x 2 bytes per sequence of a call
- * (st_plan_cudnn_attention_per_seq), while ours is O(T). So auto takes
- * cuDNN only where it displaces nothing: `in` is the configuration chosen
- * without any attention workspace (its gpu_mem the budget); cuDNN is taken
- * when that same configuration plus the workspace of one call for the
- * whole micro-batch still fits, else of one call for the largest group of
- * sequences that fits, down to st_attention_cudnn_min_group (each extra
- * call costs a little speed; kernels/attention_choice.h). Returns 1 (cuDNN;
- * *with is that plan, *group the group cap, 0 for the whole micro-batch),
- * 0 (ours: ws_per_seq is 0, there is no budget, or no group fits; *group
- * 0), or -1 with st_error. */
-int st_plan_attention_auto(const st_plan_input *in, uint64_t ws_per_seq, st_memory_plan *with,
-                           int *group);
-
-/* The same search with the smallest group given: --attention cudnn takes
- * any group down to one sequence a call (asked for cuDNN, it runs cuDNN
- * where anything fits). least < 1 counts as 1. */
+ * (st_plan_cudnn_attention_per_seq), while ours is O(T). So it is taken
+ * only where it displaces nothing: `in` is the configuration chosen without
+ * any attention workspace (its gpu_mem the budget); cuDNN is taken when
+ * that same configuration plus the workspace of one call for the whole
+ * micro-batch still fits, else of one call for the largest group of
+ * sequences that fits, down to `least` sequences (each extra call costs a
+ * little speed; kernels/attention_choice.h): --attention auto passes
+ * st_attention_cudnn_min_group, --attention cudnn 1; least < 1 counts as
+ * 1. Returns 1 (cuDNN; *with is that plan, *group the group cap, 0 for the
+ * whole micro-batch), 0 (ws_per_seq is 0, there is no budget, or no group
+ * fits; *group 0, *with the last plan tried), or -1 with st_error. */
 int st_plan_attention_groups(const st_plan_input *in, uint64_t ws_per_seq, int least,
                              st_memory_plan *with, int *group);
 

@@ -74,7 +74,7 @@ typedef struct {
    * grows with linearly; 0 with our kernels. */
   uint64_t attn_workspace_per_seq;
   /* the most sequences one cuDNN backward call takes (--attention auto
-   * under a budget, st_plan_attention_auto); 0: the whole micro-batch */
+   * under a budget, st_plan_attention_groups); 0: the whole micro-batch */
   int attn_group;
   int64_t nccl_buffsize;  /* NCCL_BUFFSIZE in bytes; 0 = NCCL's default 4 MiB */
   int nccl_channels;      /* channels for the NCCL estimate; 0 = ST_PLAN_NCCL_CHANNELS */

@@ -69,7 +69,7 @@ static int take_groups(trainer *tr, st_plan_input *in, int group) {
 }
 
 /* --attention auto after the rest of the configuration is settled
- * (st_plan_attention_auto): cuDNN, chosen by setup_attention when it has a
+ * (st_plan_attention_groups): cuDNN, chosen by setup_attention when it has a
  * plan for the shape, stays only if its O(T^2) workspace fits beside the
  * plan of *in (made without it) in the budget cap, for the whole
  * micro-batch or else for the largest group of sequences per backward call
@@ -81,31 +81,23 @@ static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
   in->attn_group = tr->attn_group;
   if (!tr->attn_ws_per_seq) return 0;
+  /* asked for cuDNN, groups go down to one sequence a call, and when none
+   * fits the pre-flight reports the whole plan */
+  const int asked = strcmp(tr->rc->attention, "cudnn") == 0;
+  if (!asked && strcmp(tr->rc->attention, "auto") != 0) return 0;
+  const int least = asked ? 1
+                          : st_attention_cudnn_min_group(tr->rc->micro_batch, tr->rc->seq_len,
+                                                         tr->rc->model.n_head);
   st_plan_input t = *in;
   t.gpu_mem = cap;
+  t.attn_workspace_per_seq = 0;
   st_memory_plan with;
   int group = 0;
-  if (strcmp(tr->rc->attention, "cudnn") == 0) {
-    /* asked for cuDNN: its whole workspace when it fits, else the largest
-     * group that does, down to one sequence a call; when none does, the
-     * pre-flight reports the whole plan */
-    if (!cap) return 0;
-    if (st_memory_plan_make(&t, &with)) return -1;
-    if (with.fits != 0) return 0;
-    t.attn_workspace_per_seq = 0;
-    const int r = st_plan_attention_groups(&t, tr->attn_ws_per_seq, 1, &with, &group);
-    if (r < 0) return -1;
-    return r && group ? take_groups(tr, in, group) : 0;
-  }
-  if (strcmp(tr->rc->attention, "auto") != 0) return 0;
-  t.attn_workspace_per_seq = 0;
-  const int r = st_plan_attention_auto(&t, tr->attn_ws_per_seq, &with, &group);
+  const int r = st_plan_attention_groups(&t, tr->attn_ws_per_seq, least, &with, &group);
   if (r < 0) return -1;
   if (r && group) return take_groups(tr, in, group);
-  if (r) return 0;
+  if (r || asked) return 0;
   char a[32], b[32];
-  const int least = st_attention_cudnn_min_group(tr->rc->micro_batch, tr->rc->seq_len,
-                                                 tr->rc->model.n_head);
   const uint64_t ws = st_plan_attention_workspace(tr->attn_ws_per_seq, tr->rc->micro_batch, least);
   st_format_bytes(ws, a, sizeof a);
   if (cap) st_format_bytes(with.usable, b, sizeof b);

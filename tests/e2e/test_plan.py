@@ -117,7 +117,7 @@ check(d["bytes"]["cudnn_attention_workspace"] == 806879232,
       "--attention cudnn, bf16, B=32, T=1024: cuDNN's 769.5 MiB workspace, as cuDNN 9.14 reported it on an H200")
 
 # --attention auto: cuDNN's O(T^2) workspace only where it fits beside the
-# rest of the plan (st_plan_attention_auto); with no budget, ours.
+# rest of the plan (st_plan_attention_groups); with no budget, ours.
 auto = base[:-2] + ["--attention", "auto", "--global-batch", 32]
 d = plan_json(auto)
 check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e["total"]

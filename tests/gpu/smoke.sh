@@ -277,7 +277,7 @@ else
 fi
 
 # --attention auto under a budget with room for half of cuDNN's whole
-# workspace and 16 MiB (memory_fit.c, st_plan_attention_auto): the backward
+# workspace and 16 MiB (memory_fit.c, st_plan_attention_groups): the backward
 # runs 8 sequences a call instead of 16, and the losses are those of one
 # call for all 16 (--attention cudnn), bit for bit. The budget comes from
 # the whole run's own plan (the first line of its metrics.jsonl), which
