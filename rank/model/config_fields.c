@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/decimal.h"
+
 static const char *const k_arch_names[] = {"gpt2", "llama", "qwen2", NULL};
 static const char *const k_norm_names[] = {"layernorm", "rmsnorm", NULL};
 static const char *const k_pos_names[] = {"learned", "rope", NULL};
@@ -48,18 +50,6 @@ static const st_model_field k_fields[ST_MF_COUNT] = {
 
 const st_model_field *st_model_field_info(st_model_field_id id) { return &k_fields[id]; }
 
-/* A float as the decimal a person typed (1e-06, not 9.99999997e-07). */
-static double dec(float x) {
-  /* the fewest significant digits that read back as the same float: 7
-   * would turn 2^24 into 16777220 */
-  char buf[32];
-  for (int digits = 6; digits <= 9; digits++) {
-    snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
-    if (strtof(buf, NULL) == (float)x) break;
-  }
-  return strtod(buf, NULL);
-}
-
 double st_model_field_get(const st_model_config *c, st_model_field_id id) {
   const st_rope_scaling *r = &c->rope_scaling;
   switch (id) {
@@ -72,13 +62,13 @@ double st_model_field_get(const st_model_config *c, st_model_field_id id) {
   case ST_MF_KV_HEADS: return c->n_kv_head;
   case ST_MF_FFN: return c->ffn_dim;
   case ST_MF_NORM: return (double)c->norm;
-  case ST_MF_NORM_EPS: return dec(c->norm_eps);
+  case ST_MF_NORM_EPS: return st_float_decimal(c->norm_eps);
   case ST_MF_POS: return (double)c->pos;
-  case ST_MF_ROPE_THETA: return dec(c->rope_theta);
+  case ST_MF_ROPE_THETA: return st_float_decimal(c->rope_theta);
   case ST_MF_ROPE_SCALING: return (double)r->kind;
-  case ST_MF_ROPE_FACTOR: return dec(r->factor);
-  case ST_MF_ROPE_LOW: return dec(r->low_freq_factor);
-  case ST_MF_ROPE_HIGH: return dec(r->high_freq_factor);
+  case ST_MF_ROPE_FACTOR: return st_float_decimal(r->factor);
+  case ST_MF_ROPE_LOW: return st_float_decimal(r->low_freq_factor);
+  case ST_MF_ROPE_HIGH: return st_float_decimal(r->high_freq_factor);
   case ST_MF_ROPE_ORIG: return r->original_max_pos;
   case ST_MF_MLP: return (double)c->mlp;
   case ST_MF_QKV_BIAS: return !(c->no_bias & ST_NO_BIAS_QKV);

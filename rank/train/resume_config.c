@@ -12,6 +12,7 @@
 #include "rank/model/config_fields.h"
 #include "rank/model/lora.h"
 #include "rank/optim/optimizer.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 typedef enum { K_INT, K_I64, K_U64, K_FLOAT, K_STR } kind;
@@ -82,18 +83,6 @@ static const field k_fields[] = {
 };
 #undef F
 
-/* A float as the decimal a person typed, as run_config.c writes it. */
-static double dec(double x) {
-  /* the fewest significant digits that read back as the same float: 7
-   * would turn 2^24 into 16777220 */
-  char buf[32];
-  for (int digits = 6; digits <= 9; digits++) {
-    snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
-    if (strtof(buf, NULL) == (float)x) break;
-  }
-  return strtod(buf, NULL);
-}
-
 /* The field's value in rc as a JSON value (the form the config writes). */
 static cJSON *value_of(const st_run_config *rc, const field *f) {
   const char *p = (const char *)rc + f->off;
@@ -101,7 +90,7 @@ static cJSON *value_of(const st_run_config *rc, const field *f) {
   case K_INT: return cJSON_CreateNumber(*(const int *)p);
   case K_I64: return cJSON_CreateNumber((double)*(const int64_t *)p);
   case K_U64: return cJSON_CreateNumber((double)*(const uint64_t *)p);
-  case K_FLOAT: return cJSON_CreateNumber(dec(*(const float *)p));
+  case K_FLOAT: return cJSON_CreateNumber(st_float_decimal(*(const float *)p));
   case K_STR: return cJSON_CreateString(p);
   }
   return NULL;
@@ -341,8 +330,8 @@ int st_resume_config_apply(st_run_config *rc, const st_ckpt_meta *meta, const ch
     cJSON_AddNumberToObject(s, "lr_decay_steps_checkpoint", (double)old_horizon);
     cJSON_AddNumberToObject(s, "lr_decay_steps_now", (double)rc->optim.total_steps);
     cJSON_AddNumberToObject(s, "next_step", (double)meta->step + 1);
-    cJSON_AddNumberToObject(s, "lr_checkpoint_schedule", dec(lr_old));
-    cJSON_AddNumberToObject(s, "lr_now", dec(lr_new));
+    cJSON_AddNumberToObject(s, "lr_checkpoint_schedule", st_float_decimal(lr_old));
+    cJSON_AddNumberToObject(s, "lr_now", st_float_decimal(lr_new));
   }
   note->json = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);

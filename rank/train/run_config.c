@@ -7,19 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/decimal.h"
 #include "util/error.h"
-
-/* A float as the decimal a person typed (2e-3, not 0.0020000000949949026). */
-static double dec(float x) {
-  /* the fewest significant digits that read back as the same float: 7
-   * would turn 2^24 into 16777220 */
-  char buf[32];
-  for (int digits = 6; digits <= 9; digits++) {
-    snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
-    if (strtof(buf, NULL) == (float)x) break;
-  }
-  return strtod(buf, NULL);
-}
 
 void st_run_config_defaults(st_run_config *rc) {
   memset(rc, 0, sizeof *rc);
@@ -158,15 +147,15 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddStringToObject(t, "precision", rc->precision);
   cJSON_AddStringToObject(t, "recompute", rc->recompute);
   cJSON_AddNumberToObject(t, "steps", (double)rc->steps);
-  cJSON_AddNumberToObject(t, "lr", dec(rc->optim.lr));
-  cJSON_AddNumberToObject(t, "min_lr_frac", dec(rc->optim.min_lr_frac));
+  cJSON_AddNumberToObject(t, "lr", st_float_decimal(rc->optim.lr));
+  cJSON_AddNumberToObject(t, "min_lr_frac", st_float_decimal(rc->optim.min_lr_frac));
   cJSON_AddNumberToObject(t, "warmup_steps", rc->optim.warmup_steps);
   cJSON_AddNumberToObject(t, "lr_decay_steps", (double)rc->optim.total_steps);
-  cJSON_AddNumberToObject(t, "beta1", dec(rc->optim.beta1));
-  cJSON_AddNumberToObject(t, "beta2", dec(rc->optim.beta2));
-  cJSON_AddNumberToObject(t, "eps", dec(rc->optim.eps));
-  cJSON_AddNumberToObject(t, "weight_decay", dec(rc->optim.weight_decay));
-  cJSON_AddNumberToObject(t, "grad_clip", dec(rc->optim.grad_clip));
+  cJSON_AddNumberToObject(t, "beta1", st_float_decimal(rc->optim.beta1));
+  cJSON_AddNumberToObject(t, "beta2", st_float_decimal(rc->optim.beta2));
+  cJSON_AddNumberToObject(t, "eps", st_float_decimal(rc->optim.eps));
+  cJSON_AddNumberToObject(t, "weight_decay", st_float_decimal(rc->optim.weight_decay));
+  cJSON_AddNumberToObject(t, "grad_clip", st_float_decimal(rc->optim.grad_clip));
   cJSON_AddNumberToObject(t, "seed", (double)rc->seed);
   cJSON_AddStringToObject(t, "data", rc->data);
   /* Read back on resume (rank/train/resume_config.c) for the flags not given. */
@@ -177,7 +166,7 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddNumberToObject(t, "val_every", rc->val_every);
   cJSON_AddNumberToObject(t, "val_seqs", rc->val_seqs);
   cJSON_AddNumberToObject(t, "log_every", rc->log_every);
-  cJSON_AddNumberToObject(t, "loss_scale_max", dec(rc->loss_scale_max));
+  cJSON_AddNumberToObject(t, "loss_scale_max", st_float_decimal(rc->loss_scale_max));
   cJSON_AddStringToObject(t, "attention", rc->attention);
   if (rc->lora_spec[0]) { /* the adapters' config and the base they belong to */
     cJSON *l = cJSON_AddObjectToObject(o, "lora");
