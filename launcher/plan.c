@@ -80,7 +80,7 @@ static const char *per_what(int cuda) { return cuda ? "per GPU" : "per CPU rank"
 static const char *memory_what(int cuda) { return cuda ? "GPU memory" : "memory per CPU rank"; }
 
 /* What --attention runs, for the table and --json ("attention"). */
-static char attn_note[256];
+static char attn_note[320];
 
 /* cuDNN's workspace against the budget (st_plan_attention_groups, the rule
  * train applies in memory_preflight.c): *in and *p were planned without it;
@@ -118,10 +118,15 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws, i
     return 0;
   }
   human(st_plan_attention_workspace(ws, in->micro_batch, least), h, sizeof h);
-  if (asked)
+  if (asked) {
+    /* with is the plan at one sequence a call: the least cuDNN can need, so
+     * the shortfall the user has to make room for whatever else changes */
+    char over[32];
+    human(with.total > with.usable ? with.total - with.usable : 0, over, sizeof over);
     snprintf(attn_note, sizeof attn_note, "%s its deterministic backward's O(T^2) workspace "
-             "does not fit beside the rest even for one sequence a call (%s); --attention "
-             "auto|flash runs ours, O(T)", who, h);
+             "does not fit beside the rest even for one sequence a call (%s; over by %s even "
+             "then); --attention auto|flash runs ours, O(T)", who, h, over);
+  }
   else
     snprintf(attn_note, sizeof attn_note, "auto: ours, O(T); cuDNN's deterministic backward "
              "would need %s of O(T^2) workspace (%d sequence%s a call), which %s", h, least,

@@ -4,6 +4,7 @@ from rank/memory/memory_plan.c), exit codes 0 / 6 / 2, --fit's choices, and bad
 input named by flag. One process, no MPI, no GPU needed."""
 import json
 import os
+import re
 
 from common import check, corpus, parse_args, run, train
 
@@ -163,6 +164,13 @@ d = plan_json(base + ["--global-batch", 32, "--gpu-mem", f"{int(tight) // 1024}K
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and d["gpu"]["fits"] is False
       and "even for one sequence a call" in d["attention"],
       "--attention cudnn, a budget no group fits: the whole workspace, does not fit (exit 6)")
+# ... and by how much it is over at one sequence a call: the budget is the
+# plan without cuDNN, so one sequence's workspace (of 32) and no more
+m = re.search(r"over by ([\d.]+) (KiB|MiB|GiB) even then", d["attention"])
+over = float(m.group(1)) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)] if m else 0
+check(abs(over - 806879232 / 32) < 0.02 * 806879232 / 32,
+      f"--attention cudnn, no group fits: the line gives the shortfall at one sequence a call "
+      f"({d['attention']})")
 # the attention line is there for every choice, and cudnn is refused where
 # train refuses it
 d = plan_json(base[:-2] + ["--attention", "flash", "--global-batch", 32])
