@@ -5,7 +5,8 @@
 # tests there. A finding aborts the process (SIGABRT, exit 134, which no
 # test expects), so the test that met it fails. Leaks are reported at exit
 # (LeakSanitizer) except those of Open MPI and hwloc (tests/sanitizers/lsan.supp).
-# Not run here (README, "Tests"), each for a reason measured on 2 shared cores:
+# Not run here (docs/tests.md, "Static analysis and sanitizers"), each for a
+# reason measured on 2 shared cores:
 #  - e2e_preempt: 723 s under ASan on loaded cores, 430 s on idle ones
 #    (400-step runs several times over); it passes there, by hand:
 #    ST_SANITIZE_PREEMPT=1 scripts/sanitizers.sh -R e2e_preempt. Its checkpoint
