@@ -1,5 +1,6 @@
 """What a new user meets in README.md and docs/: no path that points outside
-the repository, every repository path they name exists, commands call the
+the repository, every repository path they name exists, docs/tests.md names
+every test of the suite, commands call the
 binary where the build puts it (build/shardtrain), and two examples run as
 written: the 4-rank mpirun block (with a small --steps) and the h5py line
 against a real checkpoint, printing what the README says it prints."""
@@ -38,6 +39,19 @@ def blocks(t):
     """The README's fenced code blocks, as lists of lines."""
     return [b.splitlines() for b in re.findall(r"```\n(.*?)```", t, re.S)]
 
+
+# 1b. docs/tests.md names every test of this build's ctest suite, as the
+# README says it does ("name{a,b}" in backticks stands for name + a, name + b).
+listed = subprocess.run(["ctest", "-N"], cwd=os.path.dirname(os.path.abspath(a.bin)),
+                        capture_output=True, text=True)
+suite = re.findall(r"Test\s+#\d+: (\S+)", listed.stdout)
+named = set()
+for tok in re.findall(r"`([\w{},]+)`", text["docs/tests.md"]):
+    m = re.match(r"(\w*)\{([\w,]+)\}(\w*)$", tok)
+    named.update(m.group(1) + x + m.group(3) for x in m.group(2).split(",")) if m else named.add(tok)
+check(len(suite) > 50, f"ctest -N in the build directory lists the suite ({len(suite)} tests)")
+missing = [t for t in suite if t not in named]
+check(not missing, f"docs/tests.md names every ctest test (missing: {missing[:6]})")
 
 readme = text["README.md"]
 # 2. Commands call build/shardtrain: a fresh clone has no shardtrain on PATH.
