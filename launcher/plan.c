@@ -80,7 +80,7 @@ static const char *per_what(int cuda) { return cuda ? "per GPU" : "per CPU rank"
 static const char *memory_what(int cuda) { return cuda ? "GPU memory" : "memory per CPU rank"; }
 
 /* What --attention runs, for the table and --json ("attention"). */
-static char attn_note[320];
+static char attn_note[400];
 
 /* cuDNN's workspace against the budget (st_plan_attention_groups, the rule
  * train applies in memory_preflight.c): *in and *p were planned without it;
@@ -121,11 +121,20 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws, i
   if (asked) {
     /* with is the plan at one sequence a call: the least cuDNN can need, so
      * the shortfall the user has to make room for whatever else changes */
-    char over[32];
+    char over[32], ours[32], ours_over[96] = "which fits";
     human(with.total > with.usable ? with.total - with.usable : 0, over, sizeof over);
+    /* ours needs no workspace: the same plan less it */
+    const uint64_t ours_total = with.total - with.attn_workspace;
+    human(ours_total, ours, sizeof ours);
+    if (ours_total > with.usable) {
+      char o2[32];
+      human(ours_total - with.usable, o2, sizeof o2);
+      snprintf(ours_over, sizeof ours_over, "over by %s too: see the change below", o2);
+    }
     snprintf(attn_note, sizeof attn_note, "%s its deterministic backward's O(T^2) workspace "
              "does not fit beside the rest even for one sequence a call (%s; over by %s even "
-             "then); --attention auto|flash runs ours, O(T)", who, h, over);
+             "then); --attention auto|flash runs ours, O(T): a plan of %s, %s", who, h, over,
+             ours, ours_over);
   }
   else
     snprintf(attn_note, sizeof attn_note, "auto: ours, O(T); cuDNN's deterministic backward "
@@ -220,7 +229,11 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   snprintf(note, sizeof note, "recompute %s, micro-batch %d x %d", st_recompute_name(in->recompute),
            in->micro_batch, st_plan_seq_len(in));
   row("activations", p->acts.total, note);
-  snprintf(note, sizeof note, "what backward needs, %d layers", m->n_layer);
+  {
+    char each[32];
+    human(m->n_layer ? p->acts.blocks / (uint64_t)m->n_layer : 0, each, sizeof each);
+    snprintf(note, sizeof note, "what backward needs: %d layers x %s", m->n_layer, each);
+  }
   row("  kept per block", p->acts.blocks, note);
   if (in->lora.rank > 0)
     row("  LoRA adapters", p->acts.lora, in->lora.dropout > 0

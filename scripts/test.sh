@@ -18,9 +18,9 @@ usage: scripts/test.sh [CTEST_ARGS...]
   analysis (clang-tidy's analyzer over every C file), sanitizers (an
   ASan + UBSan build of the CPU backend in build-asan/, its tests).
   ST_SKIP_ANALYSIS=1, ST_SKIP_SANITIZERS=1: leave that stage out.
-  About 15 minutes on two idle cores from a clean clone, packages already
-  installed: 923 s with CI=true (build 49 s, ctest 437 s, static analysis
-  41 s, sanitizers 396 s; README, "Tests").
+  About 16 minutes on two idle cores from a clean clone, packages already
+  installed: 944 s with CI=true (build 34 s, ctest 457 s, static analysis
+  49 s, sanitizers 404 s; README, "Tests").
 EOF_HELP
   exit 0
 fi

@@ -171,6 +171,11 @@ over = float(m.group(1)) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m.gr
 check(abs(over - 806879232 / 32) < 0.02 * 806879232 / 32,
       f"--attention cudnn, no group fits: the line gives the shortfall at one sequence a call "
       f"({d['attention']})")
+# ... and what ours would plan instead: the plan without cuDNN's workspace
+m = re.search(r"runs ours, O\(T\): a plan of ([\d.]+) (KiB|MiB|GiB)", d["attention"])
+ours = float(m.group(1)) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)] if m else 0
+check(abs(ours - e["total"]) < 0.01 * e["total"],
+      f"--attention cudnn, no group fits: the line gives ours' plan ({d['attention']})")
 # the attention line is there for every choice, and cudnn is refused where
 # train refuses it
 d = plan_json(base[:-2] + ["--attention", "flash", "--global-batch", 32])
