@@ -3,6 +3,7 @@
  * Also the sum of squares for the global gradient norm. */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
 
@@ -11,6 +12,10 @@ void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, f
                       void *work_) {
   float *work = work_ == p ? NULL : work_; /* fp32 storage: master and work may coincide */
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  /* One loop without a branch, so that it vectorises (with -fno-math-errno
+   * sqrtf is the sqrtps instruction): the same IEEE operations per element
+   * in the same order as a scalar loop, so the same bits. The copy to work
+   * is a second pass only where work is separate fp32 storage. */
 #pragma omp parallel for
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i] * grad_scale;
@@ -20,8 +25,8 @@ void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, f
     v[i] = vi;
     float pi = p[i] * (1.0f - lr * wd);
     p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    if (work) work[i] = p[i];
   }
+  if (work) memcpy(work, p, (size_t)n * sizeof *p);
 }
 
 /* Fixed chunking (not per-thread partials) keeps the result independent of
