@@ -135,12 +135,12 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws, i
              "does not fit beside the rest even for one sequence a call (%s; over by %s even "
              "then); --attention auto|flash runs ours, O(T): a plan of %s, %s", who, h, over,
              ours, ours_over);
-  }
-  else
+  } else {
     snprintf(attn_note, sizeof attn_note, "auto: ours, O(T); cuDNN's deterministic backward "
              "would need %s of O(T^2) workspace (%d sequence%s a call), which %s", h, least,
              least == 1 ? "" : "s",
              in->gpu_mem ? "does not fit beside the rest" : "only a budget (--gpu-mem) can allow");
+  }
   return 0;
 }
 

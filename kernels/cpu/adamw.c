@@ -3,30 +3,38 @@
  * Also the sum of squares for the global gradient norm. */
 #include <math.h>
 #include <stddef.h>
-#include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
+
+/* One element's update; *p, *m, *v in place, the new weight returned. */
+static inline float adamw_one(float *p, float g, float *m, float *v, float lr, float b1, float b2,
+                              float eps, float wd, float bc1, float bc2) {
+  const float mi = b1 * *m + (1.0f - b1) * g;
+  const float vi = b2 * *v + (1.0f - b2) * g * g;
+  *m = mi;
+  *v = vi;
+  const float pi = *p * (1.0f - lr * wd);
+  return *p = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+}
 
 void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
                       void *work_) {
   float *work = work_ == p ? NULL : work_; /* fp32 storage: master and work may coincide */
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  /* One loop without a branch, so that it vectorises (with -fno-math-errno
-   * sqrtf is the sqrtps instruction): the same IEEE operations per element
-   * in the same order as a scalar loop, so the same bits. The copy to work
-   * is a second pass only where work is separate fp32 storage. */
+  /* Two loops rather than a branch inside one, so that each vectorises
+   * (with -fno-math-errno sqrtf is one instruction): the same IEEE
+   * operations per element in the same order as a scalar loop, so the same
+   * bits, and the working copy written while the weight is in a register. */
+  if (work) {
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; i++) {
-    float gi = g[i] * grad_scale;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float pi = p[i] * (1.0f - lr * wd);
-    p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    for (int64_t i = 0; i < n; i++)
+      work[i] = adamw_one(&p[i], g[i] * grad_scale, &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+  } else {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++)
+      adamw_one(&p[i], g[i] * grad_scale, &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
   }
-  if (work) memcpy(work, p, (size_t)n * sizeof *p);
 }
 
 /* Fixed chunking (not per-thread partials) keeps the result independent of
