@@ -49,6 +49,28 @@ static int read_hdr(const char *path, int32_t h[256], FILE **fp) {
   return 0;
 }
 
+/* The file's size against what its header's shape needs (llm.c's
+ * train_gpt2.c layout: wte of padded_vocab_size rows, wpe, 12 per-layer
+ * kinds, ln_f): a truncated or padded file, or a header that asks for more
+ * than the file holds, is refused before anything is allocated for it. */
+static int check_size(const char *path, const int32_t h[256]) {
+  const int64_t T = h[2], Vp = h[7], L = h[4], C = h[6];
+  const int64_t per_layer = 12 * C * C + 13 * C; /* qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C,
+                                                    fcproj 4C^2+C, two LayerNorms 4C */
+  const int64_t n = Vp * C + T * C + L * per_layer + 2 * C;
+  const int64_t need = 1024 + n * (h[1] == 5 ? 2 : 4);
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return st_error_setc(ST_EXIT_CHECKPOINT, "cannot stat %s: %s", path, strerror(errno));
+  if ((int64_t)sb.st_size != need)
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: %lld bytes, but its header's shape (%d layers, "
+                         "width %d, %d positions, padded vocabulary %d, %s) needs %lld: the file "
+                         "is truncated or not the model its header describes",
+                         path, (long long)sb.st_size, h[4], h[6], h[2], h[7],
+                         h[1] == 5 ? "bf16" : "fp32", (long long)need);
+  return 0;
+}
+
 int st_llmc_read_header(const char *path, st_model_config *cfg, st_dtype *dt) {
   int32_t h[256];
   memset(h, 0, sizeof h);
@@ -61,9 +83,12 @@ int st_llmc_read_header(const char *path, st_model_config *cfg, st_dtype *dt) {
   cfg->n_embd = h[6];
   if (st_model_validate(cfg))
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: header: %s", path, st_error_msg());
-  if (h[7] < h[3])
-    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: padded_vocab_size %d < vocab_size %d", path,
-                         h[7], h[3]);
+  /* llm.c pads to a multiple of 128; more than 2^16 rows of padding is no
+   * padding, and the bound keeps the size arithmetic below exact */
+  if (h[7] < h[3] || h[7] - h[3] > (1 << 16))
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: padded_vocab_size %d is not vocab_size %d "
+                         "padded (at most 65536 more)", path, h[7], h[3]);
+  if (check_size(path, h)) return -1;
   *dt = h[1] == 5 ? ST_BF16 : ST_FP32;
   return 0;
 }
@@ -86,10 +111,14 @@ int st_llmc_read(const char *path, const st_model_config *cfg, const st_param_ta
   FILE *f = NULL;
   if (read_hdr(path, h, &f)) return -1;
   if (h[2] != cfg->block_size || h[3] != cfg->vocab_size || h[4] != cfg->n_layer ||
-      h[5] != cfg->n_head || h[6] != cfg->n_embd || h[7] < h[3]) {
+      h[5] != cfg->n_head || h[6] != cfg->n_embd || h[7] < h[3] || h[7] - h[3] > (1 << 16)) {
     fclose(f);
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: header shape differs from the one it was "
                          "opened with (the file changed?)", path);
+  }
+  if (check_size(path, h)) {
+    fclose(f);
+    return -1;
   }
   const st_dtype dt = h[1] == 5 ? ST_BF16 : ST_FP32;
   const int64_t C = cfg->n_embd, Vp_file = h[7];

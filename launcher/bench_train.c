@@ -433,7 +433,7 @@ static int run_one(const bt_opts *o, const char *exe, const char *mode, int n, i
                          ? "\n  hint: running as root, Open MPI needs --allow-run-as-root: give "
                            "--launcher \"mpirun --allow-run-as-root\" or set ST_MPIRUN"
                          : "";
-  return st_error_set("the %s run on %d rank%s failed (%s); its output is in %s%s%s\n  "
+  return st_error_set_lines("the %s run on %d rank%s failed (%s); its output is in %s%s%s\n  "
                       "which ends:%s%s", mode, n, n == 1 ? "" : "s", why, log,
                       first[0] ? "\n  first error:" : "", first,
                       tail_text[0] ? tail_text : "\n    (nothing)", hint);

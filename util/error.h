@@ -30,11 +30,17 @@ enum {
   ST_EXIT_PREEMPTED = 75
 };
 
-/* Set the current error message (printf-style). Always returns -1. */
+/* Set the current error message (printf-style). Always returns -1. The
+ * message is one line: control characters in it (a newline or an escape
+ * in a name read from a file) are written as C escapes (\n, \x1b). */
 int st_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same for a report of several lines (a failed child run and the end
+ * of its log): newlines and other control characters stay as they are. */
+int st_error_set_lines(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* st_error_set plus the exit-code class (ST_EXIT_*). Always returns -1. */
 int st_error_setc(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Put "prefix: " in front of the current message. Always returns -1. */
+/* Put "prefix: " in front of the current message (the prefix escaped as
+ * st_error_set escapes). Always returns -1. */
 int st_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The current message ("" when none). */
 const char *st_error_msg(void);
