@@ -80,18 +80,30 @@ static int parse_entry(const char *path, const cJSON *e, uint64_t data_start, ui
   t->ndim = cJSON_GetArraySize(sh);
   if (t->ndim > ST_SF_MAX_DIM)
     return sf_err("%s: tensor %s: more than 8 dimensions%s", path, nm, "");
+  /* No tensor holds more elements than its file has bytes: bounding the
+   * product by the file size as it grows keeps it from overflowing. */
   t->numel = 1;
+  int64_t bound = (int64_t)(fsize < (uint64_t)INT64_MAX ? fsize : (uint64_t)INT64_MAX);
   for (int i = 0; i < t->ndim; i++) {
     const cJSON *d = cJSON_GetArrayItem(sh, i);
     if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e15)
       return sf_err("%s: tensor %s: shape entries must be non-negative integers%s", path, nm, "");
     t->shape[i] = (int64_t)d->valuedouble;
+    if (t->shape[i] > 0 && t->numel > bound / t->shape[i])
+      return st_error_setc(ST_EXIT_CHECKPOINT, "%s: tensor %s: its shape has more elements than "
+                           "the file (%llu bytes) has bytes: corrupt header", path, nm,
+                           (unsigned long long)fsize);
     t->numel *= t->shape[i];
   }
   const cJSON *b = cJSON_GetArrayItem(off, 0), *en = cJSON_GetArrayItem(off, 1);
   if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < 0)
     return sf_err("%s: tensor %s: data_offsets must be two non-negative integers%s", path, nm,
                   "");
+  /* compared as doubles first: a value past 2^64 has no uint64_t */
+  if (b->valuedouble > (double)fsize || en->valuedouble > (double)fsize)
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: tensor %s: data_offsets [%.0f, %.0f] run past "
+                         "the end of the file (%llu bytes): truncated or corrupt", path, nm,
+                         b->valuedouble, en->valuedouble, (unsigned long long)fsize);
   uint64_t begin = (uint64_t)b->valuedouble, end = (uint64_t)en->valuedouble;
   if (begin > end)
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: tensor %s: data_offsets begin %llu > end "
@@ -218,8 +230,9 @@ int st_sf_open_dir(const char *dir, st_sf_set *set) {
   /* Open each file the map names once, in the order they first appear. */
   cJSON_ArrayForEach(e, wm) {
     if (!cJSON_IsString(e) || strchr(e->valuestring, '/')) {
-      cJSON_Delete(j);
-      return sf_err("%s: weight_map entry %s must name a file of %s", p, e->string, dir);
+      sf_err("%s: weight_map entry %s must name a file of %s", p, e->string, dir);
+      cJSON_Delete(j); /* after the message: it quotes e's name */
+      return -1;
     }
     char f[1400];
     snprintf(f, sizeof f, "%s/%s", dir, e->valuestring);

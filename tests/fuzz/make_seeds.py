@@ -136,6 +136,33 @@ put("tokens_bin", "v1", struct.pack("<256i", *([20240520, 1, len(toks)] + [0] * 
 put("tokens_bin", "v2", struct.pack("<256i", *([20240520, 2, len(toks)] + [0] * 253)) +
     struct.pack("<%dI" % len(toks), *[t + 100000 for t in toks]))
 
+# a PEFT LoRA adapter of GPT-2 (peft's save_pretrained layout): config, cut, weights
+C, r = 8, 2
+peft_cfg = {"peft_type": "LORA", "r": r, "lora_alpha": 4, "lora_dropout": 0.0, "bias": "none",
+            "target_modules": ["c_attn", "c_fc"], "fan_in_fan_out": True, "use_rslora": False,
+            "use_dora": False, "base_model_name_or_path": "gpt2", "task_type": "CAUSAL_LM"}
+pre = "base_model.model.transformer.h.0."
+peft_w = safetensors([(pre + "attn.c_attn.lora_A.weight", "F32", [r, C], f32(*[0.1] * (r * C))),
+                      (pre + "attn.c_attn.lora_B.weight", "F32", [3 * C, r],
+                       f32(*[0.2] * (3 * C * r))),
+                      (pre + "mlp.c_fc.lora_A.weight", "BF16", [r, C], b"\x80\x3f" * (r * C)),
+                      (pre + "mlp.c_fc.lora_B.weight", "BF16", [4 * C, r],
+                       b"\x00\x40" * (4 * C * r))])
+put("peft", "gpt2-lora", json.dumps(peft_cfg).encode() + CUT + peft_w)
+llama_cfg = dict(peft_cfg, target_modules=["q_proj", "v_proj"], fan_in_fan_out=False)
+pre = "base_model.model.model.layers.1."
+put("peft", "llama-lora", json.dumps(llama_cfg).encode() + CUT + safetensors(
+    [(pre + "self_attn.q_proj.lora_A.weight", "F16", [r, C], b"\x00\x3c" * (r * C)),
+     (pre + "self_attn.q_proj.lora_B.weight", "F16", [C, r], b"\x00\x3c" * (C * r))]))
+
+# a sharded model directory: the index, cut, its one shard
+shard = safetensors([("wte.weight", "F32", [4, 2], f32(*range(8))),
+                     ("ln_f.weight", "F32", [2], f32(1, 1))])
+index = {"metadata": {"total_size": 40}, "weight_map": {
+    "wte.weight": "model-00001-of-00001.safetensors",
+    "ln_f.weight": "model-00001-of-00001.safetensors"}}
+put("sf_dir", "index-one-shard", json.dumps(index).encode() + CUT + shard)
+
 for i, s in enumerate(["24GiB", "1.5GiB", "80GB", "4096", "64KiB", "8B", "3:7", "12", "auto",
                        "simt", "1", "0", "18446744073709551615", "0.5TiB"]):
     put("parse", "%02d" % i, s.encode())
