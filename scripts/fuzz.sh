@@ -8,7 +8,7 @@
 # what it was: ctest replays it from then on (fuzz_TARGET).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET ...]    targets: safetensors sf_dir
-#                                   hf_config tokenizer llmc tokens_bin peft parse
+#                                   hf_config tokenizer llmc tokens_bin peft parse cli
 # Needs clang with libFuzzer (Debian: clang). Not part of scripts/test.sh:
 # fuzzing has no end, and its run time is what you give it.
 set -euo pipefail
@@ -19,7 +19,7 @@ case "$SECONDS_EACH" in
   ''|*[!0-9]*) echo "scripts/fuzz.sh: SECONDS must be a whole number, got '$SECONDS_EACH'" >&2
                exit 2 ;;
 esac
-ALL="safetensors sf_dir hf_config tokenizer llmc tokens_bin peft parse"
+ALL="safetensors sf_dir hf_config tokenizer llmc tokens_bin peft parse cli"
 TARGETS=${*:-$ALL}
 for t in $TARGETS; do
   case " $ALL " in *" $t "*) ;; *) echo "scripts/fuzz.sh: no target '$t' (one of: $ALL)" >&2
@@ -38,7 +38,7 @@ for t in $TARGETS; do
   mkdir -p "$out/corpus"
   # the committed inputs seed it; what libFuzzer adds stays in fuzz-out
   max_len=4096
-  case $t in tokenizer) max_len=70000 ;; parse) max_len=64 ;; llmc) max_len=8192 ;; esac
+  case $t in tokenizer) max_len=70000 ;; parse) max_len=64 ;; cli) max_len=1024 ;; llmc) max_len=8192 ;; esac
   dict=()
   [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
   echo "== fuzz_$t: ${SECONDS_EACH} s"

@@ -4,6 +4,7 @@
  *   0: vocab.json, merges.txt, text     1: encoder.json, vocab.bpe, text
  *   2: tokenizer.json, text             3: a rank file as PATH:llama3, text
  *   4: a rank file as PATH:qwen, text   5: tokenizer.json beside a rank file, text
+ *   6: shardtrain_tiktoken.json and the rank file it names (ranks.tiktoken), text
  * A tokenizer that loads must then: encode the text (or fail with one line);
  * decode what it encoded back to the text exactly when it has no
  * normalizer; write its files and load back from them with the same digest. */
@@ -63,7 +64,7 @@ static void reload(const st_tokenizer *t) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  const int layout = data[0] % 6;
+  const int layout = data[0] % 7;
   const uint8_t *a = data + 1, *b, *c;
   size_t na, nb, nc;
   fuzz_split(a, size - 1, CUT, &na, &b, &nb);
@@ -85,14 +86,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 0:
   case 1:
   case 5:
+  case 6: {
+    static const char *const first[7] = {"vocab.json", "encoder.json", "", "", "",
+                                          "tokenizer.json", "shardtrain_tiktoken.json"};
+    static const char *const second[7] = {"merges.txt", "vocab.bpe", "", "", "",
+                                           "tokenizer.model", "ranks.tiktoken"};
     fuzz_split(b, nb, CUT, &nb, &c, &nc);
     text = c;
     ntext = nc;
-    FILE_IN(layout == 0 ? "vocab.json" : layout == 1 ? "encoder.json" : "tokenizer.json", a, na);
-    FILE_IN(layout == 0 ? "merges.txt" : layout == 1 ? "vocab.bpe" : "tokenizer.model", b, nb);
+    FILE_IN(first[layout], a, na);
+    FILE_IN(second[layout], b, nb);
     /* 5: the rank file is what is given, its tokenizer.json read beside it */
     snprintf(path, sizeof path, "%s%s", dir, layout == 5 ? "/tokenizer.model" : "");
     break;
+  }
   case 2:
     FILE_IN("tokenizer.json", a, na);
     snprintf(path, sizeof path, "%s", dir);

@@ -118,6 +118,10 @@ put("tokenizer", "ranks-with-json", b"\x05" + json.dumps(
      "pre_tokenizer": {"type": "Split", "pattern": {"Regex": gpt2_pattern}}}).encode() + CUT +
     rank_file + CUT + text)
 
+put("tokenizer", "shardtrain-tiktoken-json", b"\x06" + json.dumps(
+    {"rank_file": "ranks.tiktoken", "preset": None, "pattern": gpt2_pattern,
+     "special_tokens": {"<|endoftext|>": len(ranks)}}).encode() + CUT + rank_file + CUT + text)
+
 # llm.c model file (llm.c train_gpt2.c): 256 int32 header, then fp32 params
 L, H, C, V, Vp, T = 1, 2, 8, 10, 16, 4
 hdr = [20240326, 3, T, V, L, H, C, Vp] + [0] * 248
@@ -162,6 +166,17 @@ index = {"metadata": {"total_size": 40}, "weight_map": {
     "wte.weight": "model-00001-of-00001.safetensors",
     "ln_f.weight": "model-00001-of-00001.safetensors"}}
 put("sf_dir", "index-one-shard", json.dumps(index).encode() + CUT + shard)
+
+# command lines of train and plan, arguments cut by NUL
+for i, args in enumerate([
+        ["--model", "gpt2-124m", "--seq-len", "1024", "--micro-batch", "8", "--global-batch",
+         "32", "--zero", "2", "--recompute", "selective", "--gpu-mem", "24GiB"],
+        ["--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--dim", "64",
+         "--ffn-dim", "96", "--rope-theta", "500000", "--lr", "3e-4", "--steps", "10"],
+        ["--model", "tiny", "--auto-fit-zero", "--gpu-mem", "1GiB", "--offload", "optimizer",
+         "--attention", "auto", "--precision", "bf16", "--dump-grads", "2:h.0.*"],
+        ["--fit", "--json", "--model", "gpt2-774m", "--ranks", "8", "--headroom", "5"]]):
+    put("cli", "%02d" % i, b"\0".join(a.encode() for a in args))
 
 for i, s in enumerate(["24GiB", "1.5GiB", "80GB", "4096", "64KiB", "8B", "3:7", "12", "auto",
                        "simt", "1", "0", "18446744073709551615", "0.5TiB"]):
