@@ -2,6 +2,7 @@
 #include "util/bytes.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,9 @@ int st_parse_bytes(const char *s, uint64_t *out) {
   if (!s || !*s) return -1;
   char *end;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return -1;
+  /* strtod reads "nan" and "inf" too: neither is a size (and NaN passes
+   * every comparison below into an undefined cast) */
+  if (end == s || !(v >= 0) || !isfinite(v)) return -1;
   while (isspace((unsigned char)*end)) end++;
   static const struct {
     const char *unit;
