@@ -115,7 +115,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
       }
       o->blocking = v[0] == 'b';
     } else if (strcmp(f, "--nccl-timeout") == 0) {
-      o->nccl_timeout_s = atof(v);
+      if (st_cli_number_in(f, v, 0.0, 1e6, &o->nccl_timeout_s)) return usage_error();
     } else {
       char hint[64];
       st_error_set("unknown flag '%s'%s for bench collectives (see shardtrain bench --help)", f,

@@ -24,8 +24,7 @@ static int parse_int(const char *flag, const char *v, long long lo, long long hi
   return 0;
 }
 
-static int parse_float(const char *flag, const char *v, double lo, double hi, float *out) {
-  *out = 0;
+int st_cli_number_in(const char *flag, const char *v, double lo, double hi, double *out) {
   char *end;
   errno = 0;
   double x = strtod(v, &end);
@@ -34,8 +33,15 @@ static int parse_float(const char *flag, const char *v, double lo, double hi, fl
     st_error_code(ST_EXIT_USAGE);
     return st_error_set("%s expects a finite number in [%g, %g], got '%s'", flag, lo, hi, v);
   }
-  *out = (float)x;
+  *out = x;
   return 0;
+}
+
+static int parse_float(const char *flag, const char *v, double lo, double hi, float *out) {
+  double x = 0;
+  const int rc = st_cli_number_in(flag, v, lo, hi, &x);
+  *out = (float)x;
+  return rc;
 }
 
 static int copy_str(char *dst, size_t cap, const char *flag, const char *v) {

@@ -25,6 +25,11 @@ typedef struct {
  * st_error_code(ST_EXIT_USAGE). */
 int st_cli_parse_train(int argc, char **argv, st_run_config *rc);
 
+/* A flag's number: v whole (no trailing text), finite, in [lo, hi], into
+ * *out. 0, or -1 with st_error naming the flag, the range and v (exit 2);
+ * *out untouched then. */
+int st_cli_number_in(const char *flag, const char *v, double lo, double hi, double *out);
+
 /* " (did you mean --x?)" naming the flag of cands (NULL-terminated) closest
  * to f (within 2 edits and a quarter of its length), else "". Returns buf. */
 const char *st_cli_did_you_mean(const char *f, const char *const *cands, char *buf, size_t cap);

@@ -61,7 +61,12 @@ int st_cmd_prep(int argc, char **argv) {
       inputs[n_in++] = argv[++i];
     } else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
     else if (strcmp(argv[i], "--tokenizer") == 0) tok = argv[++i];
-    else if (strcmp(argv[i], "--val-fraction") == 0) frac = atof(argv[++i]);
+    else if (strcmp(argv[i], "--val-fraction") == 0) {
+      /* 0 itself st_prep_check_args refuses, with the range (0, 0.5] */
+      if (st_cli_number_in(argv[i], argv[i + 1], 0.0, 0.5, &frac))
+        return st_cli_fail(ST_EXIT_USAGE);
+      i++;
+    }
     else {
       st_error_set("unknown flag '%s' for prep (flags: --input, --out, --tokenizer, "
                    "--val-fraction)", argv[i]);

@@ -135,3 +135,21 @@ r = run([a.bin, "bench", "train", "--ranks", "1", "--out", W("bt"), "--", "--dat
          "--model", "tiny", "--steps", "2"], expect_rc=None, env={"ST_MPIRUN": "   "})
 check(r.returncode == 2 and "ST_MPIRUN" in r.stderr and r.stderr.count("shardtrain: error") == 1,
       "bench train with ST_MPIRUN of blanks: exit 2 naming ST_MPIRUN")
+# 16. numbers and sizes a file or a typo can hold that strtod reads but are
+#     none: NaN, infinity, trailing text (found by tests/fuzz; each exit 2
+#     with one line quoting the value, and nothing written)
+for flag, v in [("--gpu-mem", "NAN"), ("--gpu-mem", "inf"), ("--lr", "nan"),
+                ("--lr", "3e-4x")]:
+    r = train(a, 1, base + steps + ["--out", W("num"), flag, v], expect_rc=None)
+    check(r.returncode == 2 and flag in r.stderr and r.stderr.count("shardtrain: error") == 1,
+          f"train {flag} {v}: exit 2, one error line naming the flag")
+check(not os.path.exists(W("num")), "bad numbers: no run directory was created")
+for v in ["abc", "0.1x", "nan"]:
+    out = W("vf.h5")
+    r = run([a.bin, "prep", "--input", small_txt, "--out", out, "--val-fraction", v],
+            expect_rc=None)
+    check(r.returncode == 2 and f"'{v}'" in r.stderr and not os.path.exists(out),
+          f"prep --val-fraction {v}: exit 2 quoting the value, no file written")
+r = run([a.bin, "bench", "collectives", "--nccl-timeout", "abc"], expect_rc=None)
+check(r.returncode == 2 and "--nccl-timeout" in r.stderr and "'abc'" in r.stderr,
+      "bench collectives --nccl-timeout abc: exit 2 quoting the value")
