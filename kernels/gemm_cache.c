@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAGIC "st-gemm-1"
@@ -80,21 +81,35 @@ int st_gemm_cache_add(const char *path, const char *device, const long long *key
     errno = EINVAL;
     return -1;
   }
-  char line[1024];
-  size_t n = (size_t)snprintf(line, sizeof line, MAGIC " %s %d", device, nkey);
-  for (int i = 0; i < nkey && n < sizeof line; i++)
-    n += (size_t)snprintf(line + n, sizeof line - n, " %lld", key[i]);
-  if (n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, " :");
-  for (int i = 0; i < ST_GEMM_ALGO_WORDS && n < sizeof line; i++)
-    n += (size_t)snprintf(line + n, sizeof line - n, " %llx", algo[i]);
-  if (n + 1 >= sizeof line) {
+  /* buf[0] is a newline kept in reserve: sent only when the file's last
+   * line is unfinished (a full disk, an editor), so ours is not glued to
+   * it and lost (found by tests/fuzz/fuzz_gemm_cache.c) */
+  enum { CAP = 1024 }; /* what line holds; the reader's line is as long */
+  char buf[CAP + 1], *line = buf + 1;
+  buf[0] = '\n';
+  size_t n = (size_t)snprintf(line, CAP, MAGIC " %s %d", device, nkey);
+  for (int i = 0; i < nkey && n < CAP; i++)
+    n += (size_t)snprintf(line + n, CAP - n, " %lld", key[i]);
+  if (n < CAP) n += (size_t)snprintf(line + n, CAP - n, " :");
+  for (int i = 0; i < ST_GEMM_ALGO_WORDS && n < CAP; i++)
+    n += (size_t)snprintf(line + n, CAP - n, " %llx", algo[i]);
+  if (n + 1 >= CAP) {
     errno = ENAMETOOLONG;
     return -1;
   }
   line[n++] = '\n';
-  const int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
-  const ssize_t w = write(fd, line, n);
+  struct stat st;
+  char last = '\n';
+  if (fstat(fd, &st) == 0 && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1)
+    last = '\n';
+  const char *out = line;
+  if (last != '\n') {
+    out = buf;
+    n++;
+  }
+  const ssize_t w = write(fd, out, n);
   const int werr = errno;
   if (close(fd) != 0 && w == (ssize_t)n) return -1;
   if (w != (ssize_t)n) {

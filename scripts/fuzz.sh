@@ -8,7 +8,7 @@
 # what it was: ctest replays it from then on (fuzz_TARGET).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET ...]    targets: safetensors sf_dir
-#                                   hf_config tokenizer llmc tokens_bin peft parse cli
+#               hf_config tokenizer llmc tokens_bin shards peft gemm_cache parse cli
 # Needs clang with libFuzzer (Debian: clang). Not part of scripts/test.sh:
 # fuzzing has no end, and its run time is what you give it.
 set -euo pipefail
@@ -19,7 +19,7 @@ case "$SECONDS_EACH" in
   ''|*[!0-9]*) echo "scripts/fuzz.sh: SECONDS must be a whole number, got '$SECONDS_EACH'" >&2
                exit 2 ;;
 esac
-ALL="safetensors sf_dir hf_config tokenizer llmc tokens_bin peft parse cli"
+ALL="safetensors sf_dir hf_config tokenizer llmc tokens_bin shards peft gemm_cache parse cli"
 TARGETS=${*:-$ALL}
 for t in $TARGETS; do
   case " $ALL " in *" $t "*) ;; *) echo "scripts/fuzz.sh: no target '$t' (one of: $ALL)" >&2

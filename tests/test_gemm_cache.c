@@ -14,6 +14,8 @@
  *    does not exist (errno ENOENT, nothing created), a file that cannot be
  *    read (a directory in its place).
  * 5. Ranks appending at once: 4 processes x 50 lines, every line whole.
+ * 6. A last line left without its newline: the next added line starts a
+ *    line of its own and is found.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -112,6 +114,36 @@ static void test_bad_lines_skipped(void **state) {
   unlink(g_path);
 }
 
+/* A last line without its newline (a disk that filled mid-line, an
+ * editor): an added line starts on a line of its own, so it is found, and
+ * a file that ends properly gets no blank line. */
+static void test_unfinished_last_line(void **state) {
+  (void)state;
+  const long long key[2] = {3, 4};
+  unsigned long long a[ST_GEMM_ALGO_WORDS], got[ST_GEMM_ALGO_WORDS];
+  algo_of(a, 5);
+  FILE *f = fopen(g_path, "w");
+  assert_non_null(f);
+  fputs("st-gemm-1 dev 2 1 2 : 1 2 3", f); /* cut short, no newline */
+  fclose(f);
+  assert_int_equal(st_gemm_cache_add(g_path, "dev", key, 2, a), 0);
+  assert_int_equal(st_gemm_cache_find(g_path, "dev", key, 2, got), 1);
+  assert_memory_equal(got, a, sizeof a);
+  const long long key2[2] = {5, 6};
+  assert_int_equal(st_gemm_cache_add(g_path, "dev", key2, 2, a), 0);
+  char text[512];
+  f = fopen(g_path, "r");
+  assert_non_null(f);
+  const size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  /* the cut line, then ours on their own lines, no blank one between */
+  assert_non_null(strstr(text, "1 2 3\nst-gemm-1 dev 2 3 4 :"));
+  assert_null(strstr(text, "\n\n"));
+  assert_int_equal(text[n - 1], '\n');
+  unlink(g_path);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   const long long key[2] = {1, 2};
@@ -171,7 +203,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_first_wins),
       cmocka_unit_test(test_bad_lines_skipped), cmocka_unit_test(test_refusals),
-      cmocka_unit_test(test_ranks_append_at_once),
+      cmocka_unit_test(test_ranks_append_at_once), cmocka_unit_test(test_unfinished_last_line),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -167,6 +167,17 @@ index = {"metadata": {"total_size": 40}, "weight_map": {
     "ln_f.weight": "model-00001-of-00001.safetensors"}}
 put("sf_dir", "index-one-shard", json.dumps(index).encode() + CUT + shard)
 
+# lists of token shards (fuzz_shards writes a.bin, b.bin, c.bin beside them)
+for i, lst in enumerate(["a.bin\n", "a.bin\n# two of the same width\n\n./a.bin\n",
+                         "a.bin\nb.bin\n", "a.bin\nc.bin\n", "nope.bin\n", "*.bin\n"]):
+    put("shards", "%02d" % i, lst.encode())
+
+# ST_GEMM_CACHE files (kernels/gemm_cache.h)
+algo = " ".join("%x" % (w * 0x1111) for w in range(8))
+put("gemm_cache", "two-lines", (
+    "st-gemm-1 NVIDIA_H200_cublasLt_130000 4 768 2304 32768 1 : %s\n"
+    "st-gemm-1 other_gpu 2 5 6 : %s\n" % (algo, algo)).encode())
+
 # command lines of train and plan, arguments cut by NUL
 for i, args in enumerate([
         ["--model", "gpt2-124m", "--seq-len", "1024", "--micro-batch", "8", "--global-batch",
