@@ -17,9 +17,11 @@
  * special tokens in NFC before the regex sees it (io/text_nfc.c).
  *
  * Invalid UTF-8: PCRE2_MATCH_INVALID_UTF makes the regex match only inside
- * valid stretches; the bytes between matches (invalid sequences) form one
- * piece, byte-pair encoded like any other. Valid text encodes exactly as the
- * oracles do; any bytes round-trip through decode.
+ * valid stretches; the bytes between matches (invalid sequences, or text a
+ * pattern from a file leaves unmatched) form one piece, byte-pair encoded
+ * like any other, where tiktoken would drop them. Valid text encodes
+ * exactly as the oracles do with every pattern they ship (each covers all
+ * text); any bytes round-trip through decode.
  */
 #define _GNU_SOURCE /* qsort_r */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -426,12 +428,25 @@ static int encode_piece(const st_tokenizer *t, const unsigned char *s, size_t n,
 
 /* ---- ordinary text --------------------------------------------------------- */
 
+/* Bytes of the UTF-8 character that starts at s[0] (1 for a byte that
+ * starts none), at most n. */
+static size_t char_len(const unsigned char *s, size_t n) {
+  const size_t k = s[0] < 0xc0 ? 1 : s[0] < 0xe0 ? 2 : s[0] < 0xf0 ? 3 : s[0] < 0xf8 ? 4 : 1;
+  return k < n ? k : n;
+}
+
 static int encode_ordinary(const st_tokenizer *t, const unsigned char *s, size_t len, ids_out *o) {
   pcre2_code *re = t->re;
   pcre2_match_data *md = t->md;
-  size_t pos = 0;
+  /* pos: the first byte not yet encoded; from: where the next match may
+   * start. A pattern from a file may match the empty string (an empty
+   * alternative, "a||b"): such a match yields no piece, and the character
+   * it stood before joins the bytes between matches, which are encoded as
+   * one piece like invalid UTF-8, so no byte of the text is ever dropped. */
+  size_t pos = 0, from = 0;
   while (pos < len) {
-    int m = pcre2_match(re, s, len, pos, 0, md, (pcre2_match_context *)t->mctx);
+    int m = from < len ? pcre2_match(re, s, len, from, 0, md, (pcre2_match_context *)t->mctx)
+                       : PCRE2_ERROR_NOMATCH;
     size_t start = len, end = len;
     if (m > 0) {
       PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -440,12 +455,15 @@ static int encode_ordinary(const st_tokenizer *t, const unsigned char *s, size_t
     } else if (m != PCRE2_ERROR_NOMATCH) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(m, msg, sizeof msg);
-      return st_error_setc(1, "PCRE2 failed at byte %zu of the text: %s", pos, (const char *)msg);
+      return st_error_setc(1, "PCRE2 failed at byte %zu of the text: %s", from, (const char *)msg);
     }
-    if (start > pos && encode_piece(t, s + pos, start - pos, o) != 0) return -1; /* invalid bytes */
+    if (end == start && start < len) {
+      from = start + char_len(s + start, len - start);
+      continue;
+    }
+    if (start > pos && encode_piece(t, s + pos, start - pos, o) != 0) return -1; /* gap */
     if (end > start && encode_piece(t, s + start, end - start, o) != 0) return -1;
-    if (end == start && end < len) end++; /* no empty matches in this pattern; never loop */
-    pos = end;
+    pos = from = end;
   }
   return 0;
 }

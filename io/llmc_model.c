@@ -63,9 +63,9 @@ static int check_size(const char *path, const int32_t h[256]) {
   if (stat(path, &sb) != 0)
     return st_error_setc(ST_EXIT_CHECKPOINT, "cannot stat %s: %s", path, strerror(errno));
   if ((int64_t)sb.st_size != need)
-    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: %lld bytes, but its header's shape (%d layers, "
-                         "width %d, %d positions, padded vocabulary %d, %s) needs %lld: the file "
-                         "is truncated or not the model its header describes",
+    return st_error_setc(ST_EXIT_CHECKPOINT, "%s: %lld bytes, but its header's shape (layers "
+                         "%d, width %d, positions %d, padded vocabulary %d, %s) needs %lld: the "
+                         "file is truncated or not the model its header describes",
                          path, (long long)sb.st_size, h[4], h[6], h[2], h[7],
                          h[1] == 5 ? "bf16" : "fp32", (long long)need);
   return 0;

@@ -84,7 +84,10 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   }
   if (strcmp(f, "--layers") == 0 || strcmp(f, "--heads") == 0 || strcmp(f, "--dim") == 0 ||
       strcmp(f, "--kv-heads") == 0) {
-    if (parse_int(f, v, 1, 100000, &x)) return -1;
+    /* st_model_validate's bounds (rank/model/config.c), so a flag is told
+     * the same range here as a shape read from a file is there */
+    const long long hi = f[2] == 'l' ? 1000 : f[2] == 'd' ? 65536 : 4096;
+    if (parse_int(f, v, 1, hi, &x)) return -1;
     if (f[2] == 'l') seen->layers = (int)x;
     else if (f[2] == 'h') seen->heads = (int)x;
     else if (f[2] == 'd') seen->dim = (int)x;
@@ -93,7 +96,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     return 1;
   }
   if (strcmp(f, "--ffn-dim") == 0) {
-    if (parse_int(f, v, 1, 1 << 24, &x)) return -1;
+    if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
     seen->ffn_dim = (int)x;
     seen->shape = 1;
     return 1;

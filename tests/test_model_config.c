@@ -212,7 +212,10 @@ static void test_flag_order(void **state) {
   /* bad values: usage errors naming the flag */
   const char *bad[][2] = {{"--arch mistral", "unknown --arch 'mistral'; use gpt2, llama or qwen2"},
                           {"--tied yes", "--tied must be one of 0|1, got 'yes'"},
-                          {"--kv-heads 0", "--kv-heads expects an integer in [1, 100000]"},
+                          {"--kv-heads 0", "--kv-heads expects an integer in [1, 4096]"},
+                          {"--dim 100000", "--dim expects an integer in [1, 65536]"},
+                          {"--layers 1001", "--layers expects an integer in [1, 1000]"},
+                          {"--ffn-dim 2000000", "--ffn-dim expects an integer in [1, 1048576]"},
                           {"--norm-eps 0", "--norm-eps expects a finite number"},
                           {"--rope-theta nan", "--rope-theta expects a finite number"},
                           {"--ffn-dim", "flag --ffn-dim needs a value"},

@@ -351,6 +351,39 @@ static void test_rank_file(void **state) {
   st_tokenizer_free(v);
 }
 
+/* A pattern that can match the empty string ("\p{L}+||\s+": an empty
+ * alternative, from a file) loses no byte: what an empty match stands
+ * before is encoded with the bytes between matches (tiktoken would drop
+ * it), so decode gives back the text; found by tests/fuzz. */
+static void test_pattern_matching_empty(void **state) {
+  (void)state;
+  char dir[128], path[256];
+  snprintf(dir, sizeof dir, "%s/rank_empty", g_dir);
+  assert_int_equal(st_mkdir_p(dir), 0);
+  snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+  make_rank_file(path, "");
+  write_text(dir, "tokenizer.json", "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+             "{\"Regex\": \"\\\\p{L}+||\\\\s+\"}}}");
+  st_tokenizer *t = st_tokenizer_load(path);
+  if (!t) fail_msg("%s", st_error_msg());
+  /* "abc" and " " match; the empty matches before "1", "." and the two-byte
+   * "\xc3\xa9" leave them to the bytes between matches */
+  const char text[] = "abc 12.\xc3\xa9" "abc";
+  const uint32_t want[] = {257, ' ', '1', '2', '.', 0xc3, 0xa9, 257};
+  encode(t, text, sizeof text - 1, 0, want, 8);
+  char *back = NULL;
+  size_t n = 0;
+  uint32_t *ids = NULL;
+  size_t k = 0;
+  assert_int_equal(st_tokenizer_encode(t, text, sizeof text - 1, 0, &ids, &k), 0);
+  assert_int_equal(st_tokenizer_decode(t, ids, k, &back, &n), 0);
+  assert_int_equal(n, sizeof text - 1);
+  assert_memory_equal(back, text, n);
+  free(ids);
+  free(back);
+  st_tokenizer_free(t);
+}
+
 #ifdef SHARDTRAIN_HAVE_ICU
 /* A rank file takes the NFC normalizer of the tokenizer.json beside it, and
  * the shardtrain_tiktoken.json it is stored with keeps it. */
@@ -440,6 +473,7 @@ int main(void) {
       cmocka_unit_test(test_bpe_spellings_same_digest),
       cmocka_unit_test(test_bpe_malformed),
       cmocka_unit_test(test_rank_file),
+      cmocka_unit_test(test_pattern_matching_empty),
 #ifdef SHARDTRAIN_HAVE_ICU
       cmocka_unit_test(test_rank_file_nfc),
 #endif

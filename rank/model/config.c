@@ -125,9 +125,10 @@ int st_model_validate(st_model_config *cfg) {
    * width) far from overflowing: a shape read from a file cannot wrap. */
   if (cfg->n_head < 1 || cfg->n_head > 4096)
     return st_error_set("--heads must be in [1, 4096], got %d", cfg->n_head);
-  if (cfg->n_embd < 1 || cfg->n_embd > 65536 || cfg->n_embd % cfg->n_head != 0)
-    return st_error_set("--dim %d must be a multiple of --heads %d in [1, 65536]", cfg->n_embd,
-                        cfg->n_head);
+  if (cfg->n_embd < 1 || cfg->n_embd > 65536)
+    return st_error_set("--dim must be in [1, 65536], got %d", cfg->n_embd);
+  if (cfg->n_embd % cfg->n_head != 0)
+    return st_error_set("--dim %d must be a multiple of --heads %d", cfg->n_embd, cfg->n_head);
   if (cfg->block_size < 1 || cfg->block_size > (1 << 24))
     return st_error_set("--seq-len must be in [1, %d], got %d", 1 << 24, cfg->block_size);
   /* the token files' bound (io/tokens.h: uint32 ids past 65536) */

@@ -26,6 +26,7 @@ static int run_file(const char *path) {
   }
   fclose(f);
   if (!buf) return -1;
+  if (getenv("ST_FUZZ_VERBOSE")) fprintf(stderr, "== %s (%zu bytes)\n", path, n);
   LLVMFuzzerTestOneInput(buf, n);
   free(buf);
   return 0;
@@ -74,6 +75,11 @@ static int run_dir(const char *dir, int *files) {
 }
 
 int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s FILE|DIR ... (the inputs of this fuzz target to run; "
+            "tests/fuzz/README.md)\n", argv[0]);
+    return 2;
+  }
   int files = 0;
   for (int i = 1; i < argc; i++) {
     struct stat st;
