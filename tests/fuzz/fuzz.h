@@ -105,4 +105,22 @@ static inline void fuzz_split(const uint8_t *data, size_t size, const char *sep,
   *n2 = 0;
 }
 
+/* A fresh directory dir_name (slot 1) holding two files cut from data at
+ * "\n--8<--\n": the part before as first, the rest as second. */
+static inline const char *fuzz_two_files(const char *dir_name, const char *first,
+                                         const char *second, const uint8_t *data,
+                                         size_t size) {
+  const uint8_t *b;
+  size_t na, nb;
+  fuzz_split(data, size, "\n--8<--\n", &na, &b, &nb);
+  const char *dir = fuzz_path(1, dir_name);
+  fuzz_fresh_dir(dir);
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s", dir, first);
+  fuzz_write(path, data, na);
+  snprintf(path, sizeof path, "%s/%s", dir, second);
+  fuzz_write(path, b, nb);
+  return dir;
+}
+
 #endif

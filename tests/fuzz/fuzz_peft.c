@@ -5,16 +5,8 @@
 #include "io/peft_export.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const uint8_t *b;
-  size_t na, nb;
-  fuzz_split(data, size, "\n--8<--\n", &na, &b, &nb);
-  const char *dir = fuzz_path(1, "adapter");
-  fuzz_fresh_dir(dir);
-  char path[700];
-  snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-  fuzz_write(path, data, na);
-  snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-  fuzz_write(path, b, nb);
+  const char *dir = fuzz_two_files("adapter", "adapter_config.json",
+                                   "adapter_model.safetensors", data, size);
   st_peft_set s;
   fuzz_clear_error();
   if (st_peft_read(dir, &s)) {

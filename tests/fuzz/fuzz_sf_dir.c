@@ -6,16 +6,8 @@
 #include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const uint8_t *b;
-  size_t na, nb;
-  fuzz_split(data, size, "\n--8<--\n", &na, &b, &nb);
-  const char *dir = fuzz_path(1, "model");
-  fuzz_fresh_dir(dir);
-  char path[700];
-  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-  fuzz_write(path, data, na);
-  snprintf(path, sizeof path, "%s/model-00001-of-00001.safetensors", dir);
-  fuzz_write(path, b, nb);
+  const char *dir = fuzz_two_files("model", "model.safetensors.index.json",
+                                   "model-00001-of-00001.safetensors", data, size);
   st_sf_set set;
   memset(&set, 0, sizeof set);
   fuzz_clear_error();
