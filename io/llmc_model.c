@@ -52,15 +52,17 @@ static int read_hdr(const char *path, int32_t h[256], FILE **fp) {
 /* The file's size against what its header's shape needs (llm.c's
  * train_gpt2.c layout: wte of padded_vocab_size rows, wpe, 12 per-layer
  * kinds, ln_f): a truncated or padded file, or a header that asks for more
- * than the file holds, is refused before anything is allocated for it. */
-static int check_size(const char *path, const int32_t h[256]) {
+ * than the file holds, is refused before anything is allocated for it.
+ * fstat on the stream read, so the size checked is the file's being read
+ * even if the path is replaced in between. */
+static int check_size(FILE *f, const char *path, const int32_t h[256]) {
   const int64_t T = h[2], Vp = h[7], L = h[4], C = h[6];
   const int64_t per_layer = 12 * C * C + 13 * C; /* qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C,
                                                     fcproj 4C^2+C, two LayerNorms 4C */
   const int64_t n = Vp * C + T * C + L * per_layer + 2 * C;
   const int64_t need = 1024 + n * (h[1] == 5 ? 2 : 4);
   struct stat sb;
-  if (stat(path, &sb) != 0)
+  if (fstat(fileno(f), &sb) != 0)
     return st_error_setc(ST_EXIT_CHECKPOINT, "cannot stat %s: %s", path, strerror(errno));
   if ((int64_t)sb.st_size != need)
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: %lld bytes, but its header's shape (layers "
@@ -71,10 +73,9 @@ static int check_size(const char *path, const int32_t h[256]) {
   return 0;
 }
 
-int st_llmc_read_header(const char *path, st_model_config *cfg, st_dtype *dt) {
-  int32_t h[256];
-  memset(h, 0, sizeof h);
-  if (read_hdr(path, h, NULL)) return -1;
+/* The shape of header h (of open file f) into cfg, validated and checked
+ * against f's size. 0 or -1 with st_error. */
+static int header_config(FILE *f, const char *path, const int32_t h[256], st_model_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->block_size = h[2];
   cfg->vocab_size = h[3];
@@ -88,9 +89,18 @@ int st_llmc_read_header(const char *path, st_model_config *cfg, st_dtype *dt) {
   if (h[7] < h[3] || h[7] - h[3] > (1 << 16))
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: padded_vocab_size %d is not vocab_size %d "
                          "padded (at most 65536 more)", path, h[7], h[3]);
-  if (check_size(path, h)) return -1;
-  *dt = h[1] == 5 ? ST_BF16 : ST_FP32;
-  return 0;
+  return check_size(f, path, h);
+}
+
+int st_llmc_read_header(const char *path, st_model_config *cfg, st_dtype *dt) {
+  int32_t h[256];
+  memset(h, 0, sizeof h);
+  FILE *f = NULL;
+  if (read_hdr(path, h, &f)) return -1;
+  const int rc = header_config(f, path, h, cfg);
+  fclose(f);
+  if (rc == 0) *dt = h[1] == 5 ? ST_BF16 : ST_FP32;
+  return rc;
 }
 
 /* Read n elements of dt into dst (fp32). */
@@ -116,7 +126,7 @@ int st_llmc_read(const char *path, const st_model_config *cfg, const st_param_ta
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: header shape differs from the one it was "
                          "opened with (the file changed?)", path);
   }
-  if (check_size(path, h)) {
+  if (check_size(f, path, h)) {
     fclose(f);
     return -1;
   }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "rank/memory/memory_plan.h"
+#include "rank/model/config.h"
 #include "util/error.h"
 
 static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
@@ -84,9 +85,11 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   }
   if (strcmp(f, "--layers") == 0 || strcmp(f, "--heads") == 0 || strcmp(f, "--dim") == 0 ||
       strcmp(f, "--kv-heads") == 0) {
-    /* st_model_validate's bounds (rank/model/config.c), so a flag is told
-     * the same range here as a shape read from a file is there */
-    const long long hi = f[2] == 'l' ? 1000 : f[2] == 'd' ? 65536 : 4096;
+    /* st_model_validate's bounds, so a flag is told the same range here as
+     * a shape read from a file is there */
+    const long long hi = f[2] == 'l'   ? ST_MODEL_MAX_LAYERS
+                         : f[2] == 'd' ? ST_MODEL_MAX_WIDTH
+                                       : ST_MODEL_MAX_HEADS;
     if (parse_int(f, v, 1, hi, &x)) return -1;
     if (f[2] == 'l') seen->layers = (int)x;
     else if (f[2] == 'h') seen->heads = (int)x;
@@ -96,7 +99,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     return 1;
   }
   if (strcmp(f, "--ffn-dim") == 0) {
-    if (parse_int(f, v, 1, 1 << 20, &x)) return -1;
+    if (parse_int(f, v, 1, ST_MODEL_MAX_FFN, &x)) return -1;
     seen->ffn_dim = (int)x;
     seen->shape = 1;
     return 1;
@@ -181,7 +184,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     return 1;                                                \
   }
   INT_FLAG("--seq-len", 1, 1 << 20, seen->seq_len)
-  INT_FLAG("--vocab-size", 2, 1 << 24, seen->vocab) /* rank/model/config.c's bound */
+  INT_FLAG("--vocab-size", 2, ST_MODEL_MAX_VOCAB, seen->vocab)
   INT_FLAG("--global-batch", 1, 1 << 30, rc->global_batch)
   INT_FLAG("--nccl-buffsize", 0, 1LL << 34, rc->nccl_buffsize)
   INT_FLAG("--nccl-max-ctas", 0, 64, rc->nccl_max_ctas)

@@ -302,20 +302,32 @@ static const char k_tj_beside[] =
     "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"use_regex\": "
     "false}]}}";
 
+/* A fresh g_dir/SUB holding tokenizer.model (make_rank_file with extra);
+ * the folder into dir, the file's path into path. */
+static void rank_dir(const char *sub, const char *extra, char dir[128], char path[256]) {
+  snprintf(dir, 128, "%s/%s", g_dir, sub);
+  assert_int_equal(st_mkdir_p(dir), 0);
+  snprintf(path, 256, "%s/tokenizer.model", dir);
+  make_rank_file(path, extra);
+}
+
+/* st_tokenizer_load that must succeed: the failure's message otherwise. */
+static st_tokenizer *load_ok(const char *spec) {
+  st_tokenizer *t = st_tokenizer_load(spec);
+  if (!t) fail_msg("%s: %s", spec, st_error_msg());
+  return t;
+}
+
 static void test_rank_file(void **state) {
   (void)state;
   char dir[128], path[256];
-  snprintf(dir, sizeof dir, "%s/rank", g_dir);
-  assert_int_equal(st_mkdir_p(dir), 0);
-  snprintf(path, sizeof path, "%s/tokenizer.model", dir);
-  make_rank_file(path, "");
+  rank_dir("rank", "", dir, path);
   /* no pattern anywhere: refused, naming both fixes */
   expect_load_error(path, ":llama3 or");
   assert_non_null(strstr(st_error_msg(), "tokenizer.json beside it"));
   /* a tokenizer.json beside it gives the pattern and the special tokens */
   write_text(dir, "tokenizer.json", k_tj_beside);
-  st_tokenizer *t = st_tokenizer_load(path);
-  if (!t) fail_msg("%s", st_error_msg());
+  st_tokenizer *t = load_ok(path);
   assert_string_equal(st_tokenizer_name(t), "tiktoken-bpe");
   assert_int_equal(st_tokenizer_vocab_size(t), 262);
   assert_int_equal(st_tokenizer_eot(t), 260);
@@ -333,8 +345,7 @@ static void test_rank_file(void **state) {
   char out[128];
   snprintf(out, sizeof out, "%s/rank_out", g_dir);
   assert_int_equal(st_tokenizer_write_dir(t, out), 0);
-  st_tokenizer *u = st_tokenizer_load(out);
-  if (!u) fail_msg("%s", st_error_msg());
+  st_tokenizer *u = load_ok(out);
   assert_string_equal(st_tokenizer_digest(u), st_tokenizer_digest(t));
   encode(u, "abcxbc abc", 10, 0, w1, 5);
   /* the same ranks with another pattern: another tokenizer */
@@ -343,8 +354,7 @@ static void test_rank_file(void **state) {
              "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
              "\"Split\", \"pattern\": {\"Regex\": \"\\\\p{L}+|\\\\s+\"}, \"behavior\": "
              "\"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}");
-  st_tokenizer *v = st_tokenizer_load(path);
-  if (!v) fail_msg("%s", st_error_msg());
+  st_tokenizer *v = load_ok(path);
   assert_string_not_equal(st_tokenizer_digest(v), st_tokenizer_digest(t));
   st_tokenizer_free(t);
   st_tokenizer_free(u);
@@ -358,14 +368,10 @@ static void test_rank_file(void **state) {
 static void test_pattern_matching_empty(void **state) {
   (void)state;
   char dir[128], path[256];
-  snprintf(dir, sizeof dir, "%s/rank_empty", g_dir);
-  assert_int_equal(st_mkdir_p(dir), 0);
-  snprintf(path, sizeof path, "%s/tokenizer.model", dir);
-  make_rank_file(path, "");
+  rank_dir("rank_empty", "", dir, path);
   write_text(dir, "tokenizer.json", "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
              "{\"Regex\": \"\\\\p{L}+||\\\\s+\"}}}");
-  st_tokenizer *t = st_tokenizer_load(path);
-  if (!t) fail_msg("%s", st_error_msg());
+  st_tokenizer *t = load_ok(path);
   /* "abc" and " " match; the empty matches before "1", "." and the two-byte
    * "\xc3\xa9" leave them to the bytes between matches */
   const char text[] = "abc 12.\xc3\xa9" "abc";
@@ -390,17 +396,13 @@ static void test_pattern_matching_empty(void **state) {
 static void test_rank_file_nfc(void **state) {
   (void)state;
   char dir[128], path[256], out[128];
-  snprintf(dir, sizeof dir, "%s/rank_nfc", g_dir);
-  assert_int_equal(st_mkdir_p(dir), 0);
-  snprintf(path, sizeof path, "%s/tokenizer.model", dir);
-  make_rank_file(path, "w6k= 260\n"); /* U+00E9 (C3 A9) is rank 260 */
+  rank_dir("rank_nfc", "w6k= 260\n", dir, path); /* U+00E9 (C3 A9) is rank 260 */
   write_text(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, \"added_tokens\": "
              "[{\"id\": 261, \"content\": \"<|endoftext|>\", \"normalized\": false}], "
              "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
              "\"Split\", \"pattern\": {\"Regex\": \" ?\\\\p{L}+|\\\\s+\"}, \"behavior\": "
              "\"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}");
-  st_tokenizer *t = st_tokenizer_load(path);
-  if (!t) fail_msg("%s", st_error_msg());
+  st_tokenizer *t = load_ok(path);
   assert_string_equal(st_tokenizer_normalizer(t), "NFC");
   const uint32_t w[] = {260};
   uint32_t *ids;
@@ -411,8 +413,7 @@ static void test_rank_file_nfc(void **state) {
   free(ids);
   snprintf(out, sizeof out, "%s/rank_nfc_out", g_dir);
   assert_int_equal(st_tokenizer_write_dir(t, out), 0);
-  st_tokenizer *u = st_tokenizer_load(out);
-  if (!u) fail_msg("%s", st_error_msg());
+  st_tokenizer *u = load_ok(out);
   assert_string_equal(st_tokenizer_digest(u), st_tokenizer_digest(t));
   assert_string_equal(st_tokenizer_normalizer(u), "NFC");
   /* without the normalizer the same ranks are another tokenizer */
@@ -420,8 +421,7 @@ static void test_rank_file_nfc(void **state) {
              "\"<|endoftext|>\"}], \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": "
              "[{\"type\": \"Split\", \"pattern\": {\"Regex\": \" ?\\\\p{L}+|\\\\s+\"}, "
              "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}");
-  st_tokenizer *v = st_tokenizer_load(path);
-  if (!v) fail_msg("%s", st_error_msg());
+  st_tokenizer *v = load_ok(path);
   assert_string_equal(st_tokenizer_normalizer(v), "none");
   assert_string_not_equal(st_tokenizer_digest(v), st_tokenizer_digest(t));
   st_tokenizer_free(t);

@@ -117,29 +117,26 @@ int st_model_preset(const char *name, st_model_config *cfg) {
 }
 
 int st_model_validate(st_model_config *cfg) {
-  if (cfg->n_layer < 1 || cfg->n_layer > 1000)
-    return st_error_set("--layers must be in [1, 1000], got %d", cfg->n_layer);
-  /* Upper bounds well past today's largest models (Llama 3.1 405B: width
-   * 16384, 128 heads, 53248 FFN, 131072 positions) that keep every product
-   * the planner and layouts form (4 x width, heads x T^2 tiles, rows x
-   * width) far from overflowing: a shape read from a file cannot wrap. */
-  if (cfg->n_head < 1 || cfg->n_head > 4096)
-    return st_error_set("--heads must be in [1, 4096], got %d", cfg->n_head);
-  if (cfg->n_embd < 1 || cfg->n_embd > 65536)
-    return st_error_set("--dim must be in [1, 65536], got %d", cfg->n_embd);
+  if (cfg->n_layer < 1 || cfg->n_layer > ST_MODEL_MAX_LAYERS)
+    return st_error_set("--layers must be in [1, %d], got %d", ST_MODEL_MAX_LAYERS, cfg->n_layer);
+  if (cfg->n_head < 1 || cfg->n_head > ST_MODEL_MAX_HEADS)
+    return st_error_set("--heads must be in [1, %d], got %d", ST_MODEL_MAX_HEADS, cfg->n_head);
+  if (cfg->n_embd < 1 || cfg->n_embd > ST_MODEL_MAX_WIDTH)
+    return st_error_set("--dim must be in [1, %d], got %d", ST_MODEL_MAX_WIDTH, cfg->n_embd);
   if (cfg->n_embd % cfg->n_head != 0)
     return st_error_set("--dim %d must be a multiple of --heads %d", cfg->n_embd, cfg->n_head);
-  if (cfg->block_size < 1 || cfg->block_size > (1 << 24))
-    return st_error_set("--seq-len must be in [1, %d], got %d", 1 << 24, cfg->block_size);
-  /* the token files' bound (io/tokens.h: uint32 ids past 65536) */
-  if (cfg->vocab_size < 2 || cfg->vocab_size > (1 << 24))
-    return st_error_set("vocabulary size %d out of range [2, %d]", cfg->vocab_size, 1 << 24);
+  if (cfg->block_size < 1 || cfg->block_size > ST_MODEL_MAX_POSITIONS)
+    return st_error_set("--seq-len must be in [1, %d], got %d", ST_MODEL_MAX_POSITIONS,
+                        cfg->block_size);
+  if (cfg->vocab_size < 2 || cfg->vocab_size > ST_MODEL_MAX_VOCAB)
+    return st_error_set("vocabulary size %d out of range [2, %d]", cfg->vocab_size,
+                        ST_MODEL_MAX_VOCAB);
   if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
   if (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head != 0)
     return st_error_set("--kv-heads %d must divide --heads %d", cfg->n_kv_head, cfg->n_head);
   if (cfg->ffn_dim == 0) cfg->ffn_dim = 4 * cfg->n_embd;
-  if (cfg->ffn_dim < 1 || cfg->ffn_dim > (1 << 20))
-    return st_error_set("--ffn-dim must be in [1, %d], got %d", 1 << 20, cfg->ffn_dim);
+  if (cfg->ffn_dim < 1 || cfg->ffn_dim > ST_MODEL_MAX_FFN)
+    return st_error_set("--ffn-dim must be in [1, %d], got %d", ST_MODEL_MAX_FFN, cfg->ffn_dim);
   if (cfg->norm_eps == 0) cfg->norm_eps = 1e-5f;
   if (!(cfg->norm_eps > 0 && cfg->norm_eps < 1))
     return st_error_set("--norm-eps must be in (0, 1), got %g", (double)cfg->norm_eps);

@@ -90,7 +90,20 @@ static inline int st_model_qkv_dim(const st_model_config *c) {
  * (max_position_embeddings) included. 0, or -1 with st_error naming the
  * known presets. */
 int st_model_preset(const char *name, st_model_config *cfg);
-/* Check divisibility and ranges, and set padded_vocab_size. 0 or -1. */
+/* Shape bounds, well past today's largest models (Llama 3.1 405B: width
+ * 16384, 128 heads, 53248 FFN, 131072 positions), that keep every product
+ * the planner and layouts form (4 x width, heads x T^2 tiles, rows x width)
+ * far from overflowing, so a shape read from a file cannot wrap. The
+ * command-line flags take the same ranges (launcher/cli.c). */
+#define ST_MODEL_MAX_LAYERS 1000
+#define ST_MODEL_MAX_HEADS 4096
+#define ST_MODEL_MAX_WIDTH 65536
+#define ST_MODEL_MAX_FFN (1 << 20)
+#define ST_MODEL_MAX_POSITIONS (1 << 24)
+/* the token files' bound (io/tokens.h: uint32 ids past 65536) */
+#define ST_MODEL_MAX_VOCAB (1 << 24)
+/* Check divisibility and the ranges above, and set padded_vocab_size. 0, or
+ * -1 with st_error naming the flag and its range. */
 int st_model_validate(st_model_config *cfg);
 struct cJSON;
 /* Add the description's fields to JSON object o (rank/model/config_fields.h

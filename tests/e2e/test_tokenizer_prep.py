@@ -26,6 +26,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import corpus, gpt2_tokenizer, parse_args, run, train  # noqa: E402
 from common import soft_check as check, soft_finish  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from gpt2_bytes import bytes_to_unicode  # noqa: E402
 
 a = parse_args()
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -81,15 +83,6 @@ check("2 documents" in r.stdout and "MB/s" in r.stdout, "summary line: documents
 
 
 # ---- a vocabulary past 65536: uint32 ----
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 b2u = bytes_to_unicode()

@@ -42,6 +42,8 @@ from common import corpus_text, parse_args, qwen_ranks, same_ids as same, train 
 from common import soft_check as check, soft_finish, tokenize as tokenize_with  # noqa: E402
 from common import tokenizer_info, tokenizer_oracles  # noqa: E402
 import oracle  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from gpt2_bytes import bytes_to_unicode  # noqa: E402
 
 a = parse_args()
 REPO = oracle.REPO
@@ -77,15 +79,6 @@ def roundtrip(tok, data, special=False):
 
 
 # ---- a Llama-3-style tokenizer.json of the same ranks ------------------------
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 B2U = bytes_to_unicode()

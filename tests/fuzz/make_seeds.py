@@ -2,7 +2,10 @@
 (tests/fuzz/README.md). Run from anywhere: python3 tests/fuzz/make_seeds.py.
 Findings live beside them as corpus/NAME/crash-* (kept: ctest replays them).
 Standard library only; the formats are written by hand from their specs."""
-import base64, json, os, struct
+import base64, json, os, struct, sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from gpt2_bytes import bytes_to_unicode  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUT = b"\n--8<--\n"
@@ -57,19 +60,6 @@ cfgs = {
 }
 for k, v in cfgs.items():
     put("hf_config", k, json.dumps(v, indent=2).encode())
-
-
-def bytes_to_unicode():
-    """GPT-2's byte <-> printable character map (openai/gpt-2 encoder.py)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 b2u = bytes_to_unicode()
