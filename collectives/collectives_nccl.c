@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/collectives_local.h"
 #include "kernels/cuda/timeline.h"
 #include "rank/memory/nccl_buffsize.h"
 #include "util/error.h"
@@ -317,6 +318,15 @@ int st_comm_nccl_init(st_comm *c, const st_nccl_options *o) {
   c->backend = "nccl";
   c->step = 0;
   n->timeout_s = o->timeout_s;
+  if (c->world == 1 && !o->one_rank_nccl) {
+    /* nothing to talk to: no communicator, its buffers or its kernels */
+    c->backend = "local";
+    snprintf(n->describe, sizeof n->describe, "none: one rank, so no NCCL communicator; the "
+             "device collectives are copies on the compute stream (ST_NCCL_ONE_RANK=1 makes "
+             "one)");
+    st_comm_local_install(c);
+    return 0;
+  }
   set_env_default("NCCL_BUFFSIZE", o->buffsize);
 
   ncclUniqueId id;

@@ -20,10 +20,16 @@ typedef struct {
    * many CTAs, carries the reductions started with background set
    * (the gradient reductions that overlap backward). */
   int overlap_max_ctas;
+  /* With one rank: 0 installs the copies of collectives_local.h and makes
+   * no NCCL communicator (train on one GPU); 1 makes the communicator
+   * anyway (bench collectives, which measures NCCL; ST_NCCL_ONE_RANK=1). */
+  int one_rank_nccl;
 } st_nccl_options;
 
 /* Create the NCCL communicator over MPI_COMM_WORLD on the current CUDA
- * device. Collective. 0, or -1 with st_error naming the failing rank. */
+ * device (or, with one rank and o->one_rank_nccl 0, the one-rank copies
+ * and no communicator). Collective. 0, or -1 with st_error naming the
+ * failing rank. */
 int st_comm_nccl_init(st_comm *c, const st_nccl_options *o);
 void st_comm_nccl_free(st_comm *c);
 

@@ -146,7 +146,8 @@ static int setup(bench_opts *o, const st_env *env, st_comm *mpi, st_comm *nccl, 
   if (!o->max_bytes) o->max_bytes = dev.index >= 0 ? (4ull << 30) : (64ull << 20);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (dev.index >= 0) {
-    st_nccl_options no = {.timeout_s = o->nccl_timeout_s, .cga_cluster_size = -1};
+    st_nccl_options no = {.timeout_s = o->nccl_timeout_s, .cga_cluster_size = -1,
+                          .one_rank_nccl = 1};
     if (st_comm_nccl_init(nccl, &no)) return -1;
     *dcomm = nccl;
     *ops = st_ops_cuda(ST_FP32);

@@ -10,6 +10,8 @@
  *    the range as it was.
  * 3. ST_ATTENTION_KERNEL: simt forces the fallback; unset, "" and auto do
  *    not; other words are -1 (warned about by the caller).
+ * 3b. Switches (ST_NCCL_ONE_RANK): unset, "" and 0 are off, 1 is on,
+ *    anything else is refused.
  * 4. CUDA_VISIBLE_DEVICES described for the "no CUDA device" message: unset,
  *    empty and "-1" (both hide every GPU) say so.
  * 5. NCCL_BUFFSIZE from the environment: unset is 0; a whole number in
@@ -92,6 +94,19 @@ static void test_attention_kernel(void **state) {
   assert_int_equal(st_envparse_attention_kernel("simt "), -1);
 }
 
+static void test_switch(void **state) {
+  (void)state;
+  assert_int_equal(st_envparse_switch(NULL), 0);
+  assert_int_equal(st_envparse_switch(""), 0);
+  assert_int_equal(st_envparse_switch("0"), 0);
+  assert_int_equal(st_envparse_switch("1"), 1);
+  assert_int_equal(st_envparse_switch("yes"), -1);
+  assert_int_equal(st_envparse_switch("true"), -1);
+  assert_int_equal(st_envparse_switch(" 1"), -1);
+  assert_int_equal(st_envparse_switch("10"), -1);
+  assert_int_equal(st_envparse_switch("01"), -1);
+}
+
 static void test_cuda_visible(void **state) {
   (void)state;
   char b[96];
@@ -138,7 +153,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uint),          cmocka_unit_test(test_step_range),
       cmocka_unit_test(test_attention_kernel), cmocka_unit_test(test_cuda_visible),
-      cmocka_unit_test(test_nccl_buffsize),
+      cmocka_unit_test(test_switch),        cmocka_unit_test(test_nccl_buffsize),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,6 +44,11 @@ int st_envparse_attention_kernel(const char *s) {
   return strcmp(s, "simt") == 0 ? 1 : -1;
 }
 
+int st_envparse_switch(const char *s) {
+  if (!s || !*s || strcmp(s, "0") == 0) return 0;
+  return strcmp(s, "1") == 0 ? 1 : -1;
+}
+
 char *st_envparse_cuda_visible(const char *s, char *buf, unsigned long cap) {
   if (!buf || cap == 0) return buf;
   if (!s) snprintf(buf, cap, "unset");

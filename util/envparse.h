@@ -26,6 +26,11 @@ int st_envparse_step_range(const char *s, long long *from, long long *to);
  * 0 for NULL, "" or "auto" (the normal choice), -1 for anything else. */
 int st_envparse_attention_kernel(const char *s);
 
+/* A switch such as ST_NCCL_ONE_RANK: 0 for NULL, "" or "0", 1 for "1",
+ * -1 for anything else ("yes", "true", " 1" and the like are refused, not
+ * guessed at). */
+int st_envparse_switch(const char *s);
+
 /* CUDA_VISIBLE_DEVICES as a phrase for a "no CUDA device" message: "unset",
  * "set but empty, which hides every GPU", "'-1', which hides every GPU"
  * (CUDA stops at the first invalid entry), or "'0,1'". Into buf[cap];
