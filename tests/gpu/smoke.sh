@@ -316,6 +316,22 @@ done
 check gpt2-124m-bf16-cudnn-z3-offload 6 "$B" train "${G124[@]}" --precision bf16 --attention cudnn \
   --zero 3 --offload optimizer --resume none --out "$W/gpt2-124m-bf16-cudnn-z3-offload"
 
+# One GPU makes no NCCL communicator (collectives/collectives_local.c): its
+# collectives are copies, and the losses equal those of the same runs with
+# NCCL over one rank (ST_NCCL_ONE_RANK=1), bit for bit, at ZeRO 1, 2 and 3.
+for z in 1 2 3; do
+  ST_NCCL_ONE_RANK=1 check "tiny-bf16-flash-z$z-nccl" 12 "$B" train "${TINY[@]}" --precision bf16 \
+    --attention flash --zero $z --resume none --out "$W/tiny-bf16-flash-z$z-nccl"
+  if grep -q "one rank, so no NCCL communicator" "$W/tiny-bf16-flash-z$z.log" &&
+     grep -q "nccl       NCCL " "$W/tiny-bf16-flash-z$z-nccl.log" &&
+     [ -s "$W/tiny-bf16-flash-z$z/metrics.jsonl" ] &&
+     [ "$(losses "$W/tiny-bf16-flash-z$z")" = "$(losses "$W/tiny-bf16-flash-z$z-nccl")" ]; then
+    ok "tiny-z$z-copies-equal-nccl" "12 losses identical, no communicator without ST_NCCL_ONE_RANK"
+  else
+    bad "tiny-z$z-copies-equal-nccl" "the config lines do not say which ran, or the losses differ"
+  fi
+done
+
 # Asynchronous checkpoints (the default) against --ckpt-async off on the GPU:
 # every dataset of every checkpoint equal; gradient dumps of CUDA fp32 within
 # 1e-4 (relative, per tensor) of the CPU's.
