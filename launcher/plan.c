@@ -275,7 +275,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
                extra, in->world - 1 < 2 ? in->world - 1 : 2, human(bs, a, sizeof a));
       row("NCCL buffers", p->nccl, note);
     } else {
-      row("NCCL buffers", p->nccl, "one rank: no connections");
+      row("NCCL buffers", p->nccl, "one rank: no NCCL communicator (its collectives are copies)");
     }
     row("CUDA context", p->context, "measured on an H200 (docs/memory.md)");
   }
