@@ -13,6 +13,8 @@
  *   cudnn      cudnnCreate
  *   sdpa       cuDNN's attention selected, forward and backward once at
  *              B=4, T=1024, 12 heads of 64, bf16 (its workspace freed again)
+ *   release    ours selected instead (--attention auto settling on ours):
+ *              cuDNN's plans and handle destroyed, and the cudnn step's handle
  *   nccl       ncclCommInitRank over one rank (what train does on one GPU)
  *   nccl_coll  a first all-reduce, reduce, broadcast and all-gather on it
  * After each step: the device's used memory (cudaMemGetInfo: total - free)
@@ -104,6 +106,12 @@ static int run_step(const char *s) {
     /* the workspace stays (the table owns it): reported separately */
     printf("{\"step\": \"sdpa_workspace\", \"mib\": %.1f}\n",
            (double)ch.workspace_bytes / (1 << 20));
+  } else if (strcmp(s, "release") == 0) {
+    st_attention_choice ch;
+    if (st_cuda_attention_select(ST_ATTENTION_FLASH, ST_BF16, 4, 1024, 768, 12, &ch))
+      return fail(s, st_error_msg());
+    if (g_dnn) cudnnDestroy(g_dnn);
+    g_dnn = NULL;
   } else if (strcmp(s, "nccl") == 0) {
     ncclUniqueId id;
     if (ncclGetUniqueId(&id) != ncclSuccess) return fail(s, "ncclGetUniqueId");
@@ -121,15 +129,15 @@ static int run_step(const char *s) {
     if (!ok) return fail(s, "a collective failed");
   } else {
     fprintf(stderr, "bench_cuda_context: unknown step '%s' (context cublaslt gemm ops cudnn "
-            "sdpa nccl nccl_coll)\n", s);
+            "sdpa release nccl nccl_coll)\n", s);
     return 2;
   }
   return 0;
 }
 
 int main(int argc, char **argv) {
-  static const char *all[] = {"context", "cublaslt", "gemm", "ops", "cudnn", "sdpa", "nccl",
-                              "nccl_coll"};
+  static const char *all[] = {"context", "cublaslt", "gemm", "ops", "cudnn", "sdpa", "release",
+                              "nccl", "nccl_coll"};
   const char **steps = argc > 1 ? (const char **)argv + 1 : all;
   const int n = argc > 1 ? argc - 1 : (int)(sizeof all / sizeof all[0]);
   if (st_cuda_device_count() < 1) {

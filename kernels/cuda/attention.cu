@@ -494,6 +494,9 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
                          "no attention kernel of ours (head sizes 1 to 128); use more heads%s",
                          hs, C, NH, dt == ST_FP32 ? "" : ", or --attention auto|cudnn");
   if (want == ST_ATTENTION_FLASH) {
+    /* --attention auto settling on ours comes here too: cuDNN's plans for
+     * the shape it gave up are of no further use */
+    cuda_attention_cudnn_release();
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention flash)", ours);
     return 0;
   }

@@ -552,6 +552,20 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
   return 0;
 }
 
+void cuda_attention_cudnn_release(void) {
+  for (int i = 0; i < CACHE_SLOTS; i++) {
+    entry *e = &g_cache[i];
+    if (!e->used) continue;
+    if (e->fwd) cudnnBackendDestroyDescriptor(e->fwd);
+    if (e->bwd) cudnnBackendDestroyDescriptor(e->bwd);
+    g_free(&e->gb);
+    g_free(&e->gf);
+    memset(e, 0, sizeof *e);
+  }
+  if (g_handle) cudnnDestroy(g_handle);
+  g_handle = NULL;
+}
+
 /* ---- execution */
 
 static int execute(cudnnBackendDescriptor_t plan, int n, const int64_t *uids, void **ptrs,

@@ -86,6 +86,12 @@ int cuda_attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv,
                                   const float *stats, int B, int T, int C, int NH, int NKV,
                                   st_dtype dt, void *workspace);
 
+/* Destroy every prepared plan and the cuDNN handle, so that what cuDNN
+ * keeps on the device for them (its handle's state, the plans' compiled
+ * kernels) can go when our attention runs instead; a later prepare makes
+ * them again. Never fails. */
+void cuda_attention_cudnn_release(void);
+
 /* The last failure's reason ("" when none). */
 const char *cuda_attention_cudnn_error(void);
 

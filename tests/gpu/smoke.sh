@@ -300,6 +300,26 @@ if grep -q "in groups of 8 sequences" "$W/attn-groups.log" &&
 else
   bad attn-groups-equal "no 'in groups of 8 sequences' in attn-groups.log, or the losses differ"
 fi
+# A budget with room for 4 sequences' workspace, below auto's smallest group
+# here (8: st_attention_cudnn_min_group): ours runs, cuDNN's plans and handle
+# are released (cuda_attention_cudnn_release), and the losses are those of
+# --attention flash, bit for bit.
+budget4=$(python3 - "$W/attn-whole/metrics.jsonl" <<'PY' 2>/dev/null
+import json, sys
+b = json.loads(open(sys.argv[1]).readline())["memory_plan"]["bytes"]
+print(int((b["total"] - b["cudnn_attention_workspace"] * 3 // 4 + (16 << 20)) / 0.95) // 1024)
+PY
+)
+check attn-flash 4 "$B" train "${G16[@]}" --attention flash --resume none --out "$W/attn-flash"
+check attn-auto-ours 4 "$B" train "${G16[@]}" --attention auto --gpu-mem "${budget4:-0}KiB" \
+  --resume none --out "$W/attn-auto-ours"
+if grep -q "attention auto: cuDNN's deterministic backward needs" "$W/attn-auto-ours.log" &&
+   [ -s "$W/attn-flash/metrics.jsonl" ] &&
+   [ "$(losses "$W/attn-flash")" = "$(losses "$W/attn-auto-ours")" ]; then
+  ok attn-auto-ours-equal "auto at --gpu-mem ${budget4}KiB ran ours, losses identical to flash's"
+else
+  bad attn-auto-ours-equal "auto did not say it fell back to ours, or the losses differ from flash's"
+fi
 
 # ZeRO 3 on one GPU: the block gathers and the head's, bit-identical losses
 # to ZeRO 2 (the same reduction order), and with the optimizer offloaded.
