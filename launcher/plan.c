@@ -91,9 +91,7 @@ static char attn_note[400];
  * whole workspace, which the caller reports as not fitting. 0, or -1 with
  * st_error. */
 static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws, int asked) {
-  const int least = asked ? 1
-                          : st_attention_cudnn_min_group(in->micro_batch, st_plan_seq_len(in),
-                                                         in->model.n_head);
+  const int least = st_plan_attention_least_group(in, asked);
   st_plan_input t = *in;
   t.attn_workspace_per_seq = 0;
   st_memory_plan with;

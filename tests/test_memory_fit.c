@@ -404,6 +404,24 @@ static void test_fit_errors(void **state) {
   assert_int_equal(f.choice.accum, 720720 / f.choice.in.micro_batch);
 }
 
+/* ---- the smallest cuDNN group, shared by plan and the pre-flight ---- */
+static void test_attention_least_group(void **state) {
+  (void)state;
+  st_plan_input in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE); /* B 32, 12 heads */
+  /* asked for cuDNN: down to one sequence a call */
+  assert_int_equal(st_plan_attention_least_group(&in, 1), 1);
+  /* auto: g x 12 x ceil(T/128) >= 768 tiles, g a divisor of 32 */
+  in.seq_len = 1024;
+  assert_int_equal(st_plan_attention_least_group(&in, 0), 8);
+  in.seq_len = 8192;
+  assert_int_equal(st_plan_attention_least_group(&in, 0), 1);
+  in.seq_len = 0; /* the model's positions, 1024 */
+  assert_int_equal(st_plan_attention_least_group(&in, 0), 8);
+  in.seq_len = 2048;
+  in.micro_batch = 6; /* 12 x 16 = 192 a sequence: g >= 4, the divisors of 6 give 6 */
+  assert_int_equal(st_plan_attention_least_group(&in, 0), 6);
+}
+
 /* ---- change descriptions ---- */
 static void test_describe_change(void **state) {
   (void)state;
@@ -431,6 +449,7 @@ int main(void) {
       cmocka_unit_test(test_fit_lora),
       cmocka_unit_test(test_fit_errors),
       cmocka_unit_test(test_describe_change),
+      cmocka_unit_test(test_attention_least_group),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

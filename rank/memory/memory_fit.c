@@ -439,6 +439,12 @@ void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
 #undef ADD
 }
 
+int st_plan_attention_least_group(const st_plan_input *in, int asked) {
+  return asked ? 1
+               : st_attention_cudnn_min_group(in->micro_batch, st_plan_seq_len(in),
+                                              in->model.n_head);
+}
+
 int st_plan_attention_groups(const st_plan_input *in, uint64_t ws_per_seq, int least,
                              st_memory_plan *with, int *group) {
   memset(with, 0, sizeof *with);

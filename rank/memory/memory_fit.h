@@ -153,4 +153,10 @@ void st_plan_describe_change(const st_plan_input *from, const st_plan_input *to,
 int st_plan_attention_groups(const st_plan_input *in, uint64_t ws_per_seq, int least,
                              st_memory_plan *with, int *group);
 
+/* The `least` of st_plan_attention_groups for in's micro-batch, sequence
+ * length and heads: 1 when cuDNN was asked for (--attention cudnn: asked
+ * 1), else st_attention_cudnn_min_group (auto: below it ours costs less).
+ * plan and train's pre-flight both take it from here, so they agree. */
+int st_plan_attention_least_group(const st_plan_input *in, int asked);
+
 #endif

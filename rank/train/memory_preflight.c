@@ -85,9 +85,7 @@ static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
    * fits the pre-flight reports the whole plan */
   const int asked = strcmp(tr->rc->attention, "cudnn") == 0;
   if (!asked && strcmp(tr->rc->attention, "auto") != 0) return 0;
-  const int least = asked ? 1
-                          : st_attention_cudnn_min_group(tr->rc->micro_batch, tr->rc->seq_len,
-                                                         tr->rc->model.n_head);
+  const int least = st_plan_attention_least_group(in, asked);
   st_plan_input t = *in;
   t.gpu_mem = cap;
   t.attn_workspace_per_seq = 0;
