@@ -36,5 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (r == 1 && !(0 <= from && from <= to)) abort();
   if (r != 1 && (from != -7 || to != -7)) abort();
   (void)st_envparse_attention_kernel(s);
+  const int sw = st_envparse_switch(s);
+  if (sw < -1 || sw > 1) abort();
   return 0;
 }
