@@ -275,7 +275,10 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     } else {
       row("NCCL buffers", p->nccl, "one rank: no NCCL communicator (its collectives are copies)");
     }
-    row("CUDA context", p->context, "measured on an H200 (docs/memory.md)");
+    row("CUDA context", p->context,
+        p->context > ST_PLAN_CUDA_CONTEXT
+            ? "measured on an H200: the context + an NCCL communicator's own (docs/memory.md)"
+            : "measured on an H200 (docs/memory.md)");
   }
   printf("  %-28s %17s %11s\n", "", "-----------------", "-----------");
   row("total", p->total, "");
@@ -413,6 +416,7 @@ int st_cmd_plan(int argc, char **argv) {
   long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */
   if (st_nccl_buffsize_env(&nccl_bs)) return st_cli_fail(ST_EXIT_USAGE);
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
+  if (st_nccl_one_rank_env(&in.nccl_one_rank)) return st_cli_fail(ST_EXIT_USAGE);
   /* train measures cuDNN's workspace at setup; plan uses the formula.
    * --attention auto plans without it and adds it after, where it fits
    * (settle_attention). */

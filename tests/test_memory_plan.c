@@ -642,9 +642,19 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.cublaslt, 32LL << 20);
   assert_int_equal(p.tokens, 2LL * 32768 * 4);
   assert_int_equal(p.nccl, 0); /* one rank: no connections */
-  assert_int_equal(p.context, 1117LL << 20); /* calibrated on an H200 */
+  /* calibrated on an H200: the context alone, as one rank makes no
+   * communicator; with ST_NCCL_ONE_RANK=1 a communicator's 576 MiB too */
+  assert_int_equal(p.context, 541LL << 20);
+  const uint64_t one_rank_total = p.total;
+  in.nccl_one_rank = 1;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.context, (541LL + 576) << 20);
+  assert_int_equal(p.nccl, 0);
+  assert_int_equal(p.total, one_rank_total + (576LL << 20));
   in = gpt2_124m(2, 1, ST_RECOMPUTE_FULL);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  /* two ranks always make one: the 1117 MiB the 2-rank calibration used */
+  assert_int_equal(p.context, 1117LL << 20);
   /* 32 channel-equivalents x 1 peer x (4 MiB + 512 KiB + 4,915,200) */
   assert_int_equal(p.nccl, 32LL * (4194304 + 524288 + 4915200));
   assert_int_equal(st_plan_nccl_bytes(8, 0, 0), 32LL * 2 * (4194304 + 524288 + 4915200));

@@ -47,6 +47,10 @@ uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels) {
   return ch * peers * (simple + NCCL_LL_BYTES + NCCL_LL128_BYTES);
 }
 
+uint64_t st_plan_context_bytes(int world, int nccl_one_rank) {
+  return ST_PLAN_CUDA_CONTEXT + (world > 1 || nccl_one_rank ? ST_PLAN_NCCL_COMM : 0);
+}
+
 uint64_t st_plan_cuda_scratch(int64_t rows, const st_model_config *c) {
   const uint64_t part = (uint64_t)st_colsum_chunks((int)rows) * sizeof(float);
   const int64_t C = c->n_embd;
@@ -232,7 +236,7 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
                    ? st_plan_nccl_bytes(in->world, in->nccl_buffsize,
                                         ST_PLAN_NCCL_OVERLAP_FACTOR * in->nccl_overlap_channels)
                    : 0);
-    p->context = ST_PLAN_CUDA_CONTEXT;
+    p->context = st_plan_context_bytes(in->world, in->nccl_one_rank);
     p->attn_workspace =
         R(st_plan_attention_workspace(in->attn_workspace_per_seq, (int)B, in->attn_group));
   }

@@ -37,12 +37,18 @@ typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
 /* kernels/cuda/matmul.cu: the cuBLASLt workspace, made on the first matmul. */
 #define ST_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
 /* Everything on a GPU that is not a planned buffer: the CUDA context,
- * cuBLASLt handle, loaded kernels and cudaMalloc's rounding. Calibrated on
- * an H200 (CUDA 13.0, 2026-11-30): nvidia-smi's used memory minus the
- * planned buffers was 599-605 MiB above the earlier 512 MiB guess in five
- * one-rank runs of different models, batches, lengths and recompute
- * policies (docs/memory.md has the table), so 1117 MiB. */
-#define ST_PLAN_CUDA_CONTEXT ((uint64_t)1117 << 20)
+ * cuBLASLt and cuDNN handles, loaded kernels and cudaMalloc's rounding.
+ * 1117 MiB from five one-rank runs on an H200 (CUDA 13.0, 2026-11-30;
+ * docs/memory.md) less an NCCL communicator's 576 MiB, which those runs
+ * made over one rank and a one-GPU run no longer makes (2026-12-05: the
+ * same run peaked 576 MiB lower without it, at mb 4 and 32). */
+#define ST_PLAN_CUDA_CONTEXT ((uint64_t)541 << 20)
+/* An NCCL communicator's own device memory, made at its init (its kernels,
+ * proxy and work buffers, before any connection's buffers): 576 MiB in a
+ * one-rank train run with and without it on an H200 (NCCL 2.28,
+ * 2026-12-05), 580 in tests/bench_cuda_context. The 2-rank calibration
+ * below was made with it inside the 1117 MiB, so it stands. */
+#define ST_PLAN_NCCL_COMM ((uint64_t)576 << 20)
 /* NCCL's SIMPLE-protocol buffer per connection when NCCL_BUFFSIZE is unset. */
 #define ST_PLAN_NCCL_BUFFSIZE ((uint64_t)4 << 20)
 /* Channel-equivalents for the NCCL estimate when --nccl-max-ctas does not
@@ -79,6 +85,9 @@ typedef struct {
   int64_t nccl_buffsize;  /* NCCL_BUFFSIZE in bytes; 0 = NCCL's default 4 MiB */
   int nccl_channels;      /* channels for the NCCL estimate; 0 = ST_PLAN_NCCL_CHANNELS */
   int nccl_overlap_channels; /* the overlap communicator's (--nccl-overlap-ctas); 0 = none */
+  /* 1 when one rank makes an NCCL communicator anyway (ST_NCCL_ONE_RANK=1);
+   * more than one rank always does */
+  int nccl_one_rank;
   uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
   double headroom_pct;    /* percent of gpu_mem kept free */
   /* --offload optimizer (rank/optim/offload.h): master weights, Adam m and
@@ -196,6 +205,11 @@ uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int 
  * ranks) x (SIMPLE NCCL_BUFFSIZE + LL 512 KiB + LL128 4,915,200 bytes, the
  * sizes in NCCL's device.h). 0 on one rank (no connection is made). */
 uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels);
+/* Device memory a CUDA rank makes at setup outside the planned buffers and
+ * the NCCL connections' (the plan's "CUDA context" row), bytes: the
+ * context, plus a communicator's own when one is made (world > 1, or
+ * nccl_one_rank). Free memory read after setup already lacks it. */
+uint64_t st_plan_context_bytes(int world, int nccl_one_rank);
 
 /* The size cuda_scratch (kernels/cuda/memory.cu) has grown to after one
  * training step of B*T = rows rows of model c: its requests in backward's

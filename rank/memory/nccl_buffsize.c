@@ -18,3 +18,12 @@ int st_nccl_buffsize_env(long long *bytes) {
   *bytes = v;
   return 0;
 }
+
+int st_nccl_one_rank_env(int *on) {
+  const char *s = getenv("ST_NCCL_ONE_RANK");
+  *on = st_envparse_switch(s);
+  if (*on >= 0) return 0;
+  *on = 0;
+  return st_error_setc(ST_EXIT_USAGE, "ST_NCCL_ONE_RANK='%.40s': use 1 (one rank makes an NCCL "
+                       "communicator too) or 0 (it does not: the default)", s);
+}

@@ -15,4 +15,11 @@
  * one-line message naming the variable (exit class ST_EXIT_USAGE). */
 int st_nccl_buffsize_env(long long *bytes);
 
+/* ST_NCCL_ONE_RANK from the environment: *on = 1 when a one-rank run makes
+ * an NCCL communicator anyway ("1"), 0 when it does not (unset, "" or "0":
+ * its device collectives are copies, collectives/collectives_local.h).
+ * 0, or -1 for any other value with a one-line message naming the
+ * variable (ST_EXIT_USAGE). train and plan both read it here. */
+int st_nccl_one_rank_env(int *on);
+
 #endif

@@ -119,6 +119,10 @@ static void plan_input_of(const trainer *tr, st_plan_input *in) {
                     tr->device_index >= 0 ? ST_BACKEND_CUDA : ST_BACKEND_CPU, tr->ops->dtype, in);
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
   in->attn_group = tr->attn_group;
+  /* one rank's device collectives are copies unless ST_NCCL_ONE_RANK=1 made
+   * a communicator (collectives/collectives_nccl.c) */
+  in->nccl_one_rank = tr->comm->world == 1 && tr->dcomm && tr->dcomm->backend &&
+                      strcmp(tr->dcomm->backend, "nccl") == 0;
 }
 
 /* The budget every rank plans against: the smallest over ranks, so that all
@@ -236,13 +240,14 @@ int st_trainer_memory_check(trainer *tr) {
     tr->have_dev_mem = 1;
     tr->dev_free_before = fr;
     tr->dev_total = tot;
-    const uint64_t avail = fr + ST_PLAN_CUDA_CONTEXT;
+    const uint64_t made = st_plan_context_bytes(in.world, in.nccl_one_rank);
+    const uint64_t avail = fr + made;
     if (!cap || avail < cap) {
       cap = avail;
       snprintf(tr->plan_source, sizeof tr->plan_source,
-               "%s free on %s + the %s CUDA context estimate, already made",
-               st_format_bytes(fr, a, sizeof a), name,
-               st_format_bytes(ST_PLAN_CUDA_CONTEXT, b, sizeof b));
+               "%s free on %s + the %s estimate of the CUDA context%s, already made",
+               st_format_bytes(fr, a, sizeof a), name, st_format_bytes(made, b, sizeof b),
+               made > ST_PLAN_CUDA_CONTEXT ? " and NCCL communicator" : "");
     }
   }
 #endif

@@ -30,7 +30,6 @@
 #include "rank/train/run_dir_setup.h"
 #include "rank/train/trainer_state.h"
 #include "util/bytes.h"
-#include "util/envparse.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 
@@ -98,11 +97,8 @@ static int setup_collectives(trainer *tr) {
   tr->dcomm = tr->comm;
   if (tr->device_index < 0) return 0;
 #ifdef SHARDTRAIN_HAVE_CUDA
-  const char *one_rank = getenv("ST_NCCL_ONE_RANK");
-  const int one_rank_nccl = st_envparse_switch(one_rank);
-  if (one_rank_nccl < 0)
-    return st_error_setc(ST_EXIT_USAGE, "ST_NCCL_ONE_RANK='%s': use 1 (one rank makes an NCCL "
-                         "communicator too) or 0 (it does not: the default)", one_rank);
+  int one_rank_nccl;
+  if (st_nccl_one_rank_env(&one_rank_nccl)) return -1;
   st_nccl_options o = {.timeout_s = tr->rc->nccl_timeout_s, .cga_cluster_size = tr->rc->nccl_cga,
                        .min_ctas = tr->rc->nccl_min_ctas, .max_ctas = tr->rc->nccl_max_ctas,
                        .buffsize = tr->rc->nccl_buffsize,

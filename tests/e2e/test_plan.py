@@ -76,16 +76,18 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
         T64 = (T + 63) // 64 * 64
         ws = al(B * (NH * T64 * T64 * 2 + NH * T * 4)) if cudnn and es == 2 else 0
         arena += (32 << 20) + al(s) + ws
-        other += (32 << 20) + al(s) + ws + nccl + (1117 << 20)  # context: calibrated on an H200
+        # calibrated on an H200: the context 541 MiB, and a communicator's
+        # 576 MiB where one is made (two ranks and more)
+        other += (32 << 20) + al(s) + ws + nccl + ((541 + (576 if N > 1 else 0)) << 20)
     return dict(params=P, acts=acts, arena=arena, total=states + acts + other)
 
 
-def plan(args, rc=0):
-    return run([a.bin, "plan"] + [str(x) for x in args], expect_rc=rc)
+def plan(args, rc=0, env=None):
+    return run([a.bin, "plan"] + [str(x) for x in args], env=env, expect_rc=rc)
 
 
-def plan_json(args, rc=0):
-    return json.loads(plan(args + ["--json"], rc).stdout)
+def plan_json(args, rc=0, env=None):
+    return json.loads(plan(args + ["--json"], rc, env).stdout)
 
 
 # 1. GPT-2 124M, bf16, B=32, T=1024: every ZeRO stage and recompute policy on
@@ -198,6 +200,20 @@ d = plan_json(["--model", "gpt2-124m", "--seq-len", 65536, "--global-batch", 1, 
                "--precision", "bf16", "--gpu-mem", "24GiB", "--fit"])
 check(d["fit"]["found"] and d["bytes"]["cudnn_attention_workspace"] == 0,
       "--fit, GPT-2 124M at T=65536 under 24 GiB: fits with ours (O(T) attention)")
+
+# One rank makes no NCCL communicator unless ST_NCCL_ONE_RANK=1 (train
+# reads the same variable the same way): then its 576 MiB are in the
+# context row; any other value is refused, naming the variable.
+one = base + ["--ranks", 1, "--global-batch", 32]
+d0 = plan_json(one)
+d1 = plan_json(one, env={"ST_NCCL_ONE_RANK": "1"})
+check(d0["bytes"]["cuda_context_estimate"] == 541 << 20 and
+      d1["bytes"]["cuda_context_estimate"] == 1117 << 20 and
+      d1["bytes"]["total"] - d0["bytes"]["total"] == 576 << 20,
+      "one rank: context 541 MiB, 1117 with ST_NCCL_ONE_RANK=1 (a communicator's 576)")
+r = plan(one, rc=2, env={"ST_NCCL_ONE_RANK": "yes"})
+check("ST_NCCL_ONE_RANK='yes'" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+      "ST_NCCL_ONE_RANK=yes: exit 2, one line naming the variable")
 
 # The gradient-overlap communicator's NCCL memory: 2 channel-equivalents per
 # CTA, none at ZeRO 0 or with --nccl-overlap-ctas 0, capped by --nccl-max-ctas.
@@ -337,10 +353,10 @@ t = train(a, 1, ["--data", data, "--out", os.path.join(a.work, "tight"), "--step
                  "--gpu-mem", tight] + [str(x) for x in cpu[:6] + cpu[8:]], expect_rc=6)
 check(f"The smallest change that fits: {named} (plan" in t.stderr,
       f"train's pre-flight names the same change as plan: {named}")
-# 124M at 32 x 1024 needs 13.9 GiB; with full recompute 6.2 GiB (its
+# 124M at 32 x 1024 needs 13.4 GiB; with full recompute 5.6 GiB (its
 # logits one 393 MiB chunk), which 8 GiB holds at the same micro-batch.
 r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
-check("The smallest change that fits: --recompute none -> full (plan 6.18 GiB)" in r.stdout and
+check("The smallest change that fits: --recompute none -> full (plan 5.62 GiB)" in r.stdout and
       "Add --fit to these flags" in r.stdout,
       "124M in 8 GiB: names the smallest change (full recompute) and suggests --fit")
 r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
