@@ -275,6 +275,16 @@ typedef struct {
                                 const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
                                 float b1, float b2, float eps, float grad_scale, int64_t t,
                                 void *work);
+  /* adamw_update_segments with the fp32 master weights split in two 16-bit
+   * halves (kernels/master_split.h; bf16 storage): element i's master is
+   * work[i], the bf16 working weight, as its high half and lo[i] as the
+   * rest; both are read and rewritten. Bit for bit the update of
+   * adamw_update on the joined master, then the split. 2 bytes a parameter
+   * instead of the 4 of an fp32 master beside the working copy. */
+  void (*adamw_update_segments_split)(int16_t *lo, const float *g, float *m, float *v,
+                                      int64_t n, const int64_t *seg_end, const float *seg_wd,
+                                      int nseg, float lr, float b1, float b2, float eps,
+                                      float grad_scale, int64_t t, uint16_t *work);
 
   /* Sum of squares of n elements, accumulated in double; inf or nan when
    * any element is (the loss scaler's overflow test). */

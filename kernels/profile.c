@@ -167,6 +167,14 @@ static void p_adamw_update_segments(float *p, const float *g, float *m, float *v
                                                                 nseg, lr, b1, b2, eps,
                                                                 grad_scale, t, work));
 }
+static void p_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v,
+                                          int64_t n, const int64_t *seg_end, const float *seg_wd,
+                                          int nseg, float lr, float b1, float b2, float eps,
+                                          float grad_scale, int64_t t, uint16_t *work) {
+  TIMED("adamw_update_segments_split",
+        g_inner->adamw_update_segments_split(lo, g, m, v, n, seg_end, seg_wd, nseg, lr, b1, b2,
+                                             eps, grad_scale, t, work));
+}
 static void p_lora_add_cols(void *y, const void *v, float s, int N, int OC, int c0, int n) {
   TIMED("lora_add_cols", g_inner->lora_add_cols(y, v, s, N, OC, c0, n));
 }
@@ -212,6 +220,8 @@ const st_ops *st_ops_profiled(const st_ops *inner) {
   g_table.softmax_crossentropy = p_softmax_crossentropy;
   g_table.adamw_update = p_adamw_update;
   if (inner->adamw_update_segments) g_table.adamw_update_segments = p_adamw_update_segments;
+  if (inner->adamw_update_segments_split)
+    g_table.adamw_update_segments_split = p_adamw_update_segments_split;
   g_table.sum_squares = p_sum_squares;
   if (inner->lora_add_cols) g_table.lora_add_cols = p_lora_add_cols;
   if (inner->lora_take_cols) g_table.lora_take_cols = p_lora_take_cols;

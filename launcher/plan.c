@@ -221,7 +221,13 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   }
   const char *part = in->zero_stage == 0 ? "whole (ZeRO 0)" : "this rank's shard";
   if (in->offload) part = "offloaded to host";
-  if (in->dtype != ST_FP32 || in->offload) row("fp32 master weights", p->master, part);
+  if (st_plan_master_split(in->dtype, in->offload, in->master_fp32)) {
+    snprintf(note, sizeof note, "%s: the fp32 master's low halves; its high halves are the "
+             "working weights (kernels/master_split.h)", part);
+    row("master weights, low halves", p->master, note);
+  } else if (in->dtype != ST_FP32 || in->offload) {
+    row("fp32 master weights", p->master, part);
+  }
   row("Adam m", p->adam_m, part);
   row("Adam v", p->adam_v, part);
   snprintf(note, sizeof note, "recompute %s, micro-batch %d x %d", st_recompute_name(in->recompute),
@@ -416,7 +422,8 @@ int st_cmd_plan(int argc, char **argv) {
   long long nccl_bs; /* what NCCL will read: refused here as in train (exit 2) */
   if (st_nccl_buffsize_env(&nccl_bs)) return st_cli_fail(ST_EXIT_USAGE);
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
-  if (st_nccl_one_rank_env(&in.nccl_one_rank)) return st_cli_fail(ST_EXIT_USAGE);
+  if (st_nccl_one_rank_env(&in.nccl_one_rank) || st_master_fp32_env(&in.master_fp32))
+    return st_cli_fail(ST_EXIT_USAGE);
   /* train measures cuDNN's workspace at setup; plan uses the formula.
    * --attention auto plans without it and adds it after, where it fits
    * (settle_attention). */

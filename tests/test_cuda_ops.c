@@ -48,13 +48,15 @@
  * Exit 0: all passed; 1: a check failed; 77: no CUDA device (skipped).
  * ST_CUDA_OPS_DTYPE=fp32|bf16|fp16 runs one dtype only;
  * ST_CUDA_OPS_SMALL=1 leaves out the GPT-2-width cases (for compute-sanitizer).
- */#include <math.h>
+ */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/dtype.h"
+#include "kernels/master_split.h"
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
 #include "tests/cuda_check.h"
@@ -650,6 +652,88 @@ static void test_adamw_segments(void) {
   free(p0), free(gr), free(m0), free(v0);
 }
 
+/* The split master (kernels/master_split.h; bf16 only): over several steps
+ * and all the segments above, the joined master must equal the fp32-master
+ * kernel's bit for bit and the working weights be its high halves; the
+ * CPU's split update agrees within float rounding (nvcc may contract into
+ * FMAs; compared as the fp32 kernels are). Some masters start on exact
+ * ties. */
+static void test_adamw_segments_split(void) {
+  if (!GPU->adamw_update_segments_split) {
+    expect_true("adamw_update_segments_split: bf16 has it, the others not", DT != ST_BF16);
+    return;
+  }
+  enum { NS = 37 };
+  int64_t seg_end[NS];
+  float seg_wd[NS];
+  int64_t n = 0;
+  for (int k = 0; k < NS; k++) {
+    n += k % 5 == 0 ? 1 : (k * 977) % 3001 + 1;
+    seg_end[k] = n;
+    seg_wd[k] = k % 2 ? 0.1f : 0.0f;
+  }
+  printf("adamw_update_segments_split: %d segments, n=%lld\n", NS, (long long)n);
+  float *p0 = randn(n, 1), *m0 = randn(n, 0.1f), *v0 = randn(n, 0.1f);
+  for (int64_t i = 0; i < n; i++) v0[i] *= v0[i];
+  for (int64_t i = 0; i < n; i += 5) { /* a tie: the rest exactly half a bf16 ulp */
+    uint32_t b;
+    memcpy(&b, &p0[i], 4);
+    b = (b & 0xffff0000u) | 0x8000u;
+    memcpy(&p0[i], &b, 4);
+  }
+  uint16_t *hi = malloc((size_t)n * 2);
+  int16_t *lo = malloc((size_t)n * 2);
+  for (int64_t i = 0; i < n; i++) st_master_split(p0[i], &hi[i], &lo[i]);
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = 0.7f;
+  float *d_p = dev(p0, n), *d_m = dev(m0, n), *d_v = dev(v0, n), *d_g = dev(NULL, n);
+  float *d_ms = dev(m0, n), *d_vs = dev(v0, n);
+  uint16_t *d_hi = GPU->alloc((size_t)n * 2, "test");
+  int16_t *d_lo = GPU->alloc((size_t)n * 2, "test");
+  GPU->to_device(d_hi, hi, (size_t)n * 2);
+  GPU->to_device(d_lo, lo, (size_t)n * 2);
+  float *cm = copy_of(m0, n), *cv = copy_of(v0, n);
+  uint16_t *chi = malloc((size_t)n * 2);
+  int16_t *clo = malloc((size_t)n * 2);
+  memcpy(chi, hi, (size_t)n * 2), memcpy(clo, lo, (size_t)n * 2);
+  int same = 1, halves = 1;
+  for (int t = 1; t <= 4; t++) {
+    float *gr = randn(n, 1);
+    upload(d_g, gr, n);
+    GPU->adamw_update_segments(d_p, d_g, d_m, d_v, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs, t,
+                               NULL);
+    GPU->adamw_update_segments_split(d_lo, d_g, d_ms, d_vs, n, seg_end, seg_wd, NS, lr, b1, b2,
+                                     eps, gs, t, d_hi);
+    CPU->adamw_update_segments_split(clo, gr, cm, cv, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs,
+                                     t, chi);
+    float *p = back(d_p, n);
+    GPU->to_host(hi, d_hi, (size_t)n * 2);
+    GPU->to_host(lo, d_lo, (size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+      const float j = st_master_join(hi[i], lo[i]);
+      uint16_t h;
+      int16_t r;
+      st_master_split(p[i], &h, &r);
+      same &= memcmp(&j, &p[i], 4) == 0;
+      halves &= h == hi[i];
+    }
+    free(p), free(gr);
+  }
+  expect_true("adamw_update_segments_split: joined master = fp32 kernel's, bit for bit", same);
+  expect_true("adamw_update_segments_split: working weights = its high halves", halves);
+  float *m = back(d_m, n), *v = back(d_v, n), *ms = back(d_ms, n), *vs = back(d_vs, n);
+  expect_identical("adamw_update_segments_split m", m, ms, n * 4);
+  expect_identical("adamw_update_segments_split v", v, vs, n * 4);
+  float *gj = malloc((size_t)n * 4), *cj = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++)
+    gj[i] = st_master_join(hi[i], lo[i]), cj[i] = st_master_join(chi[i], clo[i]);
+  expect_close("adamw_update_segments_split master vs CPU", gj, cj, n, 1e-6, 1e-5);
+  free(m), free(v), free(ms), free(vs), free(gj), free(cj), free(cm), free(cv), free(chi),
+      free(clo), free(hi), free(lo);
+  GPU->free(d_p), GPU->free(d_m), GPU->free(d_v), GPU->free(d_g), GPU->free(d_ms),
+      GPU->free(d_vs), GPU->free(d_hi), GPU->free(d_lo);
+  free(p0), free(m0), free(v0);
+}
+
 static void test_sum_squares(int64_t n) {
   float *x = randn(n, 1);
   float *d_x = dev(x, n);
@@ -736,6 +820,7 @@ static void test_ops(int big) {
   if (big) test_crossentropy(3, 128256, 128256);
   test_adamw(10007);
   test_adamw_segments();
+  test_adamw_segments_split();
 }
 
 int main(void) {

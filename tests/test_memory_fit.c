@@ -124,19 +124,19 @@ static void test_fit_cost(void **state) {
 static void test_fit_774m(void **state) {
   (void)state;
   st_plan_fit f;
-  /* 1 rank: 18 bytes x 775.4 M parameters = 13.0 GiB before activations,
-   * of 22.8 GiB usable (24 GiB less 5%). Without recompute one sequence
+  /* 1 rank: 16 bytes x 775.4 M parameters = 11.6 GiB before activations
+   * (the bf16 master split: 2 of them), of 22.8 GiB usable (24 GiB less 5%),
+   * and 541 MiB of context (no NCCL communicator). Without recompute one sequence
    * at T=2048 keeps 36 layers x 16 [T,C] bf16 tensors (2048 x 1280 x 2 x 16
    * = 84 MB per layer): 3.0 GB. The logits are one LM-head chunk whatever
    * the batch: all 2,048 rows (206 MB) of one sequence, 2,560 rows (258 MB)
    * from two on. So 2 sequences fit (6.0 GiB of activations, 20.5 GiB in
    * all) and 4 do not (11.8 GiB, 26.5). Selective keeps 10 per layer
    * (52 MB): 4 sequences fit (7.7 GiB, 22.4), 8 do not (15.1 GiB, 30.5).
-   * Full recompute keeps 1 [T,C] per layer (5.2 MB): 16 sequences fit
-   * (5.3 GiB, 22.0), 32 do not (10.4 GiB, 29.5; whole, its logits would take
-   * 6.1 GiB alone). By cost, 4 sequences with selective (8192 rows: 1.08)
-   * beat 2 without recompute (4096 rows: 1.10) and 16 with full recompute
-   * (1.35). */
+   * Full recompute keeps 1 [T,C] per layer (5.2 MB) and the logits one
+   * chunk: 32 sequences fit (22.4 GiB in all). By cost, 4 sequences with
+   * selective (8192 rows: 1.08) beat 2 without recompute (4096 rows: 1.10)
+   * and 32 with full recompute (1.21). */
   st_plan_fit_query q = fit_query("gpt2-774m", 1, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
@@ -150,29 +150,28 @@ static void test_fit_774m(void **state) {
   assert_int_equal(f.larger_batch.in.recompute, ST_RECOMPUTE_SELECTIVE);
   assert_true(!f.has_alt[ST_RECOMPUTE_SELECTIVE]);
   assert_true(f.has_alt[ST_RECOMPUTE_NONE] && f.has_alt[ST_RECOMPUTE_FULL]);
-  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.micro_batch, 16);
-  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].accum, 2);
+  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.micro_batch, 32);
+  assert_int_equal(f.alt[ST_RECOMPUTE_FULL].accum, 1);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].plan.fits, 1);
   assert_true(f.alt[ST_RECOMPUTE_FULL].cost > f.choice.cost);
   assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
   assert_true(f.alt[ST_RECOMPUTE_NONE].cost > f.choice.cost);
 
   /* The pre-flight's nearest-change order still ranks the micro-batch
-   * first: 16 sequences with full recompute. */
+   * first: 32 sequences with full recompute. */
   q.order = ST_FIT_NEAREST;
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
-  assert_int_equal(f.choice.in.micro_batch, 16);
+  assert_int_equal(f.choice.in.micro_batch, 32);
   assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_FULL);
   assert_true(f.has_alt[ST_RECOMPUTE_NONE]);
   assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
 
-  /* 8 ranks: 4 sequences per rank at most. ZeRO 1 divides the 12 bytes of
-   * master, m, v and the 4 of the gradient shard by 8 (8 bytes per parameter
-   * in all: 5.8 GiB), leaving room for 4 sequences without recompute
-   * (11.8 GiB of activations, 20.0 GiB in all); ZeRO 0's 13 GiB does not
-   * (27.1 GiB in all). */
+  /* 8 ranks: 4 sequences per rank at most. ZeRO 1 divides the 10 bytes of
+   * the master's rests, m and v and the 4 of the gradient shard by 8 (under
+   * 8 bytes per parameter in all), leaving room for 4 sequences without
+   * recompute (11.8 GiB of activations); ZeRO 0's 11.6 GiB does not. */
   q = fit_query("gpt2-774m", 8, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
@@ -197,7 +196,7 @@ static void test_fit_774m(void **state) {
 static void test_fit_1558m(void **state) {
   (void)state;
   st_plan_fit f;
-  /* 1 rank: 18 bytes x 1.56 G parameters = 26.1 GiB > 22.8 GiB usable: no
+  /* 1 rank: 16 bytes x 1.56 G parameters = 23.2 GiB > 22.8 GiB usable: no
    * micro-batch or recompute fits at the given ZeRO 0 (ZeRO 1/2 on one rank
    * add the shard), and offload is searched only with the stage. */
   st_plan_fit_query q = fit_query("gpt2-1558m", 1, 0);

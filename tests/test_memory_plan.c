@@ -142,6 +142,8 @@ static void free_trainer_host(trainer *t) {
   free(t->tgt);
   free(t->scratch);
   free(t->config_json);
+  free(t->split_hi);
+  free(t->split_lo);
 }
 
 /* --lora for check_one: NULL, full training; else the spec, resolved for the shape. */
@@ -261,7 +263,9 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   } else {
     assert_int_equal(p.grad_shard, size_of(tr.grad_shard));
   }
-  assert_int_equal(p.master, size_of(tr.master));
+  /* bf16: the master's rests alone (kernels/master_split.h), 2 bytes each */
+  assert_int_equal(p.master, size_of(tr.master) + size_of(tr.master_lo));
+  if (tr.master_lo) assert_true(ops.dtype == ST_BF16 && !tr.master);
   assert_int_equal(p.adam_m, size_of(tr.adam_m));
   assert_int_equal(p.adam_v, size_of(tr.adam_v));
   assert_int_equal(p.tokens, size_of(tr.d_inp) + size_of(tr.d_tgt));
@@ -276,6 +280,7 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   ops.free(tr.adam_v);
   if (!tr.grad_shard_aliased) ops.free(tr.grad_shard);
   ops.free(tr.master);
+  ops.free(tr.master_lo);
   for (int s = 0; s < ST_COMM_TAGS; s++) ops.free(tr.recv[s]);
   ops.free(tr.d_inp);
   ops.free(tr.d_tgt);
@@ -455,10 +460,12 @@ static void test_family_shapes(void **state) {
       fail_msg("%s: plan %lld, table %lld, published %lld, st_model_num_params %lld", k[i].name,
                (long long)p.params, (long long)table, (long long)k[i].params,
                (long long)st_model_num_params(c));
-    /* bf16 ZeRO 1 on one rank: 2 + 4 + 4 + 4 + 4 bytes per parameter */
+    /* bf16 ZeRO 1 on one rank: 2 + 4 + 2 + 4 + 4 bytes per parameter (the
+     * master split: its rests, 2 bytes; kernels/master_split.h) */
     const uint64_t P = (uint64_t)k[i].params;
     assert_int_equal(p.weights, st_arena_round(2 * P));
-    assert_int_equal(p.grads + p.master + p.adam_m + p.adam_v, 4 * st_arena_round(4 * P));
+    assert_int_equal(p.master, st_arena_round(2 * P));
+    assert_int_equal(p.grads + p.adam_m + p.adam_v, 3 * st_arena_round(4 * P));
     /* activations: the model's own layout, and one chunk of the logits,
      * [rows, Vp] bf16, among them (its gradient overwrites it) */
     st_act_bytes a;
@@ -517,27 +524,34 @@ static void test_gpt2_124m_parameters(void **state) {
   const int64_t P = 124475904;
   assert_int_equal(38633472 + 786432 + 85054464 + 1536, P);
   assert_int_equal(p.params, P);
-  /* bf16, ZeRO 0, 1 rank: 2 + 4 + 4 + 4 + 4 = 18 bytes per parameter */
+  /* bf16, ZeRO 0, 1 rank: 2 + 4 + 2 + 4 + 4 = 16 bytes per parameter: the
+   * fp32 master is the working weight (its high half) and a 2-byte rest
+   * (kernels/master_split.h) */
   assert_int_equal(p.weights, 2 * P);
   assert_int_equal(p.grads, 4 * P);
   assert_int_equal(p.grad_shard, 0);
-  assert_int_equal(p.master, 4 * P);
+  assert_int_equal(p.master, 2 * P);
   assert_int_equal(p.adam_m, 4 * P);
   assert_int_equal(p.adam_v, 4 * P);
+  assert_int_equal(p.weights + p.grads + p.master + p.adam_m + p.adam_v, 16 * P);
+  assert_int_equal(16 * P, 1991614464LL);
+  /* fp16 keeps the fp32 master (fp16 is not fp32's high half): 18 */
+  in.dtype = ST_FP16;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.master, 4 * P);
   assert_int_equal(p.weights + p.grads + p.master + p.adam_m + p.adam_v, 18 * P);
-  assert_int_equal(18 * P, 2240566272LL);
 
   /* 2 ranks: P is even, so the shard is P / 2 = 62,237,952 */
   in = gpt2_124m(2, 1, ST_RECOMPUTE_NONE);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(p.padded_params, P);
   assert_int_equal(p.shard, 62237952);
-  /* ZeRO 1: 2 + 4 full; shard, master, m, v: 16 / N = 8 -> 14 bytes per parameter */
-  assert_int_equal(p.weights + p.grads + p.grad_shard + p.master + p.adam_m + p.adam_v, 14 * P);
-  /* ZeRO 0 on 2 ranks keeps everything: 18 */
+  /* ZeRO 1: 2 + 4 full; shard, master's rests, m, v: 14 / N = 7 -> 13 bytes per parameter */
+  assert_int_equal(p.weights + p.grads + p.grad_shard + p.master + p.adam_m + p.adam_v, 13 * P);
+  /* ZeRO 0 on 2 ranks keeps everything: 16 */
   in = gpt2_124m(2, 0, ST_RECOMPUTE_NONE);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
-  assert_int_equal(p.weights + p.grads + p.grad_shard + p.master + p.adam_m + p.adam_v, 18 * P);
+  assert_int_equal(p.weights + p.grads + p.grad_shard + p.master + p.adam_m + p.adam_v, 16 * P);
 
   /* ZeRO 2, 2 ranks: no full gradient vector. head = wte + wpe + ln_f =
    * 39,421,440 floats; buckets 2 x (7,087,872 + 1); receive buffers
@@ -556,7 +570,8 @@ static void test_gpt2_124m_parameters(void **state) {
   assert_int_equal(p.grads_recv, 214389760LL);
   assert_true(p.grads_recv >= 4LL * 53597188 && p.grads_recv - 4LL * 53597188 < 4 * 256);
   assert_int_equal(p.grads, 157685760LL + 56703488LL + 214389760LL);
-  assert_int_equal(p.grad_shard + p.master + p.adam_m + p.adam_v, 4 * 4 * 62237952LL);
+  /* the shard, the master's 2-byte rests, m and v */
+  assert_int_equal(p.grad_shard + p.master + p.adam_m + p.adam_v, (4 + 2 + 4 + 4) * 62237952LL);
 
   /* ZeRO 3, 4 ranks, bf16: shard P / 4 = 31,118,976 working weights (2
    * bytes each, 62,237,952); the head whole, wte + wpe + ln_f = 39,421,440

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kernels/master_split.h"
 #include "kernels/ops.h"
 #include "rank/model/config.h"
 #include "rank/optim/optimizer.h"
@@ -110,7 +111,70 @@ static void test_grouping(void **state) {
   st_param_table_free(&tab);
 }
 
+/* The split master (kernels/master_split.h): st_adamw_range_split over
+ * every rank's range must keep, step after step, exactly the fp32 master
+ * that st_adamw_range keeps (joined from the two halves, bit for bit), the
+ * working weights its high halves, and the same moments. Some weights start
+ * on exact ties, where the high half is not round-to-nearest-even. */
+static void test_split_master(void **state) {
+  (void)state;
+  st_model_config cfg = {.n_layer = 24, .n_head = 2, .n_embd = 8, .block_size = 4,
+                         .vocab_size = 21};
+  assert_int_equal(st_model_validate(&cfg), 0);
+  st_param_table tab;
+  assert_int_equal(st_param_table_build(&cfg, &tab), 0);
+  const int64_t P = tab.total;
+  const st_optim_config o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                             .weight_decay = 0.1f, .grad_clip = 1.0f};
+  float *p0 = filled(P, 5, 2.0f, 0), *m0 = filled(P, 6, 0.2f, 0), *v0 = filled(P, 7, 0.1f, 1);
+  for (int64_t i = 0; i < P; i += 7) { /* a tie: the rest exactly half an ulp */
+    uint32_t b;
+    memcpy(&b, &p0[i], sizeof b);
+    b = (b & 0xffff0000u) | 0x8000u;
+    memcpy(&p0[i], &b, sizeof b);
+  }
+  const int worlds[] = {1, 3};
+  for (size_t wi = 0; wi < sizeof worlds / sizeof *worlds; wi++) {
+    for (int r = 0; r < worlds[wi]; r++) {
+      st_partition part;
+      st_partition_make(P, r, worlds[wi], &part);
+      const int64_t b = part.begin, e = part.end, n = e - b;
+      float *p = malloc((size_t)n * 4), *m = malloc((size_t)n * 4), *v = malloc((size_t)n * 4);
+      float *ms = malloc((size_t)n * 4), *vs = malloc((size_t)n * 4);
+      uint16_t *hi = malloc((size_t)n * 2);
+      int16_t *lo = malloc((size_t)n * 2);
+      assert_true(p && m && v && ms && vs && hi && lo);
+      memcpy(p, p0 + b, (size_t)n * 4);
+      memcpy(m, m0 + b, (size_t)n * 4), memcpy(ms, m0 + b, (size_t)n * 4);
+      memcpy(v, v0 + b, (size_t)n * 4), memcpy(vs, v0 + b, (size_t)n * 4);
+      for (int64_t i = 0; i < n; i++) st_master_split(p[i], &hi[i], &lo[i]);
+      for (int t = 1; t <= 6; t++) {
+        float *g = filled(n, 100u + (unsigned)t, 1.0f, 0);
+        st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, t, p, NULL, 4, g, m, v, b, e);
+        st_adamw_range_split(st_ops_cpu(), &tab, &o, o.lr, 0.7f, t, lo, hi, g, ms, vs, b, e);
+        for (int64_t i = 0; i < n; i++) {
+          const float joined = st_master_join(hi[i], lo[i]);
+          uint16_t want;
+          int16_t rest;
+          st_master_split(p[i], &want, &rest);
+          if (memcmp(&joined, &p[i], 4) != 0 || hi[i] != want)
+            fail_msg("rank %d of %d, step %d, element %lld: master %.9g (%04x) against %.9g",
+                     r, worlds[wi], t, (long long)(b + i), (double)joined, hi[i],
+                     (double)p[i]);
+        }
+        assert_memory_equal(m, ms, (size_t)n * 4);
+        assert_memory_equal(v, vs, (size_t)n * 4);
+        free(g);
+      }
+      free(p), free(m), free(v), free(ms), free(vs), free(hi), free(lo);
+    }
+  }
+  free(p0), free(m0), free(v0);
+  st_param_table_free(&tab);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_grouping)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_grouping),
+                                     cmocka_unit_test(test_split_master)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

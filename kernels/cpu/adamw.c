@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/master_split.h"
 
 /* One element's update; *p, *m, *v in place, the new weight returned. */
 static inline float adamw_one(float *p, float g, float *m, float *v, float lr, float b1, float b2,
@@ -34,6 +35,24 @@ void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, f
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++)
       adamw_one(&p[i], g[i] * grad_scale, &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+  }
+}
+
+void cpu_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v, int64_t n,
+                                     const int64_t *seg_end, const float *seg_wd, int nseg,
+                                     float lr, float b1, float b2, float eps, float grad_scale,
+                                     int64_t t, uint16_t *work) {
+  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  int64_t b = 0;
+  for (int k = 0; k < nseg; b = seg_end[k++]) {
+    const int64_t e = seg_end[k] < n ? seg_end[k] : n;
+    const float wd = seg_wd[k];
+#pragma omp parallel for
+    for (int64_t i = b; i < e; i++) {
+      float p = st_master_join(work[i], lo[i]);
+      adamw_one(&p, g[i] * grad_scale, &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+      st_master_split(p, &work[i], &lo[i]);
+    }
   }
 }
 

@@ -61,6 +61,10 @@ void cpu_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
 void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
                       void *work);
+void cpu_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v, int64_t n,
+                                     const int64_t *seg_end, const float *seg_wd, int nseg,
+                                     float lr, float b1, float b2, float eps, float grad_scale,
+                                     int64_t t, uint16_t *work);
 double cpu_sum_squares(const float *x, int64_t n);
 
 #endif

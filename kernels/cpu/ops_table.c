@@ -107,6 +107,7 @@ static const st_ops k_cpu_ops = {
     .accumulate_f32 = cpu_accumulate_f32,
     .softmax_crossentropy = cpu_softmax_crossentropy,
     .adamw_update = cpu_adamw_update,
+    .adamw_update_segments_split = cpu_adamw_update_segments_split,
     .sum_squares = cpu_sum_squares,
 };
 

@@ -9,18 +9,28 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/master_split.h"
 
-template <typename S>
-__device__ __forceinline__ void adamw_one(float *p, const float *g, float *m, float *v, int64_t i,
-                                          float lr, float b1, float b2, float eps, float wd,
-                                          float grad_scale, float bc1, float bc2, S *work) {
+/* Element i's update of master value p; m[i] and v[i] in place. The one
+ * expression both master layouts use, so they round alike. */
+__device__ __forceinline__ float adamw_value(float p, const float *g, float *m, float *v,
+                                             int64_t i, float lr, float b1, float b2, float eps,
+                                             float wd, float grad_scale, float bc1, float bc2) {
   float gi = g[i] * grad_scale;
   float mi = b1 * m[i] + (1.0f - b1) * gi;
   float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
   m[i] = mi;
   v[i] = vi;
-  float pi = p[i] * (1.0f - lr * wd);
+  float pi = p * (1.0f - lr * wd);
   pi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+  return pi;
+}
+
+template <typename S>
+__device__ __forceinline__ void adamw_one(float *p, const float *g, float *m, float *v, int64_t i,
+                                          float lr, float b1, float b2, float eps, float wd,
+                                          float grad_scale, float bc1, float bc2, S *work) {
+  const float pi = adamw_value(p[i], g, m, v, i, lr, b1, b2, eps, wd, grad_scale, bc1, bc2);
   p[i] = pi;
   if (work) work[i] = st_st<S>(pi);
 }
@@ -63,6 +73,56 @@ __global__ void adamw_segments_kernel(float *p, const float *g, float *m, float 
   }
 }
 
+/* The split master (kernels/master_split.h): the bf16 working weight is its
+ * high half, lo the rest; the same segment walk. */
+__global__ void adamw_segments_split_kernel(int16_t *lo, const float *g, float *m, float *v,
+                                            int64_t n, const adamw_segs segs, float lr, float b1,
+                                            float b2, float eps, float grad_scale, float bc1,
+                                            float bc2, uint16_t *work) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int a = 0, z = segs.n - 1;
+  while (a < z) {
+    int mid = (a + z) / 2;
+    if (i < segs.end[mid]) z = mid;
+    else a = mid + 1;
+  }
+  for (int k = a; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    while (i >= segs.end[k]) k++;
+    const float p = st_master_join(work[i], lo[i]);
+    const float pi =
+        adamw_value(p, g, m, v, i, lr, b1, b2, eps, segs.wd[k], grad_scale, bc1, bc2);
+    uint16_t h;
+    int16_t r;
+    st_master_split(pi, &h, &r);
+    work[i] = h;
+    lo[i] = r;
+  }
+}
+
+/* Segments of one call, checked, into the by-value table. */
+static adamw_segs make_segs(const int64_t *seg_end, const float *seg_wd, int nseg) {
+  if (nseg > ST_ADAMW_SEGS) st_cuda_fail("adamw_update_segments: more than ST_ADAMW_SEGS segments",
+                                         __FILE__, __LINE__);
+  adamw_segs segs;
+  segs.n = nseg;
+  for (int k = 0; k < nseg; k++) segs.end[k] = seg_end[k], segs.wd[k] = seg_wd[k];
+  return segs;
+}
+
+void cuda_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v, int64_t n,
+                                      const int64_t *seg_end, const float *seg_wd, int nseg,
+                                      float lr, float b1, float b2, float eps, float grad_scale,
+                                      int64_t t, uint16_t *work) {
+  if (n <= 0 || nseg <= 0) return;
+  const adamw_segs segs = make_segs(seg_end, seg_wd, nseg);
+  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  adamw_segments_split_kernel<<<st_blocks_capped(n, 256), 256>>>(lo, g, m, v, n, segs, lr, b1,
+                                                                  b2, eps, grad_scale, bc1, bc2,
+                                                                  work);
+  ST_CUDA_LAUNCHED();
+}
+
 template <typename S>
 void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                        float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
@@ -83,13 +143,9 @@ void cuda_adamw_update_segments(float *p, const float *g, float *m, float *v, in
                                 float b1, float b2, float eps, float grad_scale, int64_t t,
                                 void *work_) {
   if (n <= 0 || nseg <= 0) return;
-  if (nseg > ST_ADAMW_SEGS) st_cuda_fail("adamw_update_segments: more than ST_ADAMW_SEGS segments",
-                                         __FILE__, __LINE__);
+  const adamw_segs segs = make_segs(seg_end, seg_wd, nseg);
   S *work = (void *)p == work_ ? NULL : (S *)work_;
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  adamw_segs segs;
-  segs.n = nseg;
-  for (int k = 0; k < nseg; k++) segs.end[k] = seg_end[k], segs.wd[k] = seg_wd[k];
   adamw_segments_kernel<S><<<st_blocks_capped(n, 256), 256>>>(p, g, m, v, n, segs, lr, b1, b2,
                                                               eps, grad_scale, bc1, bc2, work);
   ST_CUDA_LAUNCHED();

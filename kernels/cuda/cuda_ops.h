@@ -279,6 +279,11 @@ void cuda_adamw_update_segments(float *p, const float *g, float *m, float *v, in
                                 const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
                                 float b1, float b2, float eps, float grad_scale, int64_t t,
                                 void *work);
+/* bf16 storage only (kernels/master_split.h) */
+void cuda_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v, int64_t n,
+                                      const int64_t *seg_end, const float *seg_wd, int nseg,
+                                      float lr, float b1, float b2, float eps, float grad_scale,
+                                      int64_t t, uint16_t *work);
 double cuda_sum_squares(const float *x, int64_t n);
 
 #endif

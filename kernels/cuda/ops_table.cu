@@ -83,6 +83,8 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.softmax_crossentropy = cuda_softmax_crossentropy<S>;
   t.adamw_update = cuda_adamw_update<S>;
   t.adamw_update_segments = cuda_adamw_update_segments<S>;
+  /* the split master is bf16's alone: fp16 is not the top half of fp32 */
+  t.adamw_update_segments_split = dt == ST_BF16 ? cuda_adamw_update_segments_split : NULL;
   t.sum_squares = cuda_sum_squares;
   return t;
 }

@@ -20,6 +20,7 @@
 #include "kernels/colsum.h"
 #include "rank/model/params.h"
 #include "util/bytes.h"
+#include "util/envparse.h"
 #include "util/error.h"
 
 st_recompute st_recompute_parse(const char *name) {
@@ -45,6 +46,20 @@ uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels) {
   const uint64_t peers = world - 1 < 2 ? (uint64_t)(world - 1) : 2;
   const uint64_t ch = channels > 0 ? (uint64_t)channels : ST_PLAN_NCCL_CHANNELS;
   return ch * peers * (simple + NCCL_LL_BYTES + NCCL_LL128_BYTES);
+}
+
+int st_plan_master_split(st_dtype dtype, int offload, int master_fp32) {
+  return dtype == ST_BF16 && !offload && !master_fp32;
+}
+
+int st_master_fp32_env(int *on) {
+  const char *s = getenv("ST_MASTER_FP32");
+  *on = st_envparse_switch(s);
+  if (*on >= 0) return 0;
+  *on = 0;
+  return st_error_setc(ST_EXIT_USAGE, "ST_MASTER_FP32='%.40s': use 1 (bf16 keeps an fp32 master "
+                       "copy) or 0 (the master is split into the working weights and 2-byte "
+                       "rests: the default)", s);
 }
 
 uint64_t st_plan_context_bytes(int world, int nccl_one_rank) {
@@ -210,7 +225,9 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->host_total = p->host_master + p->host_adam_m + p->host_adam_v + p->host_grad_staging +
                     p->host_work_staging;
   } else {
-    p->master = in->dtype != ST_FP32 ? R(nopt * f4) : 0;
+    p->master = st_plan_master_split(in->dtype, in->offload, in->master_fp32) ? R(nopt * 2)
+                : in->dtype != ST_FP32                         ? R(nopt * f4)
+                                                               : 0;
     p->adam_m = p->adam_v = R(nopt * f4);
   }
 

@@ -88,6 +88,9 @@ typedef struct {
   /* 1 when one rank makes an NCCL communicator anyway (ST_NCCL_ONE_RANK=1);
    * more than one rank always does */
   int nccl_one_rank;
+  /* 1: bf16 keeps an fp32 master copy instead of the split one
+   * (ST_MASTER_FP32=1; st_plan_master_split) */
+  int master_fp32;
   uint64_t gpu_mem;       /* memory the plan is checked against; 0 = not checked */
   double headroom_pct;    /* percent of gpu_mem kept free */
   /* --offload optimizer (rank/optim/offload.h): master weights, Adam m and
@@ -205,6 +208,16 @@ uint64_t st_memory_plan_category(const st_memory_plan *p, const char *name, int 
  * ranks) x (SIMPLE NCCL_BUFFSIZE + LL 512 KiB + LL128 4,915,200 bytes, the
  * sizes in NCCL's device.h). 0 on one rank (no connection is made). */
 uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels);
+/* 1 when the fp32 master weights are kept split (kernels/master_split.h):
+ * bf16 storage with the optimizer on the device, unless master_fp32 (the
+ * environment's ST_MASTER_FP32=1: an fp32 copy, for comparison). Their
+ * rests then take 2 bytes a parameter (the high halves are the working
+ * weights), not 4. */
+int st_plan_master_split(st_dtype dtype, int offload, int master_fp32);
+/* ST_MASTER_FP32 from the environment into *on: unset, "" or "0" 0, "1" 1;
+ * anything else -1 with a one-line message naming it (ST_EXIT_USAGE). train
+ * and plan both read it here. */
+int st_master_fp32_env(int *on);
 /* Device memory a CUDA rank makes at setup outside the planned buffers and
  * the NCCL connections' (the plan's "CUDA context" row), bytes: the
  * context, plus a communicator's own when one is made (world > 1, or

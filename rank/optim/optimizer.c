@@ -21,32 +21,69 @@ float st_clip_scale(const st_optim_config *o, double norm) {
   return s < 1.0 ? (float)s : 1.0f;
 }
 
+/* The tensors that intersect [begin, end), in groups of up to
+ * ST_ADAMW_SEGS segments, each with its own decay setting (a partition
+ * boundary may cut a tensor anywhere): run(ctx, k, n, seg_end, seg_wd, nseg)
+ * per group, k its offset from begin, n its length. */
+typedef void (*seg_run)(void *ctx, int64_t k, int64_t n, const int64_t *seg_end,
+                        const float *seg_wd, int nseg);
+static void walk_segments(const st_param_table *tab, const st_optim_config *o, int64_t begin,
+                          int64_t end, seg_run run, void *ctx) {
+  int64_t seg_end[ST_ADAMW_SEGS];
+  float seg_wd[ST_ADAMW_SEGS];
+  int nseg = 0;
+  int64_t first = begin; /* where the pending group starts */
+  for (int i = 0; i < tab->n; i++) {
+    const st_tensor *ts = &tab->t[i];
+    int64_t b = ts->offset > begin ? ts->offset : begin;
+    int64_t e = ts->offset + ts->numel < end ? ts->offset + ts->numel : end;
+    if (b >= e) continue;
+    seg_end[nseg] = e - first;
+    seg_wd[nseg++] = ts->decay ? o->weight_decay : 0.0f;
+    if (nseg == ST_ADAMW_SEGS || e == end) {
+      run(ctx, first - begin, e - first, seg_end, seg_wd, nseg);
+      nseg = 0;
+      first = e;
+    }
+  }
+}
+
+typedef struct {
+  const st_ops *ops;
+  const st_optim_config *o;
+  float lr, grad_scale;
+  int64_t t;
+  float *master;
+  int16_t *lo;
+  void *work;
+  size_t es;
+  const float *grads;
+  float *m, *v;
+} adamw_call;
+
+static void run_segments(void *ctx, int64_t k, int64_t n, const int64_t *seg_end,
+                         const float *seg_wd, int nseg) {
+  const adamw_call *a = ctx;
+  a->ops->adamw_update_segments(a->master + k, a->grads + k, a->m + k, a->v + k, n, seg_end,
+                                seg_wd, nseg, a->lr, a->o->beta1, a->o->beta2, a->o->eps,
+                                a->grad_scale, a->t,
+                                a->work ? (char *)a->work + (size_t)k * a->es : NULL);
+}
+
+static void run_split(void *ctx, int64_t k, int64_t n, const int64_t *seg_end,
+                      const float *seg_wd, int nseg) {
+  const adamw_call *a = ctx;
+  a->ops->adamw_update_segments_split(a->lo + k, a->grads + k, a->m + k, a->v + k, n, seg_end,
+                                      seg_wd, nseg, a->lr, a->o->beta1, a->o->beta2, a->o->eps,
+                                      a->grad_scale, a->t, (uint16_t *)a->work + k);
+}
+
 void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
                     float lr, float grad_scale, int64_t t, float *master, void *work, size_t es,
                     const float *grads, float *m, float *v, int64_t begin, int64_t end) {
-  /* Walk the tensors that intersect [begin, end): each segment gets its own
-   * decay setting. A partition boundary may cut a tensor anywhere. */
   if (ops->adamw_update_segments) {
-    int64_t seg_end[ST_ADAMW_SEGS];
-    float seg_wd[ST_ADAMW_SEGS];
-    int nseg = 0;
-    int64_t first = begin; /* where the pending launch starts */
-    for (int i = 0; i < tab->n; i++) {
-      const st_tensor *ts = &tab->t[i];
-      int64_t b = ts->offset > begin ? ts->offset : begin;
-      int64_t e = ts->offset + ts->numel < end ? ts->offset + ts->numel : end;
-      if (b >= e) continue;
-      seg_end[nseg] = e - first;
-      seg_wd[nseg++] = ts->decay ? o->weight_decay : 0.0f;
-      if (nseg == ST_ADAMW_SEGS || e == end) {
-        const int64_t k = first - begin;
-        ops->adamw_update_segments(master + k, grads + k, m + k, v + k, e - first, seg_end, seg_wd,
-                                   nseg, lr, o->beta1, o->beta2, o->eps, grad_scale, t,
-                                   work ? (char *)work + (size_t)k * es : NULL);
-        nseg = 0;
-        first = e;
-      }
-    }
+    adamw_call a = {ops, o, lr, grad_scale, t, master, NULL, work, es, grads, m, v};
+    walk_segments(tab, o, begin, end, run_segments, &a);
     return;
   }
   for (int i = 0; i < tab->n; i++) {
@@ -59,4 +96,11 @@ void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim
                       ts->decay ? o->weight_decay : 0.0f, grad_scale, t,
                       work ? (char *)work + (size_t)k * es : NULL);
   }
+}
+
+void st_adamw_range_split(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
+                          float lr, float grad_scale, int64_t t, int16_t *lo, uint16_t *work,
+                          const float *grads, float *m, float *v, int64_t begin, int64_t end) {
+  adamw_call a = {ops, o, lr, grad_scale, t, NULL, lo, work, 2, grads, m, v};
+  walk_segments(tab, o, begin, end, run_split, &a);
 }

@@ -38,4 +38,12 @@ void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim
                     float lr, float grad_scale, int64_t t, float *master, void *work, size_t es,
                     const float *grads, float *m, float *v, int64_t begin, int64_t end);
 
+/* st_adamw_range with the master weights split (kernels/master_split.h,
+ * ops->adamw_update_segments_split; bf16): lo (the rests) and work (the bf16
+ * working weights, the high halves) point at element `begin` and are both
+ * updated; no fp32 master exists. */
+void st_adamw_range_split(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
+                          float lr, float grad_scale, int64_t t, int16_t *lo, uint16_t *work,
+                          const float *grads, float *m, float *v, int64_t begin, int64_t end);
+
 #endif

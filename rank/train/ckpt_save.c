@@ -48,16 +48,6 @@ struct st_ckpt_writer {
   long long slow_from;  /* ... for saves of this step and later */
 };
 
-void st_trainer_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t end) {
-  if (end <= begin) return;
-  const size_t bytes = (size_t)(end - begin) * sizeof(float);
-  if (tr->master)
-    st_offload_state_get(&tr->offload, tr->ops, host, tr->master + (begin - tr->opt_part.begin),
-                         bytes);
-  else
-    tr->ops->to_host(host, st_trainer_work_f32(tr, begin), bytes);
-}
-
 uint64_t st_trainer_ckpt_staging_bytes(const trainer *tr) {
   return 3 * (uint64_t)(tr->part.end - tr->part.begin) * sizeof(float);
 }

@@ -123,6 +123,7 @@ static void plan_input_of(const trainer *tr, st_plan_input *in) {
    * a communicator (collectives/collectives_nccl.c) */
   in->nccl_one_rank = tr->comm->world == 1 && tr->dcomm && tr->dcomm->backend &&
                       strcmp(tr->dcomm->backend, "nccl") == 0;
+  in->master_fp32 = tr->master_fp32;
 }
 
 /* The budget every rank plans against: the smallest over ranks, so that all

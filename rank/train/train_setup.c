@@ -66,7 +66,7 @@ static int setup_backend(trainer *tr) {
 #endif
   st_error_code(ST_EXIT_USAGE);
   long long nccl_bs; /* every rank, before NCCL's init reads it (exit 2) */
-  if (st_nccl_buffsize_env(&nccl_bs)) return -1;
+  if (st_nccl_buffsize_env(&nccl_bs) || st_master_fp32_env(&tr->master_fp32)) return -1;
   snprintf(rc->device, sizeof rc->device, "%s", cuda ? "cuda" : "cpu");
   if (getenv("ST_PROFILE_OPS")) { /* diagnostics: docs/benchmarks.md */
     tr->ops = st_ops_profiled(tr->ops);
@@ -361,8 +361,20 @@ int st_trainer_alloc_state(trainer *tr) {
   else tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float), "grad_shard")
                                             : NULL;
   /* Mixed precision: fp32 master weights for the range this rank updates;
-   * the model holds the bf16/fp16 working copy. fp32 runs update in place. */
-  if (ops->dtype != ST_FP32 && !rc->offload) {
+   * the model holds the bf16/fp16 working copy. fp32 runs update in place.
+   * bf16 keeps only the master's rests: its high halves are the working
+   * copy (kernels/master_split.h). */
+  if (st_plan_master_split(ops->dtype, rc->offload, tr->master_fp32)) {
+    if (!ops->adamw_update_segments_split)
+      return st_error_set("internal: backend %s has no split-master AdamW", ops->name);
+    tr->master_lo = ops->alloc(n * sizeof(int16_t), "master");
+    tr->split_hi = malloc((size_t)ST_SPLIT_STAGE * sizeof *tr->split_hi);
+    tr->split_lo = malloc((size_t)ST_SPLIT_STAGE * sizeof *tr->split_lo);
+    if (!tr->master_lo)
+      return st_error_set("cannot allocate %.1f MiB of %s memory for the master weights' rests",
+                          n * 2.0 / 1048576.0, ops->name);
+    if (!tr->split_hi || !tr->split_lo) return st_error_set("out of host memory");
+  } else if (ops->dtype != ST_FP32 && !rc->offload) {
     tr->master = ops->alloc(n * sizeof(float), "master");
     if (!tr->master)
       return st_error_set("cannot allocate %.1f MiB of %s memory for fp32 master weights",
@@ -499,12 +511,18 @@ static void setup_done(trainer *tr) {
 }
 
 /* host[padded_total] fp32 -> the working weights (storage dtype) and, in
- * mixed precision, this rank's fp32 master range. */
-static int set_weights(trainer *tr, const float *host) {
+ * mixed precision, this rank's fp32 master range. A split master takes
+ * its halves from host first; host is then rounded in place the split's
+ * way, so that every rank's working copy of every range is those high
+ * halves (an exact tie rounds otherwise to nearest even). */
+static int set_weights(trainer *tr, float *host) {
+  if (tr->master_lo) {
+    st_trainer_master_put(tr, host + tr->opt_part.begin, tr->opt_part.begin, tr->opt_part.end);
+    st_master_round_host(host, tr->model.padded_total);
+  }
   if (st_model_set_weights(&tr->model, host)) return -1;
   if (tr->master)
-    st_offload_state_put(&tr->offload, tr->ops, tr->master, host + tr->opt_part.begin,
-                         (size_t)(tr->opt_part.end - tr->opt_part.begin) * sizeof(float));
+    st_trainer_master_put(tr, host + tr->opt_part.begin, tr->opt_part.begin, tr->opt_part.end);
   return 0;
 }
 

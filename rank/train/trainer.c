@@ -119,15 +119,6 @@ static int validate(trainer *tr, double *loss_out) {
   return 0;
 }
 
-/* fp32 storage: where flat element `at` of this rank's working weights
- * is (the whole vector, or at ZeRO 3 this rank's shard, which holds it
- * when `at` is in its partition). */
-float *st_trainer_work_f32(const trainer *tr, int64_t at) {
-  const st_model *m = &tr->model;
-  if (m->shard_params) return (float *)m->shard_params + (at - m->shard_begin);
-  return (float *)m->params + at;
-}
-
 /* ST_FAULT_OVERFLOW (rank/train/faults.h): an inf in this rank's reduced
  * gradients, as an fp16 overflow would leave. */
 static void fault_overflow(trainer *tr, const float *g) {
@@ -144,11 +135,7 @@ static void fault_nan(trainer *tr) {
       !st_faults_nan_at(&tr->faults, tr->comm->rank, tr->step + 1))
     return;
   const float nan = NAN;
-  if (tr->master)
-    st_offload_state_put(&tr->offload, tr->ops, tr->master + (tr->part.begin - tr->opt_part.begin),
-                         &nan, sizeof nan);
-  else
-    tr->ops->to_device(st_trainer_work_f32(tr, tr->part.begin), &nan, sizeof nan);
+  st_trainer_master_put(tr, &nan, tr->part.begin, tr->part.begin + 1);
 }
 
 /* A gradient or parameter collective failed or its watchdog fired. The
@@ -437,6 +424,9 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     if (tr->offload.on) /* on the host, chunk by chunk (rank/optim/offload.h) */
       st_offload_step(&tr->offload, m->ops, &m->tab, &rc->optim, *lr, scale, t, grads, work_b, b,
                       e);
+    else if (tr->master_lo) /* bf16: the master is the working weights and their rests */
+      st_adamw_range_split(m->ops, &m->tab, &rc->optim, *lr, scale, t, tr->master_lo,
+                           (uint16_t *)work_b, grads, tr->adam_m, tr->adam_v, b, e);
     else
       st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es, grads,
                      tr->adam_m, tr->adam_v, b, e);
@@ -826,6 +816,8 @@ done:
     }
   }
   st_oom_uninstall();
+  free(tr.split_hi);
+  free(tr.split_lo);
   free(tr.bucket_counts);
   free(tr.inp);
   free(tr.tgt);

@@ -46,7 +46,17 @@ typedef struct {
   int omp_auto;            /* OpenMP threads chosen here (OMP_NUM_THREADS unset) */
   float *adam_m, *adam_v;  /* opt_part.end - opt_part.begin (+pad) elements */
   float *master;           /* fp32 master weights of opt_part; NULL when the storage is
-                            * fp32 (the model's params are then the master copy) */
+                            * fp32 (the model's params are then the master copy) or
+                            * the master is split (master_lo) */
+  /* bf16 without offload (st_plan_master_split): the master weights of
+   * opt_part split in two halves (kernels/master_split.h), the high ones
+   * the working weights themselves, the rests here (2 bytes a parameter
+   * instead of 4); split_hi/split_lo stage ST_SPLIT_STAGE elements of
+   * them on the host (rank/train/master_weights.c) */
+  int16_t *master_lo;
+  uint16_t *split_hi;
+  int16_t *split_lo;
+  int master_fp32;         /* ST_MASTER_FP32=1: no split, an fp32 master as before */
   /* --offload optimizer: master, adam_m and adam_v above point into its host
    * buffers (master also in fp32); copies of them go through
    * st_offload_state_get/put */
@@ -172,10 +182,21 @@ int st_trainer_ckpt_poll(trainer *tr, int any_writing);
 void st_trainer_ckpt_abandon(trainer *tr);
 /* Join and free everything (the end of st_train). */
 void st_trainer_ckpt_free(trainer *tr);
+/* Elements per host staging chunk of the split master (4 MiB of halves). */
+#define ST_SPLIT_STAGE ((int64_t)1 << 20)
 /* fp32 weights [begin, end) of the flat vector into host[0 .. end - begin):
- * the master copy in mixed precision (it holds opt_part), else the model's
- * own fp32 params. */
+ * the master copy in mixed precision (it holds opt_part; joined from its
+ * halves when split), else the model's own fp32 params
+ * (rank/train/master_weights.c). */
 void st_trainer_weights_to_host(trainer *tr, float *host, int64_t begin, int64_t end);
+/* The reverse: host[0 .. end - begin) becomes the master weights of
+ * [begin, end) (within opt_part), or the fp32 params themselves; split, it
+ * rewrites the working weights of the range too (their high halves). */
+void st_trainer_master_put(trainer *tr, const float *host, int64_t begin, int64_t end);
+/* x[n] rounded in place as the split master rounds its working weights
+ * (half away from zero to bf16): every rank's working copy of the whole
+ * vector then matches the high halves, ties included. */
+void st_master_round_host(float *x, int64_t n);
 
 /* --dump-grads (rank/train/grad_dumps.c): on a step it names (tr->step + 1,
  * not yet counted), write this rank's reduced gradients g (backend memory,
@@ -188,8 +209,10 @@ int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
  * matches no tensor is a usage error (exit 2). 0, or -1 with st_error. */
 int st_trainer_dump_grads_check(const trainer *tr);
 
-/* fp32 storage (no master copy): flat element `at` of this rank's working
- * weights, the whole vector or at ZeRO 3 the shard holding it (trainer.c). */
+/* Flat element `at` of this rank's working weights (elements of the
+ * storage dtype), the whole vector or at ZeRO 3 the shard holding it;
+ * st_trainer_work_f32 for fp32 storage (rank/train/master_weights.c). */
+void *st_trainer_work_at(const trainer *tr, int64_t at);
 float *st_trainer_work_f32(const trainer *tr, int64_t at);
 
 /* ZeRO 3: point the model's block-weight gathers (st_weight_gather) at

@@ -30,7 +30,8 @@ def head_rows(BT, Vp, es):
 
 def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
     """Bytes per GPU as docs/memory.md derives them; every buffer takes
-    whole 256-byte units of the arena."""
+    whole 256-byte units of the arena. es=2 is bf16, whose fp32 master is
+    kept split: the working weights and a 2-byte rest each."""
     Vp = (V + 127) // 128 * 128
     block = 12 * C * C + 13 * C
     P = Vp * C + T * C + L * block + 2 * C
@@ -44,7 +45,7 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
         grads = al(4 * Pp)
     nopt = Pp if zero == 0 else shard
     gshard = al(4 * shard) if zero == 2 or (zero == 1 and N > 1) else 0  # ZeRO 1, one rank: in place
-    states = al(Pp * es) + grads + gshard + (al(4 * nopt) if es == 2 else 0) + 2 * al(4 * nopt)
+    states = al(Pp * es) + grads + gshard + (al(2 * nopt) if es == 2 else 0) + 2 * al(4 * nopt)
     BT = B * T
     X, X3, X4, S = al(BT * C * es), al(3 * BT * C * es), al(4 * BT * C * es), al(4 * BT)
     A = al(4 * (B * NH * T if cuda else B * NH * T * T))
@@ -215,6 +216,24 @@ r = plan(one, rc=2, env={"ST_NCCL_ONE_RANK": "yes"})
 check("ST_NCCL_ONE_RANK='yes'" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
       "ST_NCCL_ONE_RANK=yes: exit 2, one line naming the variable")
 
+# bf16 keeps its fp32 master split: the working weights are the high
+# halves, 2-byte rests the rest (kernels/master_split.h); ST_MASTER_FP32=1
+# keeps a whole fp32 copy (2 bytes a parameter more), fp16 always does.
+d0 = plan_json(one + ["--zero", 0])
+d1 = plan_json(one + ["--zero", 0], env={"ST_MASTER_FP32": "1"})
+d2 = plan_json(one + ["--zero", 0, "--precision", "fp16"])
+P = d0["model"]["params"]
+check(d0["bytes"]["master"] == al(2 * P) and d1["bytes"]["master"] == al(4 * P) and
+      d2["bytes"]["master"] == al(4 * P) and
+      d1["bytes"]["total"] - d0["bytes"]["total"] == al(4 * P) - al(2 * P),
+      "bf16: master 2 bytes a parameter (split); 4 with ST_MASTER_FP32=1 and with fp16")
+r = plan(one + ["--zero", 0])
+check("master weights, low halves" in r.stdout and "fp32 master weights" not in r.stdout,
+      "bf16: the table names the split master's row")
+r = plan(one, rc=2, env={"ST_MASTER_FP32": "on"})
+check("ST_MASTER_FP32='on'" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+      "ST_MASTER_FP32=on: exit 2, one line naming the variable")
+
 # The gradient-overlap communicator's NCCL memory: 2 channel-equivalents per
 # CTA, none at ZeRO 0 or with --nccl-overlap-ctas 0, capped by --nccl-max-ctas.
 conn = (4 << 20) + 524288 + 4915200  # one channel's connection to one peer
@@ -248,9 +267,9 @@ check("less 0% headroom" in r.stdout, "--headroom 0 shown")
 # 3. --fit: the choices the unit test derives, in the text and in JSON.
 fit = ["--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB", "--fit"]
 # 774M on one rank: with cuDNN's workspace (640 MiB at 4 sequences) 4 with
-# selective recompute take 22.58 of 22.80 GiB usable now that the logits are
-# one LM-head chunk of 4,096 rows (393 MiB, not 4 x 2,048 rows' 786 MiB,
-# which made 22.97 GiB); 16 with full take 22.10 (32: 29.5).
+# selective recompute take 20.54 of 22.80 GiB usable (the logits one
+# LM-head chunk of 4,096 rows, the master split, no NCCL communicator);
+# 32 with full take 22.36.
 r = plan(["--model", "gpt2-774m"] + fit, rc=0)
 check("choice  micro-batch 4 x grad-accum 8, recompute selective, ZeRO 0 (cost 1.08)" in r.stdout,
       "774M, 1 rank, 24 GiB: micro-batch 4 with selective recompute (cost 1.08), as the unit test")
@@ -259,9 +278,9 @@ check("recompute none at micro-batch 4 would cost 1.05 but does not fit" in r.st
 check("recompute none: the best that fits is micro-batch 2 x grad-accum 16, ZeRO 0" in r.stdout
       and "cost 1.10, more than 1.08" in r.stdout,
       "774M: no recompute fits at 2 but costs more")
-check("recompute full: the best that fits is micro-batch 16 x grad-accum 2, ZeRO 0" in r.stdout
-      and "cost 1.22, more than 1.08" in r.stdout,
-      "774M: full recompute fits at 16 (cuDNN's O(T^2) workspace grows with it) but costs more")
+check("recompute full: the best that fits is micro-batch 32 x grad-accum 1, ZeRO 0" in r.stdout
+      and "cost 1.21, more than 1.08" in r.stdout,
+      "774M: full recompute fits at 32 (cuDNN's O(T^2) workspace grows with it) but costs more")
 check("train with: --micro-batch 4 --global-batch 32 --recompute selective --zero 0" in r.stdout
       and "--auto-fit-zero" in r.stdout, "774M: prints the train flags")
 d = plan_json(["--model", "gpt2-774m", "--ranks", 8] + fit)
@@ -353,10 +372,10 @@ t = train(a, 1, ["--data", data, "--out", os.path.join(a.work, "tight"), "--step
                  "--gpu-mem", tight] + [str(x) for x in cpu[:6] + cpu[8:]], expect_rc=6)
 check(f"The smallest change that fits: {named} (plan" in t.stderr,
       f"train's pre-flight names the same change as plan: {named}")
-# 124M at 32 x 1024 needs 13.4 GiB; with full recompute 5.6 GiB (its
+# 124M at 32 x 1024 needs 13.2 GiB; with full recompute 5.4 GiB (its
 # logits one 393 MiB chunk), which 8 GiB holds at the same micro-batch.
 r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
-check("The smallest change that fits: --recompute none -> full (plan 5.62 GiB)" in r.stdout and
+check("The smallest change that fits: --recompute none -> full (plan 5.38 GiB)" in r.stdout and
       "Add --fit to these flags" in r.stdout,
       "124M in 8 GiB: names the smallest change (full recompute) and suggests --fit")
 r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
