@@ -297,6 +297,7 @@ static void test_fit_keeps_given_stage(void **state) {
   assert_int_equal(p1.total, p0.total);
   assert_int_equal(p1.grad_shard, 0);
   in.zero_stage = 2;
+  in.accum = 1; /* the search's candidate: micro-batch 32 of global batch 32 */
   assert_int_equal(st_memory_plan_make(&in, &p2), 0);
   assert_true(p0.total < p2.total);
   q.base = gpt2_124m(1, 2, ST_RECOMPUTE_NONE);

@@ -126,11 +126,16 @@ static st_ops shape_ops(st_backend be, st_dtype dt) {
 }
 
 /* A trainer over rc, comm and ops with its state allocated as setup does. */
+/* micro-steps per step for check_one: 1 (ZeRO 2/3 reduce into the shard,
+ * no receive buffers) or 0 (not 1: receive buffers) */
+static int g_accum;
+
 static void alloc_trainer(trainer *t, st_run_config *rc, st_comm *comm, const st_ops *ops) {
   memset(t, 0, sizeof *t);
   t->rc = rc;
   t->comm = comm;
   t->ops = ops;
+  t->accum = g_accum;
   assert_int_equal(st_trainer_alloc_state(t), 0);
 }
 
@@ -174,7 +179,8 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
   alloc_trainer(&tr, &rc, &comm, &ops);
 
   st_plan_input in = {.model = *cfg, .micro_batch = B, .world = world, .zero_stage = zero,
-                      .dtype = dt, .recompute = rec, .backend = be, .lora = rc.lora};
+                      .dtype = dt, .recompute = rec, .backend = be, .lora = rc.lora,
+                      .accum = g_accum};
   st_memory_plan p;
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   const st_model *m = &tr.model;
@@ -249,6 +255,8 @@ static void check_one(const st_model_config *cfg, int B, int world, int rank, in
     uint64_t recv = 0;
     for (int s = 0; s < ST_COMM_TAGS; s++) recv += size_of(tr.recv[s]);
     assert_int_equal(p.grads_recv, recv);
+    if (g_accum == 1) assert_int_equal(recv, 0); /* one micro-step: into the shard */
+    else assert_true(recv > 0);
   } else {
     assert_non_null(m->grads);
     assert_int_equal(p.grads_full, size_of(m->grads));
@@ -348,12 +356,17 @@ static void test_plan_equals_allocation(void **state) {
             for (int z = 0; z < ST_PLAN_ZERO_STAGES; z++)
               for (int r = 0; r < 3; r++) {
                 const int w = worlds[wi];
-                /* every rank's state has the same size; check the first and last */
-                check_one(&shapes[s], Bs[bi], w, 0, z, (st_recompute)r, (st_backend)be,
-                          (st_dtype)dt);
-                if (w > 1)
-                  check_one(&shapes[s], Bs[bi], w, w - 1, z, (st_recompute)r, (st_backend)be,
+                /* every rank's state has the same size; check the first and
+                 * last, with several micro-steps a step and (ZeRO 2/3,
+                 * where it matters) with one */
+                for (g_accum = 0; g_accum <= (z >= 2); g_accum++) {
+                  check_one(&shapes[s], Bs[bi], w, 0, z, (st_recompute)r, (st_backend)be,
                             (st_dtype)dt);
+                  if (w > 1)
+                    check_one(&shapes[s], Bs[bi], w, w - 1, z, (st_recompute)r,
+                              (st_backend)be, (st_dtype)dt);
+                }
+                g_accum = 0;
                 cases++;
               }
       }
@@ -572,6 +585,14 @@ static void test_gpt2_124m_parameters(void **state) {
   assert_int_equal(p.grads, 157685760LL + 56703488LL + 214389760LL);
   /* the shard, the master's 2-byte rests, m and v */
   assert_int_equal(p.grad_shard + p.master + p.adam_m + p.adam_v, (4 + 2 + 4 + 4) * 62237952LL);
+  /* one micro-step a step: the reductions land in the shard, no receive
+   * buffers (214 MB less) */
+  const uint64_t total_accum = p.total;
+  in.accum = 1;
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.grads_recv, 0);
+  assert_int_equal(p.grads, 157685760LL + 56703488LL);
+  assert_int_equal(p.total, total_accum - 214389760LL);
 
   /* ZeRO 3, 4 ranks, bf16: shard P / 4 = 31,118,976 working weights (2
    * bytes each, 62,237,952); the head whole, wte + wpe + ln_f = 39,421,440

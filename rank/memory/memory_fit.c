@@ -96,6 +96,7 @@ static int plan_at(const search *s, int B, int r, int z, st_plan_choice *c) {
   c->in.zero_stage = z % PLACE_OFFLOAD;
   c->in.offload = z >= PLACE_OFFLOAD;
   c->accum = s->q->global_batch / (B * s->q->base.world);
+  c->in.accum = c->accum;
   const int64_t rows = (int64_t)B * st_plan_seq_len(&c->in);
   c->cost = st_fit_cost(c->in.backend, rows, c->in.recompute);
   if (st_memory_plan_make(&c->in, &c->plan)) return -1;

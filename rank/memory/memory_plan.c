@@ -198,9 +198,10 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
     p->grads_head = R((uint64_t)(front + tail) * f4);
     p->grads_buckets = 2 * R((uint64_t)(block + 1) * f4);
     /* st_trainer_alloc_state: per hook slot (block l % 2, front, tail),
-     * min(range, shard) + 1 floats. */
+     * min(range, shard) + 1 floats; none with one micro-step a step, whose
+     * reductions land in the shard itself. */
     const int64_t range[4] = {block, block, front, tail};
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 4 && in->accum != 1; s++)
       p->grads_recv += R((uint64_t)((range[s] < p->shard ? range[s] : p->shard) + 1) * f4);
     p->grads = p->grads_head + p->grads_buckets + p->grads_recv;
   } else {

@@ -68,6 +68,9 @@ typedef enum { ST_BACKEND_CPU = 0, ST_BACKEND_CUDA = 1 } st_backend;
 typedef struct {
   st_model_config model;  /* validated (padded_vocab_size set); block_size: rows of wpe */
   int micro_batch;        /* B, sequences per rank per micro-step */
+  /* micro-steps per optimizer step (gradient accumulation). ZeRO 2/3 keep
+   * receive buffers only when it is not 1 (0: not known, so kept) */
+  int accum;
   int seq_len;            /* T, the training sequence length (<= block_size); 0 = block_size */
   int world;              /* N ranks */
   int zero_stage;         /* 0, 1, 2 or 3 */

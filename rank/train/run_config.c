@@ -202,6 +202,8 @@ void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dty
   memset(in, 0, sizeof *in);
   in->model = rc->model;
   in->micro_batch = rc->micro_batch;
+  const int per_step = rc->micro_batch * world;
+  in->accum = per_step > 0 && rc->global_batch % per_step == 0 ? rc->global_batch / per_step : 0;
   in->seq_len = rc->seq_len;
   in->world = world;
   in->zero_stage = rc->zero_stage;

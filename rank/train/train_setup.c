@@ -383,11 +383,12 @@ int st_trainer_alloc_state(trainer *tr) {
   st_loss_scaler_init(&tr->scaler, ops->dtype == ST_FP16, rc->loss_scale_max);
   tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
   if (!tr->bucket_counts) return st_error_set("out of host memory");
-  if (rc->zero_stage >= 2) {
+  if (rc->zero_stage >= 2 && tr->accum != 1) {
     /* Only the shard is kept: block gradients live in two buckets (made by
      * st_model_init_bucketed), and each hook slot's reduction lands in its
      * own buffer (this rank's share of the slot's range at most) until it
-     * is added to the shard. */
+     * is added to the shard. With one micro-step a step each reduction
+     * lands in the shard itself, as at ZeRO 1, and there are none. */
     const st_model *m = &tr->model;
     const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
     const int64_t range[ST_COMM_TAG_GATHER] = {m->block_numel, m->block_numel, m->block_begin,

@@ -155,7 +155,8 @@ static void collective_failed(trainer *tr) {
  * part inside its partition: ZeRO 1 (one reduction per step, during the last
  * micro-step's backward) straight into grad_shard; ZeRO 2 (every micro-step,
  * from the buckets) into recv[slot], added to grad_shard once that slot's
- * reduction has finished, in micro-step order. */
+ * reduction has finished, in micro-step order, or with one micro-step a
+ * step straight into grad_shard too (no recv buffers then). */
 /* --step-timing: wait for the device (so work issued so far is charged to
  * the phase that issued it) and read the clock; without it, just the clock. */
 static double tmark(trainer *tr) {
@@ -187,7 +188,7 @@ static void slot_finish(trainer *tr, int slot) {
   const double t0 = tmark(tr); /* what the wait adds beyond compute is exposed */
   if (tr->dcomm->wait(tr->dcomm, slot)) collective_failed(tr);
   tr->timing.comm += MPI_Wtime() - t0;
-  if (tr->rc->zero_stage >= 2 && tr->slot_mine[slot])
+  if (tr->recv[slot] && tr->slot_mine[slot])
     tr->ops->accumulate_f32(tr->grad_shard + (tr->slot_lo[slot] - tr->part.begin),
                             tr->recv[slot], (int64_t)tr->slot_mine[slot]);
 }
@@ -200,9 +201,11 @@ static void reduce_range(trainer *tr, const float *grads, int64_t begin, int64_t
   slot_finish(tr, slot); /* the tag (and with ZeRO 2 its recv buffer) must be free */
   const int64_t lo = range_counts(tr, begin, end);
   const size_t mine = tr->bucket_counts[d->rank];
-  float *recv = tr->rc->zero_stage >= 2 ? tr->recv[slot]
-                : mine                   ? tr->grad_shard + (lo - tr->part.begin)
-                                         : tr->grad_shard;
+  /* ZeRO 2/3 with more than one micro-step: a receive buffer, added to
+   * the shard when done; else the shard itself */
+  float *recv = tr->recv[slot] ? tr->recv[slot]
+                : mine         ? tr->grad_shard + (lo - tr->part.begin)
+                               : tr->grad_shard;
   if (d->world == 1 && recv == grads) return; /* one rank, in place: nothing to reduce */
   /* on GPUs this only enqueues; MPI ranks reduce here and now */
   const double t0 = tmark(tr);

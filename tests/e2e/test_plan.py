@@ -28,7 +28,7 @@ def head_rows(BT, Vp, es):
     return min(BT, r)
 
 
-def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
+def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True, accum=0):
     """Bytes per GPU as docs/memory.md derives them; every buffer takes
     whole 256-byte units of the arena. es=2 is bf16, whose fp32 master is
     kept split: the working weights and a 2-byte rest each."""
@@ -38,7 +38,8 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True):
     Pp = -(-P // N) * N
     shard = Pp // N
     if zero == 2:
-        ranges = (block, block, Vp * C + T * C, 2 * C)
+        # receive buffers only with more than one micro-step a step
+        ranges = (block, block, Vp * C + T * C, 2 * C) if accum != 1 else ()
         grads = al(4 * (Vp * C + T * C + 2 * C)) + 2 * al(4 * (block + 1)) + \
             sum(al(4 * (min(r, shard) + 1)) for r in ranges)
     else:
@@ -95,12 +96,12 @@ def plan_json(args, rc=0, env=None):
 #    1 and 2 ranks, against the derivation above.
 base = ["--model", "gpt2-124m", "--seq-len", 1024, "--micro-batch", 32, "--device", "cuda",
         "--precision", "bf16", "--attention", "cudnn"]
-for N in (1, 2):
+for N, acc in ((1, 1), (2, 1), (2, 2)):
     for z in (0, 1, 2):
         for rec in ("none", "selective", "full"):
-            d = plan_json(base + ["--ranks", N, "--global-batch", 32 * N, "--zero", z,
+            d = plan_json(base + ["--ranks", N, "--global-batch", 32 * N * acc, "--zero", z,
                                   "--recompute", rec])
-            e = expected(12, 12, 768, 1024, 50257, 32, N, z, rec)
+            e = expected(12, 12, 768, 1024, 50257, 32, N, z, rec, accum=acc)
             check(d["model"]["params"] == e["params"] == 124475904,
                   f"124M N={N} ZeRO {z} {rec}: 124,475,904 parameters")
             check(d["bytes"]["activations"] == e["acts"] and d["bytes"]["total"] == e["total"] and
@@ -248,7 +249,7 @@ for extra, z, channels in (([], 1, 32 + 8), ([], 0, 32), (["--nccl-overlap-ctas"
 d = plan_json(["--model", "tiny", "--seq-len", 32, "--vocab-size", 256, "--device", "cpu",
                "--micro-batch", 2, "--global-batch", 4, "--zero", 2, "--ranks", 2,
                "--recompute", "selective"])
-e = expected(2, 4, 64, 32, 256, 2, 2, 2, "selective", es=4, cuda=False)
+e = expected(2, 4, 64, 32, 256, 2, 2, 2, "selective", es=4, cuda=False, accum=1)
 check(d["bytes"]["total"] == e["total"] and d["config"]["precision"] == "fp32",
       "CPU plan of the tiny model as derived (fp32, T x T attention state)")
 check(d["gpu"]["fits"] is None, "CPU plan without --gpu-mem: not checked, fits is null")
