@@ -208,9 +208,14 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   }
   row("working weights", p->weights, note);
   if (in->zero_stage >= 2) {
-    snprintf(note, sizeof note, "ZeRO %d: head %s + 2 one-block buckets %s + receive %s",
-             in->zero_stage, human(p->grads_head, a, sizeof a),
-             human(p->grads_buckets, b, sizeof b), human(p->grads_recv, c, sizeof c));
+    if (p->grads_recv)
+      snprintf(note, sizeof note, "ZeRO %d: head %s + 2 one-block buckets %s + receive %s",
+               in->zero_stage, human(p->grads_head, a, sizeof a),
+               human(p->grads_buckets, b, sizeof b), human(p->grads_recv, c, sizeof c));
+    else
+      snprintf(note, sizeof note, "ZeRO %d: head %s + 2 one-block buckets %s (one micro-step a "
+               "step: reduced into the shard, no receive buffers)", in->zero_stage,
+               human(p->grads_head, a, sizeof a), human(p->grads_buckets, b, sizeof b));
     row("fp32 gradients", p->grads, note);
   } else {
     row("fp32 gradients", p->grads, "the whole padded vector (accumulated in fp32)");
