@@ -719,6 +719,26 @@ static void test_adamw_segments_split(void) {
     free(p), free(gr);
   }
   expect_true("adamw_update_segments_split: joined master = fp32 kernel's, bit for bit", same);
+  /* lr 0 leaves every master as it is: the device's join and split give
+   * back the halves they read, ties (planted again) included */
+  for (int64_t i = 0; i < n; i += 5) {
+    if ((hi[i] & 0x7fffu) == 0) continue; /* below +-0 lies no tie but a NaN pattern */
+    const float tie = st_master_join(hi[i], (int16_t)-32768);
+    st_master_split(tie, &hi[i], &lo[i]);
+  }
+  GPU->to_device(d_hi, hi, (size_t)n * 2);
+  GPU->to_device(d_lo, lo, (size_t)n * 2);
+  uint16_t *hi0 = malloc((size_t)n * 2);
+  int16_t *lo0 = malloc((size_t)n * 2);
+  memcpy(hi0, hi, (size_t)n * 2), memcpy(lo0, lo, (size_t)n * 2);
+  const float zero_wd[NS] = {0};
+  GPU->adamw_update_segments_split(d_lo, d_g, d_ms, d_vs, n, seg_end, zero_wd, NS, 0.0f, b1, b2,
+                                   eps, gs, 5, d_hi);
+  GPU->to_host(hi, d_hi, (size_t)n * 2);
+  GPU->to_host(lo, d_lo, (size_t)n * 2);
+  expect_true("adamw_update_segments_split: lr 0 keeps both halves, ties included",
+              memcmp(hi, hi0, (size_t)n * 2) == 0 && memcmp(lo, lo0, (size_t)n * 2) == 0);
+  free(hi0), free(lo0);
   expect_true("adamw_update_segments_split: working weights = its high halves", halves);
   float *m = back(d_m, n), *v = back(d_v, n), *ms = back(d_ms, n), *vs = back(d_vs, n);
   expect_identical("adamw_update_segments_split m", m, ms, n * 4);

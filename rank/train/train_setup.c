@@ -684,6 +684,12 @@ static int setup_agree_resolved(trainer *tr) {
                  "same run directory (--out on a filesystem every node mounts)", "none");
   file_size_field(&l, "the --data file", rc->data);
   if (rc->val_data[0]) file_size_field(&l, "the --val-data file", rc->val_data);
+  /* how the bf16 master is kept decides how every rank rounds its working
+   * weights (kernels/master_split.h): ranks that differ would drift apart */
+  const char *mf = getenv("ST_MASTER_FP32");
+  st_agree_add(&l, "the environment's ST_MASTER_FP32", ST_EXIT_USAGE,
+               "set it alike on every rank (mpirun -x ST_MASTER_FP32, or srun's environment)",
+               "%s", mf ? mf : "(unset)");
   return st_agree_check(tr->comm, &l);
 }
 

@@ -804,10 +804,13 @@ done:
   if (tr.dcomm == &tr.nccl) st_comm_nccl_free(&tr.nccl);
 #endif
   if (tr.ops) {
-    if (tr.offload.on) st_offload_free(&tr.offload, tr.ops); /* adam_m, adam_v: its buffers */
+    /* master, adam_m, adam_v: the offload's host buffers, or the backend's */
+    if (tr.offload.on) st_offload_free(&tr.offload, tr.ops);
     else {
       tr.ops->free(tr.adam_m);
       tr.ops->free(tr.adam_v);
+      tr.ops->free(tr.master); /* NULL for fp32 storage or a split master */
+      tr.ops->free(tr.master_lo);
     }
     if (!tr.grad_shard_aliased) tr.ops->free(tr.grad_shard);
     for (int s = 0; s < ST_COMM_TAGS; s++) tr.ops->free(tr.recv[s]);

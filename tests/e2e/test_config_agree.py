@@ -34,12 +34,15 @@ def with_flag(args, flag, value):
 
 
 def mpirun_contexts(contexts, timeout=90, command=("train",)):
-    """contexts: [(np, args), ...] as one mpirun of app contexts."""
+    """contexts: [(np, args), ...] or [(np, args, mpirun_options), ...] as
+    one mpirun of app contexts (options such as ["-x", "VAR=1"] go before
+    the program of that context)."""
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-    for i, (np, args) in enumerate(contexts):
+    for i, (np, args, *opts) in enumerate(contexts):
         if i:
             cmd.append(":")
-        cmd += ["-np", str(np), a.bin] + list(command) + [str(x) for x in args]
+        cmd += ["-np", str(np)] + (list(opts[0]) if opts else []) + [a.bin] + list(command) + \
+            [str(x) for x in args]
     env = dict(os.environ, OMP_NUM_THREADS="1", **MPIRUN_ENV)  # common.py says why
     # its own process group: a hung job is killed whole, no rank left behind
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -75,6 +78,17 @@ for flag, value, words in cases:
     check("every rank must get the same flags" in r.stderr, f"{flag}: the message says the fix")
     check(not os.path.exists(os.path.join(out, "ckpt")) and
           not os.path.exists(os.path.join(out, "metrics.jsonl")), f"{flag}: nothing trained")
+
+# The environment that decides how a bf16 master is kept (and so how each
+# rank rounds its working weights) must match too: ST_MASTER_FP32 on one
+# rank only is refused, naming it and the fix.
+out = W("master_env")
+mine = base + ["--out", out, "--resume", "none"]
+r = mpirun_contexts([(1, mine), (1, mine, ["-x", "ST_MASTER_FP32=1"])])
+check(r.returncode == 2 and "ST_MASTER_FP32 differs between ranks" in r.stderr and
+      "(unset) on rank 0" in r.stderr and "1 on rank 1" in r.stderr and
+      "mpirun -x ST_MASTER_FP32" in r.stderr and r.stderr.count("shardtrain: error") == 1,
+      "ST_MASTER_FP32 on one rank only: exit 2, one line naming it and the fix")
 
 # Three ranks, two groups: the ranks of each value are named as ranges.
 out = W("three")

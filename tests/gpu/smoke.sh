@@ -377,6 +377,22 @@ PY
 if [ "${verdict%% *}" = ok ]; then ok master-split-vs-fp32 "${verdict#* }"
 else bad master-split-vs-fp32 "${verdict:-no verdict (a run failed)}"; fi
 
+# One micro-step a step (global batch = micro-batch): ZeRO 2 and 3 reduce
+# straight into the gradient shard, no receive buffers, and sum as ZeRO 1
+# does: the same 12 losses, bit for bit, with the split master.
+for z in 1 2 3; do
+  check "tiny-bf16-acc1-z$z" 12 "$B" train "${TINY[@]}" --global-batch 4 --precision bf16 \
+    --attention flash --zero $z --resume none --out "$W/tiny-bf16-acc1-z$z"
+done
+if [ -s "$W/tiny-bf16-acc1-z1/metrics.jsonl" ] &&
+   [ "$(losses "$W/tiny-bf16-acc1-z1")" = "$(losses "$W/tiny-bf16-acc1-z2")" ] &&
+   [ "$(losses "$W/tiny-bf16-acc1-z1")" = "$(losses "$W/tiny-bf16-acc1-z3")" ] &&
+   python3 -c 'import json,sys; b=json.loads(open(sys.argv[1]).readline())["memory_plan"]["bytes"]; sys.exit(b["grads_recv"] != 0)' "$W/tiny-bf16-acc1-z2/metrics.jsonl"; then
+  ok acc1-zero-stages-equal "ZeRO 1, 2 and 3 at one micro-step: 12 losses identical, no receive buffers planned"
+else
+  bad acc1-zero-stages-equal "the losses differ between ZeRO 1, 2 and 3, or ZeRO 2 planned receive buffers"
+fi
+
 # Asynchronous checkpoints (the default) against --ckpt-async off on the GPU:
 # every dataset of every checkpoint equal; gradient dumps of CUDA fp32 within
 # 1e-4 (relative, per tensor) of the CPU's.
