@@ -232,6 +232,10 @@ typedef struct {
   void (*residual_forward)(void *out, const void *a, const void *b, int64_t n);
   /* dst += src, n fp32 elements (gradient shards). */
   void (*accumulate_f32)(float *dst, const float *src, int64_t n);
+  /* dst[i] = src[i] rounded to bf16 (nearest even; NaN stays NaN), n
+   * elements: reduced fp32 gradients into a bf16 gradient shard
+   * (--grad-dtype bf16). dst holds the bf16 bits. */
+  void (*f32_to_bf16)(uint16_t *dst, const float *src, int64_t n);
 
   /* LoRA (Hu et al. 2021; rank/model/lora.h): an adapter owns columns
    * [col0, col0 + n) of a projection's output y[N, OC].
@@ -260,8 +264,10 @@ typedef struct {
    * p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), with bias corrections
    * 1-b1^t and 1-b2^t. g is scaled by grad_scale first (clipping, loss
    * scale). t >= 1. p is the fp32 master copy; when work is not NULL the
-   * updated p is also written to work[n] in the storage dtype. */
-  void (*adamw_update)(float *p, const float *g, float *m, float *v, int64_t n,
+   * updated p is also written to work[n] in the storage dtype. g is in
+   * gdt, ST_FP32 or ST_BF16 (--grad-dtype; widened exactly, so bf16 g
+   * updates bit for bit as fp32 g holding the same values). */
+  void (*adamw_update)(float *p, const void *g, st_dtype gdt, float *m, float *v, int64_t n,
                        float lr, float b1, float b2, float eps, float wd,
                        float grad_scale, int64_t t, void *work);
   /* The same update over nseg (1..ST_ADAMW_SEGS) consecutive segments of
@@ -271,7 +277,8 @@ typedef struct {
    * adamw_update per segment; it exists because a model has hundreds of
    * small tensors whose separate launches cost more than their arithmetic.
    * NULL where the backend has none (CPU): callers loop adamw_update. */
-  void (*adamw_update_segments)(float *p, const float *g, float *m, float *v, int64_t n,
+  void (*adamw_update_segments)(float *p, const void *g, st_dtype gdt, float *m, float *v,
+                                int64_t n,
                                 const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
                                 float b1, float b2, float eps, float grad_scale, int64_t t,
                                 void *work);
@@ -281,14 +288,15 @@ typedef struct {
    * rest; both are read and rewritten. Bit for bit the update of
    * adamw_update on the joined master, then the split. 2 bytes a parameter
    * instead of the 4 of an fp32 master beside the working copy. */
-  void (*adamw_update_segments_split)(int16_t *lo, const float *g, float *m, float *v,
-                                      int64_t n, const int64_t *seg_end, const float *seg_wd,
+  void (*adamw_update_segments_split)(int16_t *lo, const void *g, st_dtype gdt, float *m,
+                                      float *v, int64_t n, const int64_t *seg_end, const float *seg_wd,
                                       int nseg, float lr, float b1, float b2, float eps,
                                       float grad_scale, int64_t t, uint16_t *work);
 
-  /* Sum of squares of n elements, accumulated in double; inf or nan when
-   * any element is (the loss scaler's overflow test). */
-  double (*sum_squares)(const float *x, int64_t n);
+  /* Sum of squares of n elements of x in dt (ST_FP32 or ST_BF16: the
+   * gradient dtype), accumulated in double; inf or nan when any element is
+   * (the loss scaler's overflow test). */
+  double (*sum_squares)(const void *x, st_dtype dt, int64_t n);
 } st_ops;
 
 #define ST_ADAMW_SEGS 128 /* segments per adamw_update_segments call */

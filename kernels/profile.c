@@ -153,27 +153,31 @@ static void p_softmax_crossentropy(float *loss, void *dlogits, const void *logit
   TIMED("softmax_crossentropy",
         g_inner->softmax_crossentropy(loss, dlogits, logits, targets, dloss, N, V, Vp));
 }
-static void p_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                           float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
-                           void *work) {
-  TIMED("adamw_update", g_inner->adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale, t,
-                                              work));
+static void p_adamw_update(float *p, const void *g, st_dtype gdt, float *m, float *v, int64_t n,
+                           float lr, float b1, float b2, float eps, float wd, float grad_scale,
+                           int64_t t, void *work) {
+  TIMED("adamw_update", g_inner->adamw_update(p, g, gdt, m, v, n, lr, b1, b2, eps, wd,
+                                              grad_scale, t, work));
 }
-static void p_adamw_update_segments(float *p, const float *g, float *m, float *v, int64_t n,
-                                    const int64_t *seg_end, const float *seg_wd, int nseg,
-                                    float lr, float b1, float b2, float eps, float grad_scale,
-                                    int64_t t, void *work) {
-  TIMED("adamw_update_segments", g_inner->adamw_update_segments(p, g, m, v, n, seg_end, seg_wd,
-                                                                nseg, lr, b1, b2, eps,
-                                                                grad_scale, t, work));
+static void p_adamw_update_segments(float *p, const void *g, st_dtype gdt, float *m, float *v,
+                                    int64_t n, const int64_t *seg_end, const float *seg_wd,
+                                    int nseg, float lr, float b1, float b2, float eps,
+                                    float grad_scale, int64_t t, void *work) {
+  TIMED("adamw_update_segments",
+        g_inner->adamw_update_segments(p, g, gdt, m, v, n, seg_end, seg_wd, nseg, lr, b1, b2,
+                                       eps, grad_scale, t, work));
 }
-static void p_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v,
-                                          int64_t n, const int64_t *seg_end, const float *seg_wd,
-                                          int nseg, float lr, float b1, float b2, float eps,
-                                          float grad_scale, int64_t t, uint16_t *work) {
+static void p_adamw_update_segments_split(int16_t *lo, const void *g, st_dtype gdt, float *m,
+                                          float *v, int64_t n, const int64_t *seg_end,
+                                          const float *seg_wd, int nseg, float lr, float b1,
+                                          float b2, float eps, float grad_scale, int64_t t,
+                                          uint16_t *work) {
   TIMED("adamw_update_segments_split",
-        g_inner->adamw_update_segments_split(lo, g, m, v, n, seg_end, seg_wd, nseg, lr, b1, b2,
-                                             eps, grad_scale, t, work));
+        g_inner->adamw_update_segments_split(lo, g, gdt, m, v, n, seg_end, seg_wd, nseg, lr, b1,
+                                             b2, eps, grad_scale, t, work));
+}
+static void p_f32_to_bf16(uint16_t *dst, const float *src, int64_t n) {
+  TIMED("f32_to_bf16", g_inner->f32_to_bf16(dst, src, n));
 }
 static void p_lora_add_cols(void *y, const void *v, float s, int N, int OC, int c0, int n) {
   TIMED("lora_add_cols", g_inner->lora_add_cols(y, v, s, N, OC, c0, n));
@@ -184,9 +188,9 @@ static void p_lora_take_cols(void *d, const void *y, float s, int N, int OC, int
 static void p_dropout(void *out, const void *in, int64_t n, float p, uint64_t seed) {
   TIMED("dropout", g_inner->dropout(out, in, n, p, seed));
 }
-static double p_sum_squares(const float *x, int64_t n) {
+static double p_sum_squares(const void *x, st_dtype dt, int64_t n) {
   double r;
-  TIMED("sum_squares", r = g_inner->sum_squares(x, n));
+  TIMED("sum_squares", r = g_inner->sum_squares(x, dt, n));
   return r;
 }
 
@@ -217,6 +221,7 @@ const st_ops *st_ops_profiled(const st_ops *inner) {
   if (inner->swiglu_backward) g_table.swiglu_backward = p_swiglu_backward;
   g_table.residual_forward = p_residual_forward;
   g_table.accumulate_f32 = p_accumulate_f32;
+  if (inner->f32_to_bf16) g_table.f32_to_bf16 = p_f32_to_bf16;
   g_table.softmax_crossentropy = p_softmax_crossentropy;
   g_table.adamw_update = p_adamw_update;
   if (inner->adamw_update_segments) g_table.adamw_update_segments = p_adamw_update_segments;

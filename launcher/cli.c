@@ -146,6 +146,11 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     rc->offload = strcmp(v, "optimizer") == 0;
     return 1;
   }
+  if (strcmp(f, "--grad-dtype") == 0) {
+    static const char *const k_gd[] = {"fp32", "bf16", NULL};
+    if (one_of(f, v, k_gd)) return -1;
+    return copy_str(rc->grad_dtype, sizeof rc->grad_dtype, f, v) ? -1 : 1;
+  }
   if (strcmp(f, "--precision") == 0) {
     if (one_of(f, v, k_prec)) return -1;
     return copy_str(rc->precision, sizeof rc->precision, f, v) ? -1 : 1;
@@ -266,7 +271,7 @@ static void apply_model_flags(st_run_config *rc, const st_cli_seen *s) {
 static const char *const k_flags[] = {
     "--arch", "--attention", "--auto-fit", "--base-dtype", "--auto-fit-zero", "--beta1", "--beta2", "--ckpt-every", "--data", "--data-changed-ok", "--device",
     "--dim", "--dump-grads", "--dump-params", "--enforce-gpu-mem", "--eps", "--ffn-dim", "--global-batch", "--gpu-mem", "--gpu-stats-every",
-    "--grad-clip", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--lora", "--loss-scale-max",
+    "--grad-clip", "--grad-dtype", "--headroom", "--heads", "--init-from", "--json", "--keep-last", "--kv-heads", "--layers", "--log-every", "--lora", "--loss-scale-max",
     "--lr", "--lr-decay-steps", "--mem-warn-fraction", "--micro-batch", "--min-lr-frac", "--model",
     "--nccl-buffsize", "--nccl-cga", "--nccl-max-ctas", "--nccl-min-ctas", "--nccl-overlap-ctas",
     "--nccl-timeout", "--norm-eps", "--offload", "--ckpt-async",
@@ -573,6 +578,9 @@ void st_cli_print_train_usage(void) {
       "            and v in pinned host memory, AdamW on the host cores, the device keeps the\n"
       "            working weights, gradients and activations; host memory per rank is checked\n"
       "            against MemAvailable / ranks on the node, exit 6; docs/memory.md, \"Offload\")\n"
+      "          --grad-dtype fp32|bf16 (default fp32; bf16: the reduced gradient shard in bf16,\n"
+      "            2 bytes a parameter, as autocast leaves weight gradients; needs --zero 2|3 (one\n"
+      "            GPU too) and --global-batch = --micro-batch x ranks; docs/precision.md)\n"
       "  memory  --gpu-mem SIZE (cap per rank, e.g. 24GiB; on GPUs the free memory also counts;\n"
       "            on the CPU the check runs only when given)  --headroom PCT (5)\n"
       "          the memory plan is checked before anything is allocated: exit 6 when it does\n"
@@ -676,6 +684,7 @@ void st_cli_print_plan_usage(void) {
       "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"
       "          --offload none|optimizer (optimizer: master weights, Adam m and v on the host;\n"
       "          their device rows are 0 and a host section lists them)\n"
+      "          --grad-dtype fp32|bf16 (bf16: the gradient shard in bf16; ZeRO 2|3, no accumulation)\n"
       "          --nccl-buffsize BYTES  --nccl-max-ctas N  --nccl-overlap-ctas N\n"
       "          (inputs of the NCCL estimate)\n"
       "  memory  --gpu-mem SIZE (24GiB, 80GB, 81559MiB, ...; default: the visible GPU's\n"

@@ -208,20 +208,23 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   }
   row("working weights", p->weights, note);
   if (in->zero_stage >= 2) {
+    const char *nb = in->world == 1 ? "1 one-block bucket" : "2 one-block buckets";
     if (p->grads_recv)
-      snprintf(note, sizeof note, "ZeRO %d: head %s + 2 one-block buckets %s + receive %s",
-               in->zero_stage, human(p->grads_head, a, sizeof a),
-               human(p->grads_buckets, b, sizeof b), human(p->grads_recv, c, sizeof c));
+      snprintf(note, sizeof note, "ZeRO %d: head %s + %s %s + receive %s", in->zero_stage,
+               human(p->grads_head, a, sizeof a), nb, human(p->grads_buckets, b, sizeof b),
+               human(p->grads_recv, c, sizeof c));
     else
-      snprintf(note, sizeof note, "ZeRO %d: head %s + 2 one-block buckets %s (one micro-step a "
-               "step: reduced into the shard, no receive buffers)", in->zero_stage,
-               human(p->grads_head, a, sizeof a), human(p->grads_buckets, b, sizeof b));
+      snprintf(note, sizeof note, "ZeRO %d: head %s + %s %s (one micro-step a step: reduced "
+               "into the shard, no receive buffers)", in->zero_stage,
+               human(p->grads_head, a, sizeof a), nb, human(p->grads_buckets, b, sizeof b));
     row("fp32 gradients", p->grads, note);
   } else {
     row("fp32 gradients", p->grads, "the whole padded vector (accumulated in fp32)");
   }
   if (in->zero_stage >= 1) {
-    snprintf(note, sizeof note, "reduced gradients of this rank's 1/%d", in->world);
+    snprintf(note, sizeof note, "reduced gradients of this rank's 1/%d, %s", in->world,
+             st_plan_grads_bf16(in) ? "bf16 (--grad-dtype bf16: each rounded once as reduced)"
+                                    : "fp32");
     row("gradient shard", p->grad_shard, note);
   }
   const char *part = in->zero_stage == 0 ? "whole (ZeRO 0)" : "this rank's shard";
@@ -429,6 +432,8 @@ int st_cmd_plan(int argc, char **argv) {
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   if (st_nccl_one_rank_env(&in.nccl_one_rank) || st_master_fp32_env(&in.master_fp32))
     return st_cli_fail(ST_EXIT_USAGE);
+  if (st_run_config_check_grad_dtype(rc, o.ranks, !o.fit || o.seen.zero, !o.fit))
+    return st_cli_fail(ST_EXIT_USAGE);
   /* train measures cuDNN's workspace at setup; plan uses the formula.
    * --attention auto plans without it and adds it after, where it fits
    * (settle_attention). */
@@ -494,10 +499,11 @@ int st_cmd_plan(int argc, char **argv) {
     print_fit(&q, &f, source);
     print_table(&o, &ch->in, &ch->plan, ch->accum, source);
     if (f.found) {
-      printf("\ntrain with: --micro-batch %d --global-batch %d --recompute %s --zero %d%s\n"
+      printf("\ntrain with: --micro-batch %d --global-batch %d --recompute %s --zero %d%s%s\n"
              "(or let train choose the same: --auto-fit%s with these flags)\n",
              ch->in.micro_batch, rc->global_batch, st_recompute_name(ch->in.recompute),
              ch->in.zero_stage, ch->in.offload ? " --offload optimizer" : "",
+             st_plan_grads_bf16(&ch->in) ? " --grad-dtype bf16" : "",
              q.search_zero ? "-zero" : "");
     }
   }

@@ -94,8 +94,8 @@ static void bench(void) {
   TIME("softmax_crossentropy (in place)", 2.0 * BT * Vp * es, 5,
        GPU->softmax_crossentropy(loss, logits, logits, d_tok, 1.0f / BT, BT, V, Vp));
   TIME("adamw_update (124M, + work copy)", NP * (7.0 * 4 + es), 10,
-       GPU->adamw_update(p, g, m, v, NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, work));
-  TIME("sum_squares (124M)", 1.0 * NP * 4, 10, (void)GPU->sum_squares(g, NP));
+       GPU->adamw_update(p, g, ST_FP32, m, v, NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, work));
+  TIME("sum_squares (124M)", 1.0 * NP * 4, 10, (void)GPU->sum_squares(g, ST_FP32, NP));
   float *bufs[] = {a, b, c, att, datt, w, dw, logits, loss, wpe, dwpe, stat, p, g, m, v, work};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) GPU->free(bufs[i]);
   GPU->free(d_tok), GPU->free(sort_scratch);

@@ -570,7 +570,7 @@ static void test_adamw(int64_t n) {
   float *p = copy_of(p0, n), *m = copy_of(m0, n), *v = copy_of(v0, n);
   const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
   const int64_t t = 5;
-  CPU->adamw_update(p, gr, m, v, n, lr, b1, b2, eps, wd, gs, t, NULL);
+  CPU->adamw_update(p, gr, ST_FP32, m, v, n, lr, b1, b2, eps, wd, gs, t, NULL);
   float *d_p = dev(NULL, n), *d_g = dev(gr, n), *d_m = dev(NULL, n), *d_v = dev(NULL, n);
   void *d_work = dev_st(NULL, n);
   float *junk = randn(n, 1);
@@ -578,7 +578,7 @@ static void test_adamw(int64_t n) {
   unsigned char *work[2];
   for (int k = 0; k < 2; k++) {
     upload(d_p, p0, n), upload(d_m, m0, n), upload(d_v, v0, n), upload_st(d_work, junk, n);
-    GPU->adamw_update(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gs, t, d_work);
+    GPU->adamw_update(d_p, d_g, ST_FP32, d_m, d_v, n, lr, b1, b2, eps, wd, gs, t, d_work);
     g[k][0] = back(d_p, n), g[k][1] = back(d_m, n), g[k][2] = back(d_v, n);
     work[k] = malloc((size_t)n * ES);
     GPU->to_host(work[k], d_work, (size_t)n * ES);
@@ -597,7 +597,7 @@ static void test_adamw(int64_t n) {
   expect_identical("adamw_update work", work[0], work[1], n * ES);
   /* without a working copy: the same master weights */
   upload(d_p, p0, n), upload(d_m, m0, n), upload(d_v, v0, n);
-  GPU->adamw_update(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gs, t, NULL);
+  GPU->adamw_update(d_p, d_g, ST_FP32, d_m, d_v, n, lr, b1, b2, eps, wd, gs, t, NULL);
   float *pn = back(d_p, n);
   expect_true("adamw_update work NULL: same p", memcmp(pn, g[0][0], n * 4) == 0);
   free(pn);
@@ -630,14 +630,14 @@ static void test_adamw_segments(void) {
   void *d_work = dev_st(NULL, n);
   int64_t b = 0;
   for (int k = 0; k < NS; b = seg_end[k++])
-    GPU->adamw_update(d_p + b, d_g + b, d_m + b, d_v + b, seg_end[k] - b, lr, b1, b2, eps, seg_wd[k],
+    GPU->adamw_update(d_p + b, d_g + b, ST_FP32, d_m + b, d_v + b, seg_end[k] - b, lr, b1, b2, eps, seg_wd[k],
                       gs, 3, (char *)d_work + (size_t)b * ES);
   float *want[3] = {back(d_p, n), back(d_m, n), back(d_v, n)};
   unsigned char *want_w = malloc((size_t)n * ES);
   GPU->to_host(want_w, d_work, (size_t)n * ES);
   upload(d_p, p0, n), upload(d_m, m0, n), upload(d_v, v0, n);
   GPU->zero(d_work, (size_t)n * ES);
-  GPU->adamw_update_segments(d_p, d_g, d_m, d_v, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs, 3,
+  GPU->adamw_update_segments(d_p, d_g, ST_FP32, d_m, d_v, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs, 3,
                              d_work);
   float *got[3] = {back(d_p, n), back(d_m, n), back(d_v, n)};
   unsigned char *got_w = malloc((size_t)n * ES);
@@ -699,11 +699,11 @@ static void test_adamw_segments_split(void) {
   for (int t = 1; t <= 4; t++) {
     float *gr = randn(n, 1);
     upload(d_g, gr, n);
-    GPU->adamw_update_segments(d_p, d_g, d_m, d_v, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs, t,
+    GPU->adamw_update_segments(d_p, d_g, ST_FP32, d_m, d_v, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs, t,
                                NULL);
-    GPU->adamw_update_segments_split(d_lo, d_g, d_ms, d_vs, n, seg_end, seg_wd, NS, lr, b1, b2,
+    GPU->adamw_update_segments_split(d_lo, d_g, ST_FP32, d_ms, d_vs, n, seg_end, seg_wd, NS, lr, b1, b2,
                                      eps, gs, t, d_hi);
-    CPU->adamw_update_segments_split(clo, gr, cm, cv, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs,
+    CPU->adamw_update_segments_split(clo, gr, ST_FP32, cm, cv, n, seg_end, seg_wd, NS, lr, b1, b2, eps, gs,
                                      t, chi);
     float *p = back(d_p, n);
     GPU->to_host(hi, d_hi, (size_t)n * 2);
@@ -732,7 +732,7 @@ static void test_adamw_segments_split(void) {
   int16_t *lo0 = malloc((size_t)n * 2);
   memcpy(hi0, hi, (size_t)n * 2), memcpy(lo0, lo, (size_t)n * 2);
   const float zero_wd[NS] = {0};
-  GPU->adamw_update_segments_split(d_lo, d_g, d_ms, d_vs, n, seg_end, zero_wd, NS, 0.0f, b1, b2,
+  GPU->adamw_update_segments_split(d_lo, d_g, ST_FP32, d_ms, d_vs, n, seg_end, zero_wd, NS, 0.0f, b1, b2,
                                    eps, gs, 5, d_hi);
   GPU->to_host(hi, d_hi, (size_t)n * 2);
   GPU->to_host(lo, d_lo, (size_t)n * 2);
@@ -757,7 +757,8 @@ static void test_adamw_segments_split(void) {
 static void test_sum_squares(int64_t n) {
   float *x = randn(n, 1);
   float *d_x = dev(x, n);
-  double c = CPU->sum_squares(x, n), g1 = GPU->sum_squares(d_x, n), g2 = GPU->sum_squares(d_x, n);
+  double c = CPU->sum_squares(x, ST_FP32, n), g1 = GPU->sum_squares(d_x, ST_FP32, n),
+         g2 = GPU->sum_squares(d_x, ST_FP32, n);
   double rel = fabs(g1 - c) / fmax(fabs(c), 1e-300);
   char what[64];
   snprintf(what, sizeof what, "sum_squares n=%lld", (long long)n);
@@ -771,6 +772,102 @@ static void test_sum_squares(int64_t n) {
   free(x);
 }
 
+/* --grad-dtype bf16 (kernels/ops.h): f32_to_bf16 against the host's
+ * rounding (nearest even) bit for bit, on random values with planted ties
+ * (odd and even), NaN, inf and a value that rounds to inf; sum_squares of
+ * bf16 against the CPU's and non-finite on an inf; and AdamW from bf16
+ * gradients equal to AdamW from fp32 gradients holding the same values,
+ * bit for bit, in all three kernels (the split one where the table has it). */
+static void test_bf16_grads(int64_t n) {
+  printf("bf16 gradients n=%lld\n", (long long)n);
+  float *x = randn(n, 1);
+  for (int64_t i = 0; i < n; i += 11) { /* ties: the dropped half exactly 0x8000 */
+    uint32_t b;
+    memcpy(&b, &x[i], 4);
+    b = (b & 0xffff0000u) | 0x8000u | ((uint32_t)(i & 1) << 16);
+    memcpy(&x[i], &b, 4);
+  }
+  x[1] = NAN, x[2] = -INFINITY, x[3] = 3.4e38f; /* the last rounds to inf */
+  uint16_t *want = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
+  st_dtype_from_f32(ST_BF16, want, x, (size_t)n);
+  float *d_x = dev(x, n);
+  uint16_t *d_h = GPU->alloc((size_t)n * 2, "test");
+  GPU->f32_to_bf16(d_h, d_x, n);
+  GPU->to_host(got, d_h, (size_t)n * 2);
+  int same = 1;
+  for (int64_t i = 0; i < n; i++) /* NaN: any quiet NaN */
+    same &= got[i] == want[i] || (isnan(x[i]) && (got[i] & 0x7fc0u) == 0x7fc0u);
+  expect_true("f32_to_bf16 = host rounding (nearest even), ties, NaN, inf", same);
+  /* the rest finite, for the sum */
+  x[1] = 0.5f, x[2] = -2.0f, x[3] = 1.0f;
+  st_dtype_from_f32(ST_BF16, want, x, (size_t)n);
+  GPU->to_device(d_h, want, (size_t)n * 2);
+  float *w = malloc((size_t)n * 4);
+  st_dtype_to_f32(ST_BF16, w, want, (size_t)n);
+  const double c = CPU->sum_squares(want, ST_BF16, n), c32 = CPU->sum_squares(w, ST_FP32, n);
+  const double g1 = GPU->sum_squares(d_h, ST_BF16, n), g2 = GPU->sum_squares(d_h, ST_BF16, n);
+  expect_true("sum_squares bf16: the CPU's bf16 sum = its fp32 sum of the widened values",
+              c == c32);
+  expect_true("sum_squares bf16: GPU within 1e-12 of the CPU, run twice bit-identical",
+              fabs(g1 - c) <= 1e-12 * c && g1 == g2);
+  const uint16_t inf16 = 0x7f80;
+  GPU->to_device(d_h + n / 2, &inf16, 2);
+  expect_true("sum_squares bf16: an inf -> inf", isinf(GPU->sum_squares(d_h, ST_BF16, n)));
+  GPU->to_device(d_h, want, (size_t)n * 2);
+  /* AdamW: g16 = want (bf16), w its widened values in fp32 */
+  float *p0 = randn(n, 1), *m0 = randn(n, 0.1f), *v0 = randn(n, 0.1f);
+  for (int64_t i = 0; i < n; i++) v0[i] *= v0[i];
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = 0.7f;
+  float *d_w = dev(w, n);
+  float *d_p = dev(p0, n), *d_m = dev(m0, n), *d_v = dev(v0, n);
+  float *d_p2 = dev(p0, n), *d_m2 = dev(m0, n), *d_v2 = dev(v0, n);
+  void *d_k = dev_st(NULL, n), *d_k2 = dev_st(NULL, n);
+  GPU->adamw_update(d_p, d_w, ST_FP32, d_m, d_v, n, lr, b1, b2, eps, 0.1f, gs, 3, d_k);
+  GPU->adamw_update(d_p2, d_h, ST_BF16, d_m2, d_v2, n, lr, b1, b2, eps, 0.1f, gs, 3, d_k2);
+  const int64_t seg_end[3] = {n / 3, n / 2, n};
+  const float seg_wd[3] = {0.1f, 0.0f, 0.1f};
+  GPU->adamw_update_segments(d_p, d_w, ST_FP32, d_m, d_v, n, seg_end, seg_wd, 3, lr, b1, b2, eps,
+                             gs, 4, d_k);
+  GPU->adamw_update_segments(d_p2, d_h, ST_BF16, d_m2, d_v2, n, seg_end, seg_wd, 3, lr, b1, b2,
+                             eps, gs, 4, d_k2);
+  float *r[2][3] = {{back(d_p, n), back(d_m, n), back(d_v, n)},
+                    {back(d_p2, n), back(d_m2, n), back(d_v2, n)}};
+  expect_identical("adamw_update(_segments) from bf16 g: p", r[0][0], r[1][0], (size_t)n * 4);
+  expect_identical("adamw_update(_segments) from bf16 g: m", r[0][1], r[1][1], (size_t)n * 4);
+  expect_identical("adamw_update(_segments) from bf16 g: v", r[0][2], r[1][2], (size_t)n * 4);
+  float *k1 = back_st(d_k, n), *k2 = back_st(d_k2, n);
+  expect_identical("adamw_update(_segments) from bf16 g: work", k1, k2, (size_t)n * 4);
+  if (GPU->adamw_update_segments_split) { /* the split master from the fp32 master above */
+    uint16_t *hi = malloc((size_t)n * 2);
+    int16_t *lo = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) st_master_split(r[0][0][i], &hi[i], &lo[i]);
+    uint16_t *d_hi = GPU->alloc((size_t)n * 2, "test");
+    int16_t *d_lo = GPU->alloc((size_t)n * 2, "test");
+    GPU->to_device(d_hi, hi, (size_t)n * 2);
+    GPU->to_device(d_lo, lo, (size_t)n * 2);
+    GPU->adamw_update_segments(d_p, d_w, ST_FP32, d_m, d_v, n, seg_end, seg_wd, 3, lr, b1, b2,
+                               eps, gs, 5, NULL);
+    GPU->adamw_update_segments_split(d_lo, d_h, ST_BF16, d_m2, d_v2, n, seg_end, seg_wd, 3, lr,
+                                     b1, b2, eps, gs, 5, d_hi);
+    float *p = back(d_p, n);
+    GPU->to_host(hi, d_hi, (size_t)n * 2);
+    GPU->to_host(lo, d_lo, (size_t)n * 2);
+    int joined = 1;
+    for (int64_t i = 0; i < n; i++) {
+      const float j = st_master_join(hi[i], lo[i]);
+      joined &= memcmp(&j, &p[i], 4) == 0;
+    }
+    expect_true("adamw_update_segments_split from bf16 g: joined master = fp32 path's", joined);
+    free(p), free(hi), free(lo);
+    GPU->free(d_hi), GPU->free(d_lo);
+  }
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 3; j++) free(r[k][j]);
+  free(k1), free(k2), free(x), free(want), free(got), free(w), free(p0), free(m0), free(v0);
+  GPU->free(d_x), GPU->free(d_h), GPU->free(d_w), GPU->free(d_p), GPU->free(d_m), GPU->free(d_v),
+      GPU->free(d_p2), GPU->free(d_m2), GPU->free(d_v2), GPU->free(d_k), GPU->free(d_k2);
+}
+
 /* The loss scaler's overflow test: one inf or nan among n finite elements
  * must make the sum non-finite, wherever it sits. */
 static void test_sum_squares_nonfinite(int64_t n) {
@@ -781,19 +878,19 @@ static void test_sum_squares_nonfinite(int64_t n) {
     char what[96];
     float bad = INFINITY;
     upload(d_x + where[k], &bad, 1);
-    double s = GPU->sum_squares(d_x, n);
+    double s = GPU->sum_squares(d_x, ST_FP32, n);
     snprintf(what, sizeof what, "sum_squares inf at [%lld] -> inf", (long long)where[k]);
     expect_true(what, isinf(s));
     bad = NAN;
     upload(d_x + where[k], &bad, 1);
-    s = GPU->sum_squares(d_x, n);
+    s = GPU->sum_squares(d_x, ST_FP32, n);
     snprintf(what, sizeof what, "sum_squares nan at [%lld] -> nan", (long long)where[k]);
     expect_true(what, isnan(s));
     upload(d_x + where[k], x + where[k], 1);
   }
   float inf_nan[2] = {INFINITY, NAN};
   upload(d_x + 3, inf_nan, 2);
-  expect_true("sum_squares inf and nan -> non-finite", !isfinite(GPU->sum_squares(d_x, n)));
+  expect_true("sum_squares inf and nan -> non-finite", !isfinite(GPU->sum_squares(d_x, ST_FP32, n)));
   GPU->free(d_x);
   free(x);
 }
@@ -841,6 +938,7 @@ static void test_ops(int big) {
   test_adamw(10007);
   test_adamw_segments();
   test_adamw_segments_split();
+  test_bf16_grads(100003);
 }
 
 int main(void) {

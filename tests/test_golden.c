@@ -272,10 +272,10 @@ static void test_adamw_three_steps(void **state) {
     st_model_backward(&g_model, d_inp, g_B, g_T);
     printf("step %d loss: ours %.8f reference %.8f\n", s, loss, ref_losses[s - 1]);
     assert_true(fabs(loss - ref_losses[s - 1]) <= (mixed() ? 2e-3 : 1e-5));
-    double norm = sqrt(g_model.ops->sum_squares(g_model.grads, n));
+    double norm = sqrt(g_model.ops->sum_squares(g_model.grads, ST_FP32, n));
     st_adamw_range(g_model.ops, &g_model.tab, &o, o.lr, st_clip_scale(&o, norm), s,
                    master ? master : (float *)g_model.params, master ? g_model.params : NULL,
-                   g_model.es, g_model.grads, m, v, 0, n);
+                   g_model.es, g_model.grads, ST_FP32, m, v, 0, n);
   }
   float *params = host_copy(master ? master : (const float *)g_model.params, n);
   int bad = 0;

@@ -310,9 +310,9 @@ static void full_golden(const char *name) {
       const double loss = st_model_forward(&r.m, r.inp, r.tgt, B, T, 1.0f / r.N) / r.N;
       st_model_backward(&r.m, r.inp, B, T);
       worst = fmax(worst, fabs(loss - ref_losses[s - 1]));
-      const double norm = sqrt(r.m.ops->sum_squares(r.m.grads, n));
+      const double norm = sqrt(r.m.ops->sum_squares(r.m.grads, ST_FP32, n));
       st_adamw_range(r.m.ops, &r.tab, &o, o.lr, st_clip_scale(&o, norm), s, r.m.params, NULL,
-                     r.m.es, r.m.grads, m, v, 0, n);
+                     r.m.es, r.m.grads, ST_FP32, m, v, 0, n);
     }
     report(worst <= 1e-5, "%s: loss before each of %d AdamW steps, max |diff| %.3g", name, steps,
            worst);

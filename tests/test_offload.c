@@ -169,7 +169,9 @@ static float val(uint32_t i, uint32_t salt) {
   return (float)(x & 0xffffff) / (float)0x800000 - 1.0f;
 }
 
-static void check_step(st_dtype dt, int64_t chunk) {
+/* gdt: the gradients' dtype (--grad-dtype); bf16 ones are the fp32
+ * values rounded, and both sides read the same bits. */
+static void check_step(st_dtype dt, int64_t chunk, st_dtype gdt) {
   st_model_config cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16,
                          .vocab_size = 97};
   assert_int_equal(st_model_validate(&cfg), 0);
@@ -186,17 +188,21 @@ static void check_step(st_dtype dt, int64_t chunk) {
         *v = malloc((size_t)n * 4);
   char *work = calloc((size_t)n, es), *want = calloc((size_t)n, es);
   assert_true(g && pm && m && v && work && want);
+  void *gq = malloc((size_t)n * st_dtype_size(gdt)); /* g in gdt */
+  assert_non_null(gq);
   for (int64_t i = 0; i < n; i++) {
     g[i] = val((uint32_t)i, 1);
     pm[i] = o.master[i] = val((uint32_t)i, 2);
     m[i] = o.m[i] = 0.1f * val((uint32_t)i, 3);
     v[i] = o.v[i] = 0.01f * (val((uint32_t)i, 4) + 1.0f);
   }
+  st_dtype_from_f32(gdt, gq, g, (size_t)n);
   const st_optim_config oc = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                               .weight_decay = 0.1f};
   for (int t = 1; t <= 3; t++) {
-    st_offload_step(&o, &ops, &tab, &oc, 1e-3f, 0.5f, t, g, work, begin, end);
-    st_adamw_range(st_ops_cpu(), &tab, &oc, 1e-3f, 0.5f, t, pm, NULL, 0, g, m, v, begin, end);
+    st_offload_step(&o, &ops, &tab, &oc, 1e-3f, 0.5f, t, gq, gdt, work, begin, end);
+    st_adamw_range(st_ops_cpu(), &tab, &oc, 1e-3f, 0.5f, t, pm, NULL, 0, gq, gdt, m, v, begin,
+                   end);
     st_dtype_from_f32(dt, want, pm, (size_t)n);
     assert_memory_equal(o.master, pm, (size_t)n * 4);
     assert_memory_equal(o.m, m, (size_t)n * 4);
@@ -206,6 +212,7 @@ static void check_step(st_dtype dt, int64_t chunk) {
   st_offload_free(&o, &ops);
   st_param_table_free(&tab);
   free(g);
+  free(gq);
   free(pm);
   free(m);
   free(v);
@@ -217,7 +224,10 @@ static void test_step_equals_one_update(void **state) {
   (void)state;
   const int64_t chunks[] = {7, 37, 4096, 0};
   for (int d = 0; d < 3; d++)
-    for (int c = 0; c < 4; c++) check_step((st_dtype)d, chunks[c]);
+    for (int c = 0; c < 4; c++) {
+      check_step((st_dtype)d, chunks[c], ST_FP32);
+      check_step((st_dtype)d, chunks[c], ST_BF16);
+    }
 }
 
 int main(void) {

@@ -175,13 +175,22 @@ static void test_crossentropy(void **state) {
 static void test_adamw(void **state) {
   (void)state;
   float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
-  ops->adamw_update(&p, &g, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1, NULL);
+  ops->adamw_update(&p, &g, ST_FP32, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1,
+                    NULL);
   /* step 1: m_hat = g, v_hat = g^2 -> update = 1; p = 1*(1-0.001) - 0.1*1 */
   assert_float_equal(p, 0.899f, 1e-6f);
   assert_float_equal(m, 0.05f, 1e-7f);
   assert_float_equal(v, 0.00025f, 1e-8f);
   float x[3] = {1, 2, 3};
-  assert_true(fabs(ops->sum_squares(x, 3) - 14.0) < 1e-12);
+  assert_true(fabs(ops->sum_squares(x, ST_FP32, 3) - 14.0) < 1e-12);
+  /* bf16 gradients: 0.5 is exact, so the same step from its bits */
+  float p2 = 1.0f, m2 = 0.0f, v2 = 0.0f;
+  const uint16_t g16 = 0x3f00; /* 0.5 */
+  ops->adamw_update(&p2, &g16, ST_BF16, &m2, &v2, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1,
+                    NULL);
+  assert_true(p2 == p && m2 == m && v2 == v);
+  const uint16_t x16[3] = {0x3f80, 0x4000, 0x4040}; /* 1, 2, 3 */
+  assert_true(ops->sum_squares(x16, ST_BF16, 3) == 14.0);
 }
 
 /* ---- the whole model: forward loss vs backward gradients ---- */

@@ -30,9 +30,9 @@ static int calls;
 
 /* The contract of adamw_update_segments, checked, then carried out with the
  * CPU's per-range update. */
-static void segments_on_cpu(float *p, const float *g, float *m, float *v, int64_t n,
-                            const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
-                            float b1, float b2, float eps, float grad_scale, int64_t t,
+static void segments_on_cpu(float *p, const void *g, st_dtype gdt, float *m, float *v,
+                            int64_t n, const int64_t *seg_end, const float *seg_wd, int nseg,
+                            float lr, float b1, float b2, float eps, float grad_scale, int64_t t,
                             void *work) {
   calls++;
   assert_true(nseg >= 1 && nseg <= ST_ADAMW_SEGS);
@@ -40,8 +40,9 @@ static void segments_on_cpu(float *p, const float *g, float *m, float *v, int64_
   int64_t b = 0;
   for (int k = 0; k < nseg; k++) {
     assert_true(seg_end[k] > b);
-    st_ops_cpu()->adamw_update(p + b, g + b, m + b, v + b, seg_end[k] - b, lr, b1, b2, eps,
-                               seg_wd[k], grad_scale, t, work ? (float *)work + b : NULL);
+    st_ops_cpu()->adamw_update(p + b, (const char *)g + (size_t)b * st_dtype_size(gdt), gdt,
+                               m + b, v + b, seg_end[k] - b, lr, b1, b2, eps, seg_wd[k],
+                               grad_scale, t, work ? (float *)work + b : NULL);
     b = seg_end[k];
   }
 }
@@ -91,11 +92,11 @@ static void test_grouping(void **state) {
         memcpy(x[2], m0 + b, (size_t)n * 4);
         memcpy(x[3], v0 + b, (size_t)n * 4);
       }
-      st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, 3, want[0], want[1], 4, g + b,
+      st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, 3, want[0], want[1], 4, g + b, ST_FP32,
                      want[2], want[3], b, e);
       calls = 0;
-      st_adamw_range(&seg, &tab, &o, o.lr, 0.7f, 3, got[0], got[1], 4, g + b, got[2], got[3],
-                     b, e);
+      st_adamw_range(&seg, &tab, &o, o.lr, 0.7f, 3, got[0], got[1], 4, g + b, ST_FP32, got[2],
+                     got[3], b, e);
       /* one call per ST_ADAMW_SEGS tensors the range touches */
       int touched = 0;
       for (int i = 0; i < tab.n; i++)
@@ -150,8 +151,9 @@ static void test_split_master(void **state) {
       for (int64_t i = 0; i < n; i++) st_master_split(p[i], &hi[i], &lo[i]);
       for (int t = 1; t <= 6; t++) {
         float *g = filled(n, 100u + (unsigned)t, 1.0f, 0);
-        st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, t, p, NULL, 4, g, m, v, b, e);
-        st_adamw_range_split(st_ops_cpu(), &tab, &o, o.lr, 0.7f, t, lo, hi, g, ms, vs, b, e);
+        st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, t, p, NULL, 4, g, ST_FP32, m, v, b, e);
+        st_adamw_range_split(st_ops_cpu(), &tab, &o, o.lr, 0.7f, t, lo, hi, g, ST_FP32, ms, vs, b,
+                             e);
         for (int64_t i = 0; i < n; i++) {
           const float joined = st_master_join(hi[i], lo[i]);
           uint16_t want;
@@ -173,8 +175,99 @@ static void test_split_master(void **state) {
   st_param_table_free(&tab);
 }
 
+/* --grad-dtype bf16: AdamW reading bf16 gradients must update exactly as
+ * it does from fp32 gradients holding the same (bf16) values: the fp32
+ * master, the split master and the segment-grouped path, over every rank's
+ * range at 1 and 3 ranks. And the bf16 values are the fp32 gradients
+ * rounded to nearest even (f32_to_bf16), so a gradient that does not fit
+ * bf16 moves the weights differently: planted below, it must show. */
+static void test_bf16_grads(void **state) {
+  (void)state;
+  st_model_config cfg = {.n_layer = 24, .n_head = 2, .n_embd = 8, .block_size = 4,
+                         .vocab_size = 21};
+  assert_int_equal(st_model_validate(&cfg), 0);
+  st_param_table tab;
+  assert_int_equal(st_param_table_build(&cfg, &tab), 0);
+  const int64_t P = tab.total;
+  const st_optim_config o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                             .weight_decay = 0.1f, .grad_clip = 1.0f};
+  float *p0 = filled(P, 8, 2.0f, 0), *m0 = filled(P, 9, 0.2f, 0), *v0 = filled(P, 10, 0.1f, 1);
+  float *g32 = filled(P, 11, 1.0f, 0);
+  uint16_t *g16 = malloc((size_t)P * 2);
+  float *gw = malloc((size_t)P * 4); /* g16 widened */
+  assert_true(g16 && gw);
+  st_ops_cpu()->f32_to_bf16(g16, g32, P);
+  st_dtype_to_f32(ST_BF16, gw, g16, (size_t)P);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < P; i++) {
+    uint16_t want;
+    st_dtype_from_f32(ST_BF16, &want, &g32[i], 1);
+    assert_int_equal(g16[i], want);
+    differ += gw[i] != g32[i];
+  }
+  assert_true(differ > P / 2); /* random fp32 values rarely fit bf16 */
+  st_ops seg = *st_ops_cpu();
+  seg.adamw_update_segments = segments_on_cpu;
+  const int worlds[] = {1, 3};
+  for (size_t wi = 0; wi < sizeof worlds / sizeof *worlds; wi++) {
+    for (int r = 0; r < worlds[wi]; r++) {
+      st_partition part;
+      st_partition_make(P, r, worlds[wi], &part);
+      const int64_t b = part.begin, e = part.end, n = e - b;
+      const size_t f4 = (size_t)n * 4;
+      /* [0] from fp32 widened values, [1] from bf16, [2] segments from bf16,
+       * [3] from the unrounded fp32 gradients: master, work, m, v */
+      float *x[4][4];
+      for (int k = 0; k < 4; k++) {
+        x[k][0] = malloc(f4), x[k][1] = calloc((size_t)n, 4);
+        x[k][2] = malloc(f4), x[k][3] = malloc(f4);
+        memcpy(x[k][0], p0 + b, f4), memcpy(x[k][2], m0 + b, f4), memcpy(x[k][3], v0 + b, f4);
+      }
+      st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, 2, x[0][0], x[0][1], 4, gw + b, ST_FP32,
+                     x[0][2], x[0][3], b, e);
+      st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, 2, x[1][0], x[1][1], 4, g16 + b,
+                     ST_BF16, x[1][2], x[1][3], b, e);
+      st_adamw_range(&seg, &tab, &o, o.lr, 0.7f, 2, x[2][0], x[2][1], 4, g16 + b, ST_BF16,
+                     x[2][2], x[2][3], b, e);
+      st_adamw_range(st_ops_cpu(), &tab, &o, o.lr, 0.7f, 2, x[3][0], x[3][1], 4, g32 + b,
+                     ST_FP32, x[3][2], x[3][3], b, e);
+      for (int k = 0; k < 4; k++) {
+        assert_memory_equal(x[0][k], x[1][k], f4);
+        assert_memory_equal(x[0][k], x[2][k], f4);
+      }
+      assert_memory_not_equal(x[0][0], x[3][0], f4);
+      /* the split master from bf16 gradients: the fp32 path's master */
+      uint16_t *hi = malloc((size_t)n * 2);
+      int16_t *lo = malloc((size_t)n * 2);
+      float *ms = malloc(f4), *vs = malloc(f4);
+      assert_true(hi && lo && ms && vs);
+      memcpy(ms, m0 + b, f4), memcpy(vs, v0 + b, f4);
+      for (int64_t i = 0; i < n; i++) st_master_split(p0[b + i], &hi[i], &lo[i]);
+      st_adamw_range_split(st_ops_cpu(), &tab, &o, o.lr, 0.7f, 2, lo, hi, g16 + b, ST_BF16, ms,
+                           vs, b, e);
+      for (int64_t i = 0; i < n; i++) {
+        const float joined = st_master_join(hi[i], lo[i]);
+        if (memcmp(&joined, &x[0][0][i], 4) != 0)
+          fail_msg("split, rank %d of %d, element %lld: %.9g against %.9g", r, worlds[wi],
+                   (long long)(b + i), (double)joined, (double)x[0][0][i]);
+      }
+      assert_memory_equal(ms, x[0][2], f4);
+      assert_memory_equal(vs, x[0][3], f4);
+      free(hi), free(lo), free(ms), free(vs);
+      for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 4; j++) free(x[k][j]);
+    }
+  }
+  /* the norm's sum of squares reads bf16 as its widened values */
+  assert_true(st_ops_cpu()->sum_squares(g16, ST_BF16, P) ==
+              st_ops_cpu()->sum_squares(gw, ST_FP32, P));
+  free(p0), free(m0), free(v0), free(g32), free(g16), free(gw);
+  st_param_table_free(&tab);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_grouping),
-                                     cmocka_unit_test(test_split_master)};
+                                     cmocka_unit_test(test_split_master),
+                                     cmocka_unit_test(test_bf16_grads)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

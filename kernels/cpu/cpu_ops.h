@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/dtype.h"
+
 void cpu_encoder_forward(void *out, const int *inp, const void *wte, const void *wpe,
                          int B, int T, int C);
 void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int *inp,
@@ -58,13 +60,14 @@ void cpu_lora_take_cols(void *dst, const void *y, float scale, int N, int OC, in
 void cpu_dropout(void *out, const void *in, int64_t n, float p, uint64_t seed);
 void cpu_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
                               const int *targets, float dloss, int N, int V, int Vp);
-void cpu_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                      float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
-                      void *work);
-void cpu_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v, int64_t n,
-                                     const int64_t *seg_end, const float *seg_wd, int nseg,
-                                     float lr, float b1, float b2, float eps, float grad_scale,
-                                     int64_t t, uint16_t *work);
-double cpu_sum_squares(const float *x, int64_t n);
+void cpu_adamw_update(float *p, const void *g, st_dtype gdt, float *m, float *v, int64_t n,
+                      float lr, float b1, float b2, float eps, float wd, float grad_scale,
+                      int64_t t, void *work);
+void cpu_adamw_update_segments_split(int16_t *lo, const void *g, st_dtype gdt, float *m,
+                                     float *v, int64_t n, const int64_t *seg_end,
+                                     const float *seg_wd, int nseg, float lr, float b1, float b2,
+                                     float eps, float grad_scale, int64_t t, uint16_t *work);
+void cpu_f32_to_bf16(uint16_t *dst, const float *src, int64_t n);
+double cpu_sum_squares(const void *x, st_dtype dt, int64_t n);
 
 #endif

@@ -105,6 +105,7 @@ static const st_ops k_cpu_ops = {
     .lora_take_cols = cpu_lora_take_cols,
     .dropout = cpu_dropout,
     .accumulate_f32 = cpu_accumulate_f32,
+    .f32_to_bf16 = cpu_f32_to_bf16,
     .softmax_crossentropy = cpu_softmax_crossentropy,
     .adamw_update = cpu_adamw_update,
     .adamw_update_segments_split = cpu_adamw_update_segments_split,

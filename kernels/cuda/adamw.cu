@@ -13,10 +13,11 @@
 
 /* Element i's update of master value p; m[i] and v[i] in place. The one
  * expression both master layouts use, so they round alike. */
-__device__ __forceinline__ float adamw_value(float p, const float *g, float *m, float *v,
-                                             int64_t i, float lr, float b1, float b2, float eps,
-                                             float wd, float grad_scale, float bc1, float bc2) {
-  float gi = g[i] * grad_scale;
+template <typename G>
+__device__ __forceinline__ float adamw_value(float p, const G *g, float *m, float *v, int64_t i,
+                                             float lr, float b1, float b2, float eps, float wd,
+                                             float grad_scale, float bc1, float bc2) {
+  float gi = st_ld(g[i]) * grad_scale;
   float mi = b1 * m[i] + (1.0f - b1) * gi;
   float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
   m[i] = mi;
@@ -26,8 +27,8 @@ __device__ __forceinline__ float adamw_value(float p, const float *g, float *m, 
   return pi;
 }
 
-template <typename S>
-__device__ __forceinline__ void adamw_one(float *p, const float *g, float *m, float *v, int64_t i,
+template <typename S, typename G>
+__device__ __forceinline__ void adamw_one(float *p, const G *g, float *m, float *v, int64_t i,
                                           float lr, float b1, float b2, float eps, float wd,
                                           float grad_scale, float bc1, float bc2, S *work) {
   const float pi = adamw_value(p[i], g, m, v, i, lr, b1, b2, eps, wd, grad_scale, bc1, bc2);
@@ -35,8 +36,8 @@ __device__ __forceinline__ void adamw_one(float *p, const float *g, float *m, fl
   if (work) work[i] = st_st<S>(pi);
 }
 
-template <typename S>
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+template <typename S, typename G>
+__global__ void adamw_kernel(float *p, const G *g, float *m, float *v, int64_t n, float lr,
                              float b1, float b2, float eps, float wd, float grad_scale,
                              float bc1, float bc2, S *work) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -54,8 +55,8 @@ typedef struct {
 
 /* A thread's elements rise with the grid stride, so its segment only moves
  * forward: one binary search for the first element, then a short walk. */
-template <typename S>
-__global__ void adamw_segments_kernel(float *p, const float *g, float *m, float *v, int64_t n,
+template <typename S, typename G>
+__global__ void adamw_segments_kernel(float *p, const G *g, float *m, float *v, int64_t n,
                                       const adamw_segs segs, float lr, float b1, float b2,
                                       float eps, float grad_scale, float bc1, float bc2,
                                       S *work) {
@@ -75,7 +76,8 @@ __global__ void adamw_segments_kernel(float *p, const float *g, float *m, float 
 
 /* The split master (kernels/master_split.h): the bf16 working weight is its
  * high half, lo the rest; the same segment walk. */
-__global__ void adamw_segments_split_kernel(int16_t *lo, const float *g, float *m, float *v,
+template <typename G>
+__global__ void adamw_segments_split_kernel(int16_t *lo, const G *g, float *m, float *v,
                                             int64_t n, const adamw_segs segs, float lr, float b1,
                                             float b2, float eps, float grad_scale, float bc1,
                                             float bc2, uint16_t *work) {
@@ -110,55 +112,89 @@ static adamw_segs make_segs(const int64_t *seg_end, const float *seg_wd, int nse
   return segs;
 }
 
-void cuda_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v, int64_t n,
-                                      const int64_t *seg_end, const float *seg_wd, int nseg,
-                                      float lr, float b1, float b2, float eps, float grad_scale,
-                                      int64_t t, uint16_t *work) {
+/* --grad-dtype: the gradients' element type; fp32 and bf16 only. */
+static int grad_is_bf16(st_dtype gdt, const char *op) {
+  if (gdt != ST_FP32 && gdt != ST_BF16) st_cuda_fail(op, __FILE__, __LINE__);
+  return gdt == ST_BF16;
+}
+
+void cuda_adamw_update_segments_split(int16_t *lo, const void *g, st_dtype gdt, float *m,
+                                      float *v, int64_t n, const int64_t *seg_end,
+                                      const float *seg_wd, int nseg, float lr, float b1, float b2,
+                                      float eps, float grad_scale, int64_t t, uint16_t *work) {
   if (n <= 0 || nseg <= 0) return;
   const adamw_segs segs = make_segs(seg_end, seg_wd, nseg);
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  adamw_segments_split_kernel<<<st_blocks_capped(n, 256), 256>>>(lo, g, m, v, n, segs, lr, b1,
-                                                                  b2, eps, grad_scale, bc1, bc2,
-                                                                  work);
+  const int blocks = st_blocks_capped(n, 256);
+  if (grad_is_bf16(gdt, "adamw_update_segments_split: gradients neither fp32 nor bf16"))
+    adamw_segments_split_kernel<<<blocks, 256>>>(lo, (const __nv_bfloat16 *)g, m, v, n, segs,
+                                                 lr, b1, b2, eps, grad_scale, bc1, bc2, work);
+  else
+    adamw_segments_split_kernel<<<blocks, 256>>>(lo, (const float *)g, m, v, n, segs, lr, b1,
+                                                 b2, eps, grad_scale, bc1, bc2, work);
   ST_CUDA_LAUNCHED();
 }
 
 template <typename S>
-void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
-                       void *work_) {
+void cuda_adamw_update(float *p, const void *g, st_dtype gdt, float *m, float *v, int64_t n,
+                       float lr, float b1, float b2, float eps, float wd, float grad_scale,
+                       int64_t t, void *work_) {
   if (n <= 0) return;
   /* fp32 storage may use the master copy as its working copy */
   S *work = (void *)p == work_ ? NULL : (S *)work_;
   /* bias corrections in float on the host, as the CPU reference computes them */
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  adamw_kernel<S><<<st_blocks_capped(n, 256), 256>>>(p, g, m, v, n, lr, b1, b2, eps, wd,
-                                                    grad_scale, bc1, bc2, work);
+  const int blocks = st_blocks_capped(n, 256);
+  if (grad_is_bf16(gdt, "adamw_update: gradients neither fp32 nor bf16"))
+    adamw_kernel<S><<<blocks, 256>>>(p, (const __nv_bfloat16 *)g, m, v, n, lr, b1, b2, eps, wd,
+                                     grad_scale, bc1, bc2, work);
+  else
+    adamw_kernel<S><<<blocks, 256>>>(p, (const float *)g, m, v, n, lr, b1, b2, eps, wd,
+                                     grad_scale, bc1, bc2, work);
   ST_CUDA_LAUNCHED();
 }
 
 template <typename S>
-void cuda_adamw_update_segments(float *p, const float *g, float *m, float *v, int64_t n,
-                                const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
-                                float b1, float b2, float eps, float grad_scale, int64_t t,
-                                void *work_) {
+void cuda_adamw_update_segments(float *p, const void *g, st_dtype gdt, float *m, float *v,
+                                int64_t n, const int64_t *seg_end, const float *seg_wd, int nseg,
+                                float lr, float b1, float b2, float eps, float grad_scale,
+                                int64_t t, void *work_) {
   if (n <= 0 || nseg <= 0) return;
   const adamw_segs segs = make_segs(seg_end, seg_wd, nseg);
   S *work = (void *)p == work_ ? NULL : (S *)work_;
   const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  adamw_segments_kernel<S><<<st_blocks_capped(n, 256), 256>>>(p, g, m, v, n, segs, lr, b1, b2,
-                                                              eps, grad_scale, bc1, bc2, work);
+  const int blocks = st_blocks_capped(n, 256);
+  if (grad_is_bf16(gdt, "adamw_update_segments: gradients neither fp32 nor bf16"))
+    adamw_segments_kernel<S><<<blocks, 256>>>(p, (const __nv_bfloat16 *)g, m, v, n, segs, lr,
+                                              b1, b2, eps, grad_scale, bc1, bc2, work);
+  else
+    adamw_segments_kernel<S><<<blocks, 256>>>(p, (const float *)g, m, v, n, segs, lr, b1, b2,
+                                              eps, grad_scale, bc1, bc2, work);
   ST_CUDA_LAUNCHED();
 }
 
-#define ADAMW_INST(S)                                                                        \
-  template void cuda_adamw_update<S>(float *, const float *, float *, float *, int64_t, float, \
-                                     float, float, float, float, float, int64_t, void *);    \
-  template void cuda_adamw_update_segments<S>(float *, const float *, float *, float *,      \
-                                              int64_t, const int64_t *, const float *, int,  \
-                                              float, float, float, float, float, int64_t,    \
-                                              void *);
+#define ADAMW_INST(S)                                                                         \
+  template void cuda_adamw_update<S>(float *, const void *, st_dtype, float *, float *,       \
+                                     int64_t, float, float, float, float, float, float,       \
+                                     int64_t, void *);                                        \
+  template void cuda_adamw_update_segments<S>(float *, const void *, st_dtype, float *,        \
+                                              float *, int64_t, const int64_t *,              \
+                                              const float *, int, float, float, float, float, \
+                                              float, int64_t, void *);
 ST_FOR_EACH_STORAGE(ADAMW_INST)
+
+/* Reduced fp32 gradients into the bf16 shard: round to nearest even. */
+__global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+void cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n) {
+  if (n <= 0) return;
+  f32_to_bf16_kernel<<<st_blocks_capped(n, 256), 256>>>((__nv_bfloat16 *)dst, src, n);
+  ST_CUDA_LAUNCHED();
+}
 
 #define SSQ_BLOCKS 512 /* fixed: the summation order must not depend on the GPU */
 #define SSQ_THREADS 256
@@ -169,12 +205,13 @@ ST_FOR_EACH_STORAGE(ADAMW_INST)
  * later addition (squares are never -inf, so inf + -inf cannot arise): the
  * loss scaler relies on the result being non-finite exactly then. Finite
  * floats cannot overflow it (each square is below 2^256 in double). */
-__global__ void sum_squares_kernel(double *part, const float *x, int64_t n) {
+template <typename X>
+__global__ void sum_squares_kernel(double *part, const X *x, int64_t n) {
   __shared__ double s[SSQ_THREADS / 32];
   double acc = 0.0;
   for (int64_t i = blockIdx.x * (int64_t)SSQ_THREADS + threadIdx.x; i < n;
        i += (int64_t)SSQ_BLOCKS * SSQ_THREADS) {
-    double xi = x[i];
+    double xi = st_ld(x[i]);
     acc += xi * xi;
   }
   acc = st_warp_sum_d(acc);
@@ -187,10 +224,13 @@ __global__ void sum_squares_kernel(double *part, const float *x, int64_t n) {
   }
 }
 
-double cuda_sum_squares(const float *x, int64_t n) {
+double cuda_sum_squares(const void *x, st_dtype dt, int64_t n) {
   if (n <= 0) return 0.0;
   double *part = (double *)cuda_scratch(SSQ_BLOCKS * sizeof(double));
-  sum_squares_kernel<<<SSQ_BLOCKS, SSQ_THREADS>>>(part, x, n);
+  if (grad_is_bf16(dt, "sum_squares: neither fp32 nor bf16"))
+    sum_squares_kernel<<<SSQ_BLOCKS, SSQ_THREADS>>>(part, (const __nv_bfloat16 *)x, n);
+  else
+    sum_squares_kernel<<<SSQ_BLOCKS, SSQ_THREADS>>>(part, (const float *)x, n);
   ST_CUDA_LAUNCHED();
   double host[SSQ_BLOCKS];
   cuda_to_host(host, part, sizeof host);

@@ -271,19 +271,20 @@ template <typename S>
 void cuda_softmax_crossentropy(float *loss, void *dlogits, const void *logits,
                                const int *targets, float dloss, int N, int V, int Vp);
 template <typename S>
-void cuda_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                       float b1, float b2, float eps, float wd, float grad_scale, int64_t t,
-                       void *work);
+void cuda_adamw_update(float *p, const void *g, st_dtype gdt, float *m, float *v, int64_t n,
+                       float lr, float b1, float b2, float eps, float wd, float grad_scale,
+                       int64_t t, void *work);
 template <typename S>
-void cuda_adamw_update_segments(float *p, const float *g, float *m, float *v, int64_t n,
-                                const int64_t *seg_end, const float *seg_wd, int nseg, float lr,
-                                float b1, float b2, float eps, float grad_scale, int64_t t,
-                                void *work);
+void cuda_adamw_update_segments(float *p, const void *g, st_dtype gdt, float *m, float *v,
+                                int64_t n, const int64_t *seg_end, const float *seg_wd, int nseg,
+                                float lr, float b1, float b2, float eps, float grad_scale,
+                                int64_t t, void *work);
 /* bf16 storage only (kernels/master_split.h) */
-void cuda_adamw_update_segments_split(int16_t *lo, const float *g, float *m, float *v, int64_t n,
-                                      const int64_t *seg_end, const float *seg_wd, int nseg,
-                                      float lr, float b1, float b2, float eps, float grad_scale,
-                                      int64_t t, uint16_t *work);
-double cuda_sum_squares(const float *x, int64_t n);
+void cuda_adamw_update_segments_split(int16_t *lo, const void *g, st_dtype gdt, float *m,
+                                      float *v, int64_t n, const int64_t *seg_end,
+                                      const float *seg_wd, int nseg, float lr, float b1, float b2,
+                                      float eps, float grad_scale, int64_t t, uint16_t *work);
+void cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n);
+double cuda_sum_squares(const void *x, st_dtype dt, int64_t n);
 
 #endif

@@ -77,6 +77,7 @@ static st_ops make_table(const char *name, st_dtype dt) {
   t.swiglu_backward = cuda_swiglu_backward<S>;
   t.residual_forward = cuda_residual_forward<S>;
   t.accumulate_f32 = cuda_accumulate_f32;
+  t.f32_to_bf16 = cuda_f32_to_bf16;
   t.lora_add_cols = cuda_lora_add_cols<S>;
   t.lora_take_cols = cuda_lora_take_cols<S>;
   t.dropout = cuda_dropout<S>;

@@ -222,13 +222,16 @@ int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
   const int off_given = q->base.offload ? PLACE_OFFLOAD : 0;
   const int off_search =
       !off_given && !lora && q->search_zero && q->base.backend == ST_BACKEND_CUDA;
+  /* --grad-dtype bf16 keeps its bf16 shard only at ZeRO 2/3 with one
+   * micro-step a step (st_plan_grads_bf16): only those are candidates */
+  const int g16 = q->base.grad_bf16, zmin = g16 ? 2 : 0;
   for (int o = off_given; o <= (off_search ? PLACE_OFFLOAD : off_given); o += PLACE_OFFLOAD) {
     if (q->search_zero == 1) {
-      for (int k = 0; k < nz; k++) s->stages[s->ns++] = o + k;
+      for (int k = zmin; k < nz; k++) s->stages[s->ns++] = o + k;
     } else if (q->search_zero == 2) { /* the given stage, then higher, then lower */
       for (int k = z; k < nz; k++) s->stages[s->ns++] = o + k;
-      for (int k = z - 1; k >= 0; k--) s->stages[s->ns++] = o + k;
-    } else {
+      for (int k = z - 1; k >= zmin; k--) s->stages[s->ns++] = o + k;
+    } else if (z >= zmin) {
       s->stages[s->ns++] = o + z;
     }
   }
@@ -243,9 +246,15 @@ int st_memory_plan_fit(const st_plan_fit_query *q, st_plan_fit *out) {
     if (per_rank / lo[i] != lo[i]) all[n++] = per_rank / lo[i];
   for (int i = nlo - 1; i >= 0; i--) all[n++] = lo[i];
   for (int i = 0; i < n; i++)
-    if (all[i] <= bound && (int64_t)all[i] * T <= INT_MAX) s->batches[s->nb++] = all[i];
+    if (all[i] <= bound && (int64_t)all[i] * T <= INT_MAX && (!g16 || all[i] == per_rank))
+      s->batches[s->nb++] = all[i];
   int rc = 0;
-  if (s->nb == 0)
+  if (g16 && (s->ns == 0 || s->nb == 0))
+    rc = st_error_setc(U, "--grad-dtype bf16 needs ZeRO 2 or 3 and one micro-step a step "
+                          "(micro-batch %d = --global-batch %d / %d ranks); %s", per_rank, G, N,
+                       s->ns == 0 ? "add --zero 2, or drop --grad-dtype"
+                                  : "raise --micro-batch to it, or drop --grad-dtype");
+  else if (s->nb == 0)
     rc = st_error_setc(U, "no micro-batch dividing %d sequences per rank is at most %d and keeps "
                           "B x --seq-len %d within the ops' 32-bit row count", per_rank, bound, T);
   else rc = fit_search(s, out);
@@ -384,6 +393,7 @@ static cJSON *choice_json(const st_plan_choice *c) {
   cJSON_AddStringToObject(j, "recompute", st_recompute_name(c->in.recompute));
   cJSON_AddNumberToObject(j, "zero", c->in.zero_stage);
   cJSON_AddStringToObject(j, "offload", c->in.offload ? "optimizer" : "none");
+  cJSON_AddStringToObject(j, "grad_dtype", st_plan_grads_bf16(&c->in) ? "bf16" : "fp32");
   cJSON_AddNumberToObject(j, "cost", c->cost);
   cJSON_AddNumberToObject(j, "total", (double)c->plan.total);
   cJSON_AddNumberToObject(j, "spare", (double)c->plan.spare);

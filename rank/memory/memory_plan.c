@@ -52,6 +52,10 @@ int st_plan_master_split(st_dtype dtype, int offload, int master_fp32) {
   return dtype == ST_BF16 && !offload && !master_fp32;
 }
 
+int st_plan_grads_bf16(const st_plan_input *in) {
+  return in->grad_bf16 && in->zero_stage >= 2 && in->accum == 1;
+}
+
 int st_master_fp32_env(int *on) {
   const char *s = getenv("ST_MASTER_FP32");
   *on = st_envparse_switch(s);
@@ -196,12 +200,15 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   }
   if (in->zero_stage >= 2) {
     p->grads_head = R((uint64_t)(front + tail) * f4);
-    p->grads_buckets = 2 * R((uint64_t)(block + 1) * f4);
+    /* one bucket on one rank, two otherwise (rank/model/model_layout.c) */
+    p->grads_buckets = (N == 1 ? 1 : 2) * R((uint64_t)(block + 1) * f4);
     /* st_trainer_alloc_state: per hook slot (block l % 2, front, tail),
      * min(range, shard) + 1 floats; none with one micro-step a step, whose
-     * reductions land in the shard itself. */
+     * reductions land in the shard itself, unless that shard is bf16 on
+     * more than one rank (reduced in fp32 here, then rounded into it). */
     const int64_t range[4] = {block, block, front, tail};
-    for (int s = 0; s < 4 && in->accum != 1; s++)
+    const int recv = in->accum != 1 || (st_plan_grads_bf16(in) && N > 1);
+    for (int s = 0; s < 4 && recv; s++)
       p->grads_recv += R((uint64_t)((range[s] < p->shard ? range[s] : p->shard) + 1) * f4);
     p->grads = p->grads_head + p->grads_buckets + p->grads_recv;
   } else {
@@ -213,7 +220,9 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
    * partition is the ZeRO shard at every stage) */
   p->host_ckpt_staging = in->ckpt_async ? 3 * (uint64_t)(shard + 1) * f4 : 0;
   /* ZeRO 1 on one rank reduces in place into the full gradients (train_setup.c) */
-  p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1) ? R(shard * f4) : 0;
+  p->grad_shard = in->zero_stage >= 1 && !(in->zero_stage == 1 && N == 1)
+                      ? R(shard * (st_plan_grads_bf16(in) ? 2 : f4))
+                      : 0;
   if (in->offload) {
     /* rank/optim/offload.c: the state moves to the host whole (fp32
      * storage too: the host keeps its own master copy), plus two staging
@@ -392,6 +401,7 @@ struct cJSON *st_memory_plan_cjson(const char *model_name, int global_batch, int
   for (int i = 0; i < N_CATEGORIES; i++) cJSON_AddNumberToObject(b, k[i].name, (double)k[i].bytes);
   /* --offload optimizer: the host section (the node's check is the trainer's) */
   cJSON_AddStringToObject(c, "offload", in->offload ? "optimizer" : "none");
+  cJSON_AddStringToObject(c, "grad_dtype", st_plan_grads_bf16(in) ? "bf16" : "fp32");
   cJSON_AddNumberToObject(j, "host_ckpt_staging", (double)p->host_ckpt_staging);
   if (in->offload) {
     cJSON *h = cJSON_AddObjectToObject(j, "host");

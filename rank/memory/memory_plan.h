@@ -108,6 +108,9 @@ typedef struct {
    * is then frozen: its working weights only (no gradients, master or
    * Adam state), and params/grads/master/Adam below count the adapters. */
   st_lora_config lora;
+  /* --grad-dtype bf16: the reduced gradient shard in bf16 where
+   * st_plan_grads_bf16 says it applies */
+  int grad_bf16;
 } st_plan_input;
 
 /* ZeRO stages the planner knows, 0 .. ST_PLAN_ZERO_STAGES - 1. */
@@ -151,11 +154,13 @@ typedef struct {
   uint64_t grads;         /* fp32 gradients: grads_full, or (ZeRO 2/3) head + buckets + recv */
   uint64_t grads_full;    /* ZeRO 0/1: the whole padded vector */
   uint64_t grads_head;    /* ZeRO 2: the gradients outside the blocks (wte, wpe, ln_f, lm_head) */
-  uint64_t grads_buckets; /* ZeRO 2: two one-block buckets (block_numel + 1 floats each) */
+  uint64_t grads_buckets; /* ZeRO 2: two one-block buckets (block_numel + 1 floats each); one
+                           * on one rank */
   uint64_t grads_recv;    /* ZeRO 2: the four per-slot receive buffers of the trainer */
   st_act_bytes acts;      /* activations; acts.total is the category */
   /* optimizer (st_trainer_alloc_state) */
-  uint64_t grad_shard;    /* ZeRO >= 1: this rank's reduced gradients, shard fp32 */
+  uint64_t grad_shard;    /* ZeRO >= 1: this rank's reduced gradients, shard fp32 (bf16:
+                           * st_plan_grads_bf16) */
   uint64_t master;        /* bf16/fp16: fp32 master weights (ZeRO 0 whole, else the shard) */
   uint64_t adam_m, adam_v;/* fp32 (ZeRO 0 whole, else the shard) */
   uint64_t tokens;        /* input and target ids in backend memory, 2 x B x T int32 */
@@ -217,6 +222,15 @@ uint64_t st_plan_nccl_bytes(int world, int64_t buffsize, int channels);
  * rests then take 2 bytes a parameter (the high halves are the working
  * weights), not 4. */
 int st_plan_master_split(st_dtype dtype, int offload, int master_fp32);
+/* 1 when the reduced gradient shard is kept in bf16 (--grad-dtype bf16):
+ * asked for (grad_bf16), ZeRO 2 or 3 and one micro-step a step (accum 1).
+ * Backward still writes fp32 (the buckets and head gradients); each range
+ * is rounded once to nearest even as it is reduced, so the shard takes 2
+ * bytes a parameter, not 4, and AdamW and the norm read bf16. Where the
+ * shard accumulates micro-steps (accum > 1) or is the whole vector (ZeRO
+ * 0/1) the gradients stay fp32: bf16 sums would lose their low bits, and
+ * ZeRO 0/1 keep the fp32 vector anyway. */
+int st_plan_grads_bf16(const st_plan_input *in);
 /* ST_MASTER_FP32 from the environment into *on: unset, "" or "0" 0, "1" 1;
  * anything else -1 with a one-line message naming it (ST_EXIT_USAGE). train
  * and plan both read it here. */

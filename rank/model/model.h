@@ -75,7 +75,8 @@ typedef struct {
   /* ZeRO 2 (st_model_init_bucketed): block l's gradients live in
    * bucket[l % 2] only while its backward runs; the head tensors' (wte, wpe,
    * then ln_f, lm_head: [0, block_begin) and [ln_f, total) of the flat
-   * vector, in that order) live in head_grads. */
+   * vector, in that order) live in head_grads. On one rank bucket[1] is
+   * bucket[0] (one buffer; the reuse hook then waits for both slots). */
   float *head_grads, *bucket[2];
   int64_t block_begin, block_numel; /* flat range of block 0, size of one block */
   /* ZeRO 3 (st_model_init_sharded; params is then NULL): this rank's

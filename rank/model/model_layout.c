@@ -265,7 +265,10 @@ static int bind_base_views(st_model *m) {
 }
 
 /* grad_buckets: ZeRO 2's gradient storage (head_grads and two one-block
- * buckets) instead of a full fp32 vector, which is never allocated.
+ * buckets) instead of a full fp32 vector, which is never allocated. On one
+ * rank (pad_multiple 1) the two slots share one bucket: nothing reduces
+ * while the next block computes (one rank's reductions are copies in
+ * stream order), and the trainer's reuse hook waits for both slots.
  * shard_numel > 0: ZeRO 3's working weights (shard, head, two block
  * buffers) instead of a whole vector; implies grad_buckets. */
 static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops, int B, int T,
@@ -372,10 +375,11 @@ static int model_init(st_model *m, const st_model_config *cfg, const st_ops *ops
   }
   if (grad_buckets) {
     const size_t nh = (size_t)head_numel(m), nb = (size_t)m->block_numel + 1;
-    gbytes = (nh + 2 * nb) * sizeof(float);
+    const int nbuckets = pad_multiple == 1 ? 1 : 2;
+    gbytes = (nh + (size_t)nbuckets * nb) * sizeof(float);
     m->head_grads = ops->alloc(nh * sizeof(float), "grads_head");
     m->bucket[0] = ops->alloc(nb * sizeof(float), "grads_buckets");
-    m->bucket[1] = ops->alloc(nb * sizeof(float), "grads_buckets");
+    m->bucket[1] = nbuckets == 1 ? m->bucket[0] : ops->alloc(nb * sizeof(float), "grads_buckets");
   } else {
     gbytes = (size_t)m->padded_total * sizeof(float);
     m->grads = ops->alloc(gbytes, "grads_full");
@@ -472,8 +476,8 @@ void st_model_free(st_model *m) {
     m->ops->free(m->grads);
     m->ops->free(m->act_mem);
     m->ops->free(m->head_grads);
+    if (m->bucket[1] != m->bucket[0]) m->ops->free(m->bucket[1]);
     m->ops->free(m->bucket[0]);
-    m->ops->free(m->bucket[1]);
     m->ops->free(m->shard_params);
     m->ops->free(m->head_params);
     m->ops->free(m->wbuf[0]);

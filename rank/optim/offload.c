@@ -70,24 +70,27 @@ enum { TAG_GRAD = 0, TAG_WORK = 2 };
 
 void st_offload_step(st_offload *o, const st_ops *ops, const st_param_table *tab,
                      const st_optim_config *oc, float lr, float grad_scale, int64_t t,
-                     const float *grads, void *work, int64_t begin, int64_t end) {
+                     const void *grads, st_dtype gdt, void *work, int64_t begin, int64_t end) {
   const int64_t n = end - begin, C = o->chunk;
   if (n <= 0) return;
-  const size_t es = st_dtype_size(o->dtype);
+  const size_t es = st_dtype_size(o->dtype), gs = st_dtype_size(gdt);
+  const char *g = grads;
   const int64_t nchunks = (n + C - 1) / C;
   const st_ops *cpu = st_ops_cpu();
 #define CHUNK_LEN(i) ((i) * C + C < n ? C : n - (i) * C)
-  ops->to_host_async(o->gstage[0], grads, (size_t)CHUNK_LEN(0) * sizeof(float), TAG_GRAD);
+  /* bf16 gradients come over as they are, half the bytes, and are widened
+   * inside the host's AdamW */
+  ops->to_host_async(o->gstage[0], g, (size_t)CHUNK_LEN(0) * gs, TAG_GRAD);
   for (int64_t i = 0; i < nchunks; i++) {
     const int b = (int)(i & 1);
     const int64_t off = i * C, len = CHUNK_LEN(i);
     /* the next chunk comes in while this one is updated; its buffer held
      * chunk i-1, whose update finished in the previous iteration */
     if (i + 1 < nchunks)
-      ops->to_host_async(o->gstage[b ^ 1], grads + off + C,
-                         (size_t)CHUNK_LEN(i + 1) * sizeof(float), TAG_GRAD + (b ^ 1));
+      ops->to_host_async(o->gstage[b ^ 1], g + (size_t)(off + C) * gs,
+                         (size_t)CHUNK_LEN(i + 1) * gs, TAG_GRAD + (b ^ 1));
     ops->copy_wait(TAG_GRAD + b);
-    st_adamw_range(cpu, tab, oc, lr, grad_scale, t, o->master + off, NULL, 0, o->gstage[b],
+    st_adamw_range(cpu, tab, oc, lr, grad_scale, t, o->master + off, NULL, 0, o->gstage[b], gdt,
                    o->m + off, o->v + off, begin + off, begin + off + len);
     ops->copy_wait(TAG_WORK + b); /* chunk i-2's copy out of this buffer has finished */
     round_to_storage(o->dtype, o->wstage[b], o->master + off, len);

@@ -27,7 +27,7 @@ typedef struct {
   int64_t chunk;       /* elements per copy chunk; staging holds min(chunk, n) */
   st_dtype dtype;      /* the working weights' storage dtype */
   float *master, *m, *v;       /* host, n elements each */
-  float *gstage[2];            /* host: gradient chunks copied in */
+  float *gstage[2];            /* host: gradient chunks copied in (fp32, or bf16 bits) */
   void *wstage[2];             /* host: updated working-weight chunks copied out */
   uint64_t host_bytes; /* what host_alloc was asked for, each buffer rounded to 256 */
 } st_offload;
@@ -42,14 +42,14 @@ void st_offload_free(st_offload *o, const st_ops *ops);
 
 /* One AdamW step of the range [begin, end) of the parameter vector on the
  * host (rank/optim/optimizer.h, st_adamw_range, on the CPU op table):
- * grads (backend memory) points at element begin of the reduced fp32
- * gradients; work (backend memory) at element begin of the working
+ * grads (backend memory) points at element begin of the reduced
+ * gradients, in gdt (fp32, or bf16 under --grad-dtype bf16); work (backend memory) at element begin of the working
  * weights, which receive the updated weights in o->dtype. The copies use
  * tags 0-3 of ops' copy stream; returns when every copy has finished, so
  * the working weights may be used by the next op. end - begin <= o->n. */
 void st_offload_step(st_offload *o, const st_ops *ops, const st_param_table *tab,
                      const st_optim_config *oc, float lr, float grad_scale, int64_t t,
-                     const float *grads, void *work, int64_t begin, int64_t end);
+                     const void *grads, st_dtype gdt, void *work, int64_t begin, int64_t end);
 
 /* Copies of optimizer state (master weights, Adam m, v): under offload the
  * state is host memory and these are memcpy; otherwise it is backend

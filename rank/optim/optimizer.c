@@ -57,14 +57,20 @@ typedef struct {
   int16_t *lo;
   void *work;
   size_t es;
-  const float *grads;
+  const void *grads;
+  st_dtype gdt;
   float *m, *v;
 } adamw_call;
+
+/* Element k of gradients in gdt. */
+static const void *grads_at(const void *grads, st_dtype gdt, int64_t k) {
+  return (const char *)grads + (size_t)k * st_dtype_size(gdt);
+}
 
 static void run_segments(void *ctx, int64_t k, int64_t n, const int64_t *seg_end,
                          const float *seg_wd, int nseg) {
   const adamw_call *a = ctx;
-  a->ops->adamw_update_segments(a->master + k, a->grads + k, a->m + k, a->v + k, n, seg_end,
+  a->ops->adamw_update_segments(a->master + k, grads_at(a->grads, a->gdt, k), a->gdt, a->m + k, a->v + k, n, seg_end,
                                 seg_wd, nseg, a->lr, a->o->beta1, a->o->beta2, a->o->eps,
                                 a->grad_scale, a->t,
                                 a->work ? (char *)a->work + (size_t)k * a->es : NULL);
@@ -73,16 +79,17 @@ static void run_segments(void *ctx, int64_t k, int64_t n, const int64_t *seg_end
 static void run_split(void *ctx, int64_t k, int64_t n, const int64_t *seg_end,
                       const float *seg_wd, int nseg) {
   const adamw_call *a = ctx;
-  a->ops->adamw_update_segments_split(a->lo + k, a->grads + k, a->m + k, a->v + k, n, seg_end,
-                                      seg_wd, nseg, a->lr, a->o->beta1, a->o->beta2, a->o->eps,
+  a->ops->adamw_update_segments_split(a->lo + k, grads_at(a->grads, a->gdt, k), a->gdt, a->m + k,
+                                      a->v + k, n, seg_end, seg_wd, nseg, a->lr, a->o->beta1, a->o->beta2, a->o->eps,
                                       a->grad_scale, a->t, (uint16_t *)a->work + k);
 }
 
 void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
                     float lr, float grad_scale, int64_t t, float *master, void *work, size_t es,
-                    const float *grads, float *m, float *v, int64_t begin, int64_t end) {
+                    const void *grads, st_dtype gdt, float *m, float *v, int64_t begin,
+                    int64_t end) {
   if (ops->adamw_update_segments) {
-    adamw_call a = {ops, o, lr, grad_scale, t, master, NULL, work, es, grads, m, v};
+    adamw_call a = {ops, o, lr, grad_scale, t, master, NULL, work, es, grads, gdt, m, v};
     walk_segments(tab, o, begin, end, run_segments, &a);
     return;
   }
@@ -92,7 +99,7 @@ void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim
     int64_t e = ts->offset + ts->numel < end ? ts->offset + ts->numel : end;
     if (b >= e) continue;
     const int64_t k = b - begin;
-    ops->adamw_update(master + k, grads + k, m + k, v + k, e - b, lr, o->beta1, o->beta2, o->eps,
+    ops->adamw_update(master + k, grads_at(grads, gdt, k), gdt, m + k, v + k, e - b, lr, o->beta1, o->beta2, o->eps,
                       ts->decay ? o->weight_decay : 0.0f, grad_scale, t,
                       work ? (char *)work + (size_t)k * es : NULL);
   }
@@ -100,7 +107,8 @@ void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim
 
 void st_adamw_range_split(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
                           float lr, float grad_scale, int64_t t, int16_t *lo, uint16_t *work,
-                          const float *grads, float *m, float *v, int64_t begin, int64_t end) {
-  adamw_call a = {ops, o, lr, grad_scale, t, NULL, lo, work, 2, grads, m, v};
+                          const void *grads, st_dtype gdt, float *m, float *v, int64_t begin,
+                          int64_t end) {
+  adamw_call a = {ops, o, lr, grad_scale, t, NULL, lo, work, 2, grads, gdt, m, v};
   walk_segments(tab, o, begin, end, run_split, &a);
 }

@@ -33,10 +33,12 @@ float st_clip_scale(const st_optim_config *o, double norm);
  * end-begin). work, when not NULL, points at element `begin` of the working
  * weights in the storage dtype (elements of es bytes) and receives the
  * updated values; NULL when master is itself the working copy (fp32).
+ * grads are in gdt: ST_FP32, or ST_BF16 under --grad-dtype bf16.
  * Weight decay follows each tensor's decay flag. t is the 1-based step. */
 void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
                     float lr, float grad_scale, int64_t t, float *master, void *work, size_t es,
-                    const float *grads, float *m, float *v, int64_t begin, int64_t end);
+                    const void *grads, st_dtype gdt, float *m, float *v, int64_t begin,
+                    int64_t end);
 
 /* st_adamw_range with the master weights split (kernels/master_split.h,
  * ops->adamw_update_segments_split; bf16): lo (the rests) and work (the bf16
@@ -44,6 +46,7 @@ void st_adamw_range(const st_ops *ops, const st_param_table *tab, const st_optim
  * updated; no fp32 master exists. */
 void st_adamw_range_split(const st_ops *ops, const st_param_table *tab, const st_optim_config *o,
                           float lr, float grad_scale, int64_t t, int16_t *lo, uint16_t *work,
-                          const float *grads, float *m, float *v, int64_t begin, int64_t end);
+                          const void *grads, st_dtype gdt, float *m, float *v, int64_t begin,
+                          int64_t end);
 
 #endif

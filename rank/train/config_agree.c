@@ -80,6 +80,7 @@ void st_agree_run_config(st_agree_list *l, const st_run_config *rc) {
   st_agree_add(l, "--global-batch", U, fix, "%d", rc->global_batch);
   st_agree_add(l, "--zero", U, fix, "%d", rc->zero_stage);
   st_agree_add(l, "--offload", U, fix, "%s", rc->offload ? "optimizer" : "none");
+  st_agree_add(l, "--grad-dtype", U, fix, "%s", rc->grad_dtype);
   st_agree_add(l, "--precision", U, fix, "%s", rc->precision);
   st_agree_add_float(l, "--loss-scale-max", U, fix, rc->loss_scale_max);
   st_agree_add(l, "--recompute", U, fix, "%s", rc->recompute);

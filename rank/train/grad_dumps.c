@@ -39,7 +39,7 @@ int st_trainer_dump_grads_check(const trainer *tr) {
                        tab->t[tab->n - 1].name);
 }
 
-int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
+int st_trainer_dump_grads(trainer *tr, const void *g, st_dtype gdt, double norm, float clip,
                           float loss_scale, int skipped) {
   const st_run_config *rc = tr->rc;
   const int64_t step = tr->step + 1;
@@ -49,8 +49,20 @@ int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
   int failed = host == NULL;
   if (failed) st_error_set("--dump-grads: cannot allocate %zu bytes of host memory for step %lld",
                            n * sizeof(float), (long long)step);
-  if (!failed) {
+  if (!failed && gdt != ST_FP32) { /* bf16: widened exactly on the host */
+    void *bits = malloc(n * st_dtype_size(gdt) + 1);
+    failed = bits == NULL;
+    if (failed) st_error_set("--dump-grads: cannot allocate %zu bytes of host memory for step %lld",
+                             n * st_dtype_size(gdt), (long long)step);
+    else {
+      tr->ops->to_host(bits, g, n * st_dtype_size(gdt));
+      st_dtype_to_f32(gdt, host, bits, n);
+    }
+    free(bits);
+  } else if (!failed) {
     tr->ops->to_host(host, g, n * sizeof(float));
+  }
+  if (!failed) {
     if (loss_scale != 1.0f)
       for (size_t i = 0; i < n; i++) host[i] /= loss_scale;
     failed = write_raw(tr, step, host, n) != 0;

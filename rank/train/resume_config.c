@@ -46,6 +46,9 @@ static const field k_fields[] = {
     F("--global-batch", "train", "global_batch", K_INT, global_batch, INHERIT),
     F("--zero", "train", "zero_stage", K_INT, zero_stage, FIT_ZERO),
     F("--precision", "train", "precision", K_STR, precision, INHERIT),
+    /* how the gradients are kept: numerics, not state (no checkpoint holds
+     * gradients), so a resume may change it */
+    F("--grad-dtype", "train", "grad_dtype", K_STR, grad_dtype, INHERIT),
     F("--recompute", "train", "recompute", K_STR, recompute, FIT),
     F("--loss-scale-max", "train", "loss_scale_max", K_FLOAT, loss_scale_max, INHERIT),
     F("--steps", "train", "steps", K_I64, steps, INHERIT),

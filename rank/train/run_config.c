@@ -25,6 +25,7 @@ void st_run_config_defaults(st_run_config *rc) {
   snprintf(rc->base_dtype, sizeof rc->base_dtype, "bf16");
   snprintf(rc->attention, sizeof rc->attention, "auto");
   snprintf(rc->shuffle, sizeof rc->shuffle, "auto");
+  snprintf(rc->grad_dtype, sizeof rc->grad_dtype, "fp32");
   rc->loss_scale_max = 16777216.0f;
   snprintf(rc->device, sizeof rc->device, "auto");
   snprintf(rc->out, sizeof rc->out, "runs/default");
@@ -144,6 +145,7 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddNumberToObject(t, "seq_len", rc->seq_len);
   cJSON_AddStringToObject(t, "init_from", rc->init_from);
   cJSON_AddNumberToObject(t, "zero_stage", rc->zero_stage);
+  cJSON_AddStringToObject(t, "grad_dtype", rc->grad_dtype);
   cJSON_AddStringToObject(t, "precision", rc->precision);
   cJSON_AddStringToObject(t, "recompute", rc->recompute);
   cJSON_AddNumberToObject(t, "steps", (double)rc->steps);
@@ -216,9 +218,31 @@ void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dty
   in->nccl_overlap_channels = st_run_overlap_ctas(rc);
   in->headroom_pct = rc->headroom_pct;
   in->offload = rc->offload;
+  in->grad_bf16 = st_run_grad_bf16(rc);
   in->ckpt_async = rc->ckpt_async;
   in->offload_chunk = st_run_offload_chunk();
   in->lora = rc->lora;
+}
+
+int st_run_grad_bf16(const st_run_config *rc) { return strcmp(rc->grad_dtype, "bf16") == 0; }
+
+int st_run_config_check_grad_dtype(const st_run_config *rc, int world, int zero_fixed,
+                                   int batch_fixed) {
+  if (!st_run_grad_bf16(rc)) return 0;
+  if (zero_fixed && rc->zero_stage < 2)
+    return st_error_setc(ST_EXIT_USAGE, "--grad-dtype bf16 keeps ZeRO 2/3's reduced gradient "
+                         "shard in bf16, and --zero %d keeps the whole fp32 gradient vector: "
+                         "add --zero 2 (one GPU too), or drop --grad-dtype", rc->zero_stage);
+  const int64_t per_step = (int64_t)rc->micro_batch * world;
+  if (batch_fixed && rc->global_batch != per_step)
+    return st_error_setc(ST_EXIT_USAGE, "--grad-dtype bf16 needs one micro-step a step, and "
+                         "--global-batch %d = %lld micro-steps of --micro-batch %d x %d rank(s): "
+                         "bf16 cannot accumulate micro-steps without losing their low bits; use "
+                         "--micro-batch %d (or --global-batch %lld), or drop --grad-dtype",
+                         rc->global_batch, (long long)(per_step ? rc->global_batch / per_step : 0),
+                         rc->micro_batch, world, world ? rc->global_batch / world : 0,
+                         (long long)per_step);
+  return 0;
 }
 
 int64_t st_run_offload_chunk(void) {

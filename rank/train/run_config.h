@@ -56,6 +56,9 @@ typedef struct {
   int global_batch;         /* sequences per optimizer step */
   int zero_stage;           /* 0, 1 or 2 */
   int offload;              /* --offload: 0 none, 1 optimizer (rank/optim/offload.h) */
+  char grad_dtype[8];       /* --grad-dtype fp32 | bf16: bf16 keeps the reduced gradient
+                             * shard in bf16 (ZeRO 2/3, one micro-step a step;
+                             * st_plan_grads_bf16) */
   char precision[8];        /* fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on CPU) */
   float loss_scale_max;     /* fp16 dynamic loss scale ceiling (2^24) */
   char recompute[16];       /* none on CPU */
@@ -195,6 +198,18 @@ int st_run_overlap_ctas(const st_run_config *rc);
  * (tests set it below a tiny model's size, so the pipeline runs several
  * chunks), else 0 (the plan's default, ST_OFFLOAD_CHUNK_ELEMS). */
 int64_t st_run_offload_chunk(void);
+
+/* 1 when --grad-dtype bf16 was asked for (it applies where
+ * st_plan_grads_bf16 says). */
+int st_run_grad_bf16(const st_run_config *rc);
+/* --grad-dtype bf16 against the settings the flags fix: ZeRO 2 or 3 and one
+ * micro-step a step (--global-batch = --micro-batch x world), where
+ * st_plan_grads_bf16 applies; else -1 with a one-line st_error naming the
+ * fix (ST_EXIT_USAGE). zero_fixed / batch_fixed: 0 where a search
+ * (--auto-fit, --auto-fit-zero, plan --fit) chooses the stage / micro-batch;
+ * st_memory_plan_fit then keeps to such candidates. */
+int st_run_config_check_grad_dtype(const st_run_config *rc, int world, int zero_fixed,
+                                   int batch_fixed);
 
 void st_run_plan_input(const st_run_config *rc, int world, st_backend be, st_dtype dt,
                        st_plan_input *in);

@@ -72,9 +72,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     printf("  zero       stage %d on one rank: no reduce-scatter or all-gather (one rank holds "
            "everything: the whole gradient and Adam m/v for every parameter)%s\n",
            rc->zero_stage,
-           rc->zero_stage == 2 ? "; gradients still pass block by block through two one-block "
-                                 "buckets, as on several ranks"
-           : rc->zero_stage == 3 ? "; gradients pass through two one-block buckets and each "
+           rc->zero_stage == 2 ? "; gradients still pass block by block through a one-block "
+                                 "bucket, as on several ranks (which use two)"
+           : rc->zero_stage == 3 ? "; gradients pass through a one-block bucket and each "
                                    "block's weights are copied into one of two block buffers "
                                    "before it runs, as on several ranks"
                                  : "");
@@ -93,6 +93,10 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
                : "reduce-scatter gradients, Adam m/v for 1/N of the parameters per rank, "
                  "all-gather parameters");
   }
+  if (tr->grad_dtype == ST_BF16)
+    printf("  gradients  bf16 shard (--grad-dtype bf16): backward writes fp32 buckets; each "
+           "range is rounded once to nearest even as it is reduced%s; the norm and AdamW read "
+           "bf16\n", tr->comm->world > 1 ? " (reduced in fp32 first)" : "");
   {
     const st_memory_plan *p = &tr->plan;
     char a[32], b[32], c[32], d[32], g[32], h[32];

@@ -305,6 +305,7 @@ static int setup_batch(trainer *tr) {
    * says too */
   if (st_run_config_check_model(rc) || st_model_validate(&rc->model)) return -1;
   if (setup_lora_config(tr)) return -1;
+  if (st_run_config_check_grad_dtype(rc, world, rc->auto_fit != 2, !rc->auto_fit)) return -1;
   st_error_code(ST_EXIT_ERROR);
   return 0;
 }
@@ -357,8 +358,16 @@ int st_trainer_alloc_state(trainer *tr) {
   /* ZeRO 1 on one rank: the shard is the whole gradient vector, which the
    * model already holds; a copy would cost 4 bytes per parameter for nothing. */
   tr->grad_shard_aliased = rc->zero_stage == 1 && c->world == 1;
+  st_plan_input gi; /* the planner's rule for --grad-dtype bf16 */
+  memset(&gi, 0, sizeof gi);
+  gi.grad_bf16 = st_run_grad_bf16(rc);
+  gi.zero_stage = rc->zero_stage;
+  gi.accum = tr->accum;
+  tr->grad_dtype = st_plan_grads_bf16(&gi) ? ST_BF16 : ST_FP32;
   if (tr->grad_shard_aliased) tr->grad_shard = tr->model.grads;
-  else tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard * sizeof(float), "grad_shard")
+  else tr->grad_shard = rc->zero_stage >= 1 ? ops->alloc((size_t)tr->part.shard *
+                                                             st_dtype_size(tr->grad_dtype),
+                                                         "grad_shard")
                                             : NULL;
   /* Mixed precision: fp32 master weights for the range this rank updates;
    * the model holds the bf16/fp16 working copy. fp32 runs update in place.
@@ -383,12 +392,15 @@ int st_trainer_alloc_state(trainer *tr) {
   st_loss_scaler_init(&tr->scaler, ops->dtype == ST_FP16, rc->loss_scale_max);
   tr->bucket_counts = calloc((size_t)c->world, sizeof(size_t));
   if (!tr->bucket_counts) return st_error_set("out of host memory");
-  if (rc->zero_stage >= 2 && tr->accum != 1) {
+  if (rc->zero_stage >= 2 &&
+      (tr->accum != 1 || (tr->grad_dtype == ST_BF16 && c->world > 1))) {
     /* Only the shard is kept: block gradients live in two buckets (made by
      * st_model_init_bucketed), and each hook slot's reduction lands in its
      * own buffer (this rank's share of the slot's range at most) until it
      * is added to the shard. With one micro-step a step each reduction
-     * lands in the shard itself, as at ZeRO 1, and there are none. */
+     * lands in the shard itself, as at ZeRO 1, and there are none; unless
+     * the shard is bf16 on several ranks: NCCL reduces in fp32 into these,
+     * then they are rounded into the shard. */
     const st_model *m = &tr->model;
     const int64_t lnf = m->block_begin + m->cfg.n_layer * m->block_numel;
     const int64_t range[ST_COMM_TAG_GATHER] = {m->block_numel, m->block_numel, m->block_begin,

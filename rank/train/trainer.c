@@ -121,10 +121,12 @@ static int validate(trainer *tr, double *loss_out) {
 
 /* ST_FAULT_OVERFLOW (rank/train/faults.h): an inf in this rank's reduced
  * gradients, as an fp16 overflow would leave. */
-static void fault_overflow(trainer *tr, const float *g) {
+static void fault_overflow(trainer *tr, const void *g, st_dtype gdt) {
   if (tr->part.end <= tr->part.begin || !st_faults_overflow_at(&tr->faults, tr->step + 1)) return;
   const float inf = INFINITY;
-  tr->ops->to_device((float *)g, &inf, sizeof inf);
+  const uint16_t inf16 = 0x7f80; /* bf16 +inf */
+  tr->ops->to_device((void *)g, gdt == ST_BF16 ? (const void *)&inf16 : (const void *)&inf,
+                     st_dtype_size(gdt));
 }
 
 /* ST_FAULT_NAN_STEP (rank/train/faults.h): this rank's first fp32 weight becomes
@@ -182,15 +184,29 @@ static int64_t range_counts(trainer *tr, int64_t begin, int64_t end) {
   return begin > tr->part.begin ? begin : tr->part.begin;
 }
 
+/* The shard's elements from flat index lo (inside this rank's partition). */
+static float *shard_f32(trainer *tr, int64_t lo) {
+  return (float *)tr->grad_shard + (lo - tr->part.begin);
+}
+static uint16_t *shard_bf16(trainer *tr, int64_t lo) {
+  return (uint16_t *)tr->grad_shard + (lo - tr->part.begin);
+}
+
 static void slot_finish(trainer *tr, int slot) {
   if (!tr->slot_busy[slot]) return;
   tr->slot_busy[slot] = 0;
   const double t0 = tmark(tr); /* what the wait adds beyond compute is exposed */
   if (tr->dcomm->wait(tr->dcomm, slot)) collective_failed(tr);
   tr->timing.comm += MPI_Wtime() - t0;
-  if (tr->recv[slot] && tr->slot_mine[slot])
-    tr->ops->accumulate_f32(tr->grad_shard + (tr->slot_lo[slot] - tr->part.begin),
-                            tr->recv[slot], (int64_t)tr->slot_mine[slot]);
+  if (!tr->recv[slot] || !tr->slot_mine[slot]) return;
+  /* bf16: one micro-step a step, so each element arrives once: rounded,
+   * not added */
+  if (tr->grad_dtype == ST_BF16)
+    tr->ops->f32_to_bf16(shard_bf16(tr, tr->slot_lo[slot]), tr->recv[slot],
+                         (int64_t)tr->slot_mine[slot]);
+  else
+    tr->ops->accumulate_f32(shard_f32(tr, tr->slot_lo[slot]), tr->recv[slot],
+                            (int64_t)tr->slot_mine[slot]);
 }
 
 /* Start the reduction of [begin, end) of the gradient vector (grads points
@@ -201,11 +217,17 @@ static void reduce_range(trainer *tr, const float *grads, int64_t begin, int64_t
   slot_finish(tr, slot); /* the tag (and with ZeRO 2 its recv buffer) must be free */
   const int64_t lo = range_counts(tr, begin, end);
   const size_t mine = tr->bucket_counts[d->rank];
-  /* ZeRO 2/3 with more than one micro-step: a receive buffer, added to
-   * the shard when done; else the shard itself */
+  /* A bf16 shard on one rank: the range is this rank's whole, rounded in
+   * place of a reduction, in stream order (so its bucket is free at once) */
+  if (tr->grad_dtype == ST_BF16 && d->world == 1) {
+    if (mine) tr->ops->f32_to_bf16(shard_bf16(tr, lo), grads, (int64_t)mine);
+    return;
+  }
+  /* ZeRO 2/3 with more than one micro-step (or a bf16 shard): a receive
+   * buffer, added (rounded) to the shard when done; else the shard itself */
   float *recv = tr->recv[slot] ? tr->recv[slot]
-                : mine         ? tr->grad_shard + (lo - tr->part.begin)
-                               : tr->grad_shard;
+                : mine         ? shard_f32(tr, lo)
+                               : (float *)tr->grad_shard;
   if (d->world == 1 && recv == grads) return; /* one rank, in place: nothing to reduce */
   /* on GPUs this only enqueues; MPI ranks reduce here and now */
   const double t0 = tmark(tr);
@@ -279,7 +301,17 @@ static void grads_ready(void *ctx, const float *grads, int64_t begin, int64_t en
   reduce_range(tr, grads, begin, end, slot, slot < 2);
 }
 
-static void grads_reuse(void *ctx, int slot) { slot_finish(ctx, slot); }
+/* Backward is about to zero slot's bucket for a new block. One rank's two
+ * slots share one bucket (rank/model/model.h): both must be done with it. */
+static void grads_reuse(void *ctx, int slot) {
+  trainer *tr = ctx;
+  if (slot < 2 && tr->model.bucket[0] == tr->model.bucket[1]) {
+    slot_finish(tr, 0);
+    slot_finish(tr, 1);
+  } else {
+    slot_finish(tr, slot);
+  }
+}
 
 /* A rank whose data read failed still joins every reduction the others
  * make, with gradients that do not count (the step is abandoned after). */
@@ -315,7 +347,8 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   int failed = 0, done = 0; /* done: micro-steps completed */
   const int zero2 = rc->zero_stage >= 2; /* gradients in buckets, reduced every micro-step */
   const int zero3 = rc->zero_stage == 3;
-  if (zero2) tr->ops->zero(tr->grad_shard, (size_t)tr->part.shard * sizeof(float));
+  if (zero2)
+    tr->ops->zero(tr->grad_shard, (size_t)tr->part.shard * st_dtype_size(tr->grad_dtype));
   else st_model_zero_grad(m);
   for (int k = 0; k < tr->accum; k++) {
     t0 = tmark(tr);
@@ -381,7 +414,8 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   /* No agreement here: a rank that failed to read still joins the gradient
    * collective, so the first thing a rank waits on each step is a collective
    * under the NCCL watchdog, and the failure is agreed on just after it. */
-  const float *g;
+  const void *g;
+  const st_dtype gdt = tr->grad_dtype; /* fp32 but for ZeRO 2/3's bf16 shard */
   if (zero2) {
     g = tr->grad_shard; /* reduced bucket by bucket during backward */
   } else if (rc->zero_stage == 0) {
@@ -393,13 +427,13 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   } else {
     g = tr->grad_shard; /* reduced block by block during the last backward */
   }
-  fault_overflow(tr, g);
+  fault_overflow(tr, g, gdt);
   const double t_opt = tmark(tr);
   gmark(tr, "norm", 0);
   /* Global norm from each rank's partition: the same arithmetic at ZeRO 0
    * and 1, so the two stages agree closely. Non-finite under fp16 means the
    * loss scale overflowed: the scaler skips the step and backs off. */
-  double red[3] = {m->ops->sum_squares(g, tr->part.end - tr->part.begin), loss_sum, failed};
+  double red[3] = {m->ops->sum_squares(g, gdt, tr->part.end - tr->part.begin), loss_sum, failed};
   c->all_reduce_double_sum(c, red, 3);
   if (red[2] > 0) return st_trainer_agree(tr, failed);
   const float loss_scale = tr->scaler.scale;
@@ -408,7 +442,7 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
   *lr = st_lr_at(&rc->optim, tr->step);
   const int skip = st_loss_scaler_update(&tr->scaler, !isfinite(red[0]));
   const float clip = st_clip_scale(&rc->optim, *norm);
-  const int dumped = st_trainer_dump_grads(tr, g, *norm, clip, loss_scale, skip);
+  const int dumped = st_trainer_dump_grads(tr, g, gdt, *norm, clip, loss_scale, skip);
   if (dumped) return dumped;
   if (skip) {
     *skipped = 1;
@@ -422,17 +456,17 @@ static int train_step(trainer *tr, double *loss, double *norm, float *lr, int *s
     float *master = tr->master ? tr->master : (float *)work_b;
     void *work = tr->master ? work_b : NULL;
     /* ZeRO 0: the whole vector (b = 0), all-reduced; else the reduced shard */
-    const float *grads = rc->zero_stage == 0 ? m->grads + b : tr->grad_shard;
+    const void *grads = rc->zero_stage == 0 ? (const void *)(m->grads + b) : tr->grad_shard;
     gmark(tr, "adamw", 0);
     if (tr->offload.on) /* on the host, chunk by chunk (rank/optim/offload.h) */
-      st_offload_step(&tr->offload, m->ops, &m->tab, &rc->optim, *lr, scale, t, grads, work_b, b,
-                      e);
+      st_offload_step(&tr->offload, m->ops, &m->tab, &rc->optim, *lr, scale, t, grads, gdt,
+                      work_b, b, e);
     else if (tr->master_lo) /* bf16: the master is the working weights and their rests */
       st_adamw_range_split(m->ops, &m->tab, &rc->optim, *lr, scale, t, tr->master_lo,
-                           (uint16_t *)work_b, grads, tr->adam_m, tr->adam_v, b, e);
+                           (uint16_t *)work_b, grads, gdt, tr->adam_m, tr->adam_v, b, e);
     else
       st_adamw_range(m->ops, &m->tab, &rc->optim, *lr, scale, t, master, work, m->es, grads,
-                     tr->adam_m, tr->adam_v, b, e);
+                     gdt, tr->adam_m, tr->adam_v, b, e);
     if (zero3) { /* no whole-vector gather: the next forward gathers each block */
       gmark(tr, "adamw_end", 0);
       t0 = tmark(tr);

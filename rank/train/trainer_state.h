@@ -80,7 +80,8 @@ typedef struct {
   char alloc_msg[400];     /* what allocated after setup ("" while nothing has) */
   int have_dev_mem;        /* CUDA: dev_free_before/after and dev_total were read */
   uint64_t dev_free_before, dev_free_after, dev_total; /* cudaMemGetInfo around allocation */
-  float *grad_shard;       /* ZeRO 1/2: this rank's reduced gradients, part.shard */
+  void *grad_shard;        /* ZeRO 1/2/3: this rank's reduced gradients, part.shard */
+  st_dtype grad_dtype;     /* grad_shard's: fp32, or bf16 (--grad-dtype, st_plan_grads_bf16) */
   int grad_shard_aliased;  /* ZeRO 1 on one rank: grad_shard is model.grads itself */
   float *recv[ST_COMM_TAGS]; /* ZeRO 2/3: this rank's share of hook slot 0-3's range
                               * (the gather tags 4-5 have none) */
@@ -200,10 +201,11 @@ void st_master_round_host(float *x, int64_t n);
 
 /* --dump-grads (rank/train/grad_dumps.c): on a step it names (tr->step + 1,
  * not yet counted), write this rank's reduced gradients g (backend memory,
- * fp32, tr->part's range, still times loss_scale) to RUN/grads/step_N with
- * the global norm (unscaled, before clipping), the clip factor and whether
- * the step was skipped. Collective; 0, or an exit code (every rank). */
-int st_trainer_dump_grads(trainer *tr, const float *g, double norm, float clip,
+ * in gdt: fp32, or bf16 under --grad-dtype bf16, widened exactly; tr->part's
+ * range, still times loss_scale) to RUN/grads/step_N (fp32) with the global
+ * norm (unscaled, before clipping), the clip factor and whether the step
+ * was skipped. Collective; 0, or an exit code (every rank). */
+int st_trainer_dump_grads(trainer *tr, const void *g, st_dtype gdt, double norm, float clip,
                           float loss_scale, int skipped);
 /* At setup, once the parameter table exists: a --dump-grads PATTERN that
  * matches no tensor is a usage error (exit 2). 0, or -1 with st_error. */

@@ -28,24 +28,31 @@ def head_rows(BT, Vp, es):
     return min(BT, r)
 
 
-def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True, accum=0):
+def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True, accum=0,
+             grad16=False):
     """Bytes per GPU as docs/memory.md derives them; every buffer takes
     whole 256-byte units of the arena. es=2 is bf16, whose fp32 master is
-    kept split: the working weights and a 2-byte rest each."""
+    kept split: the working weights and a 2-byte rest each. grad16:
+    --grad-dtype bf16 (ZeRO 2 at one micro-step: a 2-byte shard)."""
     Vp = (V + 127) // 128 * 128
     block = 12 * C * C + 13 * C
     P = Vp * C + T * C + L * block + 2 * C
     Pp = -(-P // N) * N
     shard = Pp // N
+    grad16 = grad16 and zero == 2 and accum == 1
     if zero == 2:
-        # receive buffers only with more than one micro-step a step
-        ranges = (block, block, Vp * C + T * C, 2 * C) if accum != 1 else ()
-        grads = al(4 * (Vp * C + T * C + 2 * C)) + 2 * al(4 * (block + 1)) + \
+        # receive buffers only with more than one micro-step a step, or a
+        # bf16 shard on several ranks (reduced in fp32, then rounded)
+        recv = accum != 1 or (grad16 and N > 1)
+        ranges = (block, block, Vp * C + T * C, 2 * C) if recv else ()
+        # one bucket on one rank (nothing overlaps there), two on several
+        grads = al(4 * (Vp * C + T * C + 2 * C)) + (1 if N == 1 else 2) * al(4 * (block + 1)) + \
             sum(al(4 * (min(r, shard) + 1)) for r in ranges)
     else:
         grads = al(4 * Pp)
     nopt = Pp if zero == 0 else shard
-    gshard = al(4 * shard) if zero == 2 or (zero == 1 and N > 1) else 0  # ZeRO 1, one rank: in place
+    gs = 2 if grad16 else 4
+    gshard = al(gs * shard) if zero == 2 or (zero == 1 and N > 1) else 0  # ZeRO 1, one rank: in place
     states = al(Pp * es) + grads + gshard + (al(2 * nopt) if es == 2 else 0) + 2 * al(4 * nopt)
     BT = B * T
     X, X3, X4, S = al(BT * C * es), al(3 * BT * C * es), al(4 * BT * C * es), al(4 * BT)
@@ -112,6 +119,14 @@ for N, acc in ((1, 1), (2, 1), (2, 2)):
                   f"124M N={N} ZeRO {z} {rec}: the logits are a chunk of 4,096 of 32,768 rows")
             check(d["gpu"]["fits"] is None or isinstance(d["gpu"]["fits"], bool),
                   f"124M N={N} ZeRO {z} {rec}: gpu.fits is a bool or null")
+# --grad-dtype bf16 at ZeRO 2, one micro-step a step, on 1 and 2 ranks
+for N in (1, 2):
+    d = plan_json(base + ["--ranks", N, "--global-batch", 32 * N, "--zero", 2, "--recompute",
+                          "none", "--grad-dtype", "bf16"])
+    e = expected(12, 12, 768, 1024, 50257, 32, N, 2, "none", accum=1, grad16=True)
+    check(d["bytes"]["total"] == e["total"] and d["bytes"]["arena"] == e["arena"] and
+          d["config"]["grad_dtype"] == "bf16",
+          f"124M N={N} ZeRO 2 --grad-dtype bf16: total {d['bytes']['total']} as derived")
 
 d = plan_json(base + ["--global-batch", 32, "--attention", "flash"])
 e = expected(12, 12, 768, 1024, 50257, 32, 1, 1, "none", cudnn=False)
