@@ -10,7 +10,8 @@
    loss, the final weights) on 1, 2 and 3 ranks; against fp32 gradients the
    losses stay within 1e-2 but the weights differ (the rounding is real);
    --offload optimizer on 2 ranks is bit-identical to the optimizer on the
-   "device" (the host AdamW reads the same bf16 bits).
+   "device" (the host AdamW reads the same bf16 bits); an inf planted in
+   the bf16 shard (ST_FAULT_OVERFLOW) skips the step.
 3. Resume: 3 steps, then 3 more from the checkpoint, equal the 6-step run
    bit for bit, and the resumed run keeps --grad-dtype bf16 from the
    checkpoint's config without the flag; resuming with --grad-dtype fp32 is
@@ -122,6 +123,15 @@ for np_ in (1, 2, 3):
                       ["--offload", "optimizer", "--dump-params", W("offload_2.params")], env=env)
         check(losses(out) == l2 and open(W("offload_2.params"), "rb").read() == p2,
               "2 ranks: --offload optimizer with bf16 gradients = the optimizer on the device")
+
+# an inf in the bf16 shard (ST_FAULT_OVERFLOW) makes the norm non-finite and
+# the step is skipped, as with fp32 gradients
+for gd in ("fp32", "bf16"):
+    out = run_dir(f"skip_{gd}", 2, train_args(2, 2, gd, steps=3),
+                  env={"ST_FAULT_OVERFLOW": "2"})
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l]
+    check([d["step"] for d in rows if d.get("skipped")] == [2],
+          f"--grad-dtype {gd}: an inf in the reduced gradients skips step 2")
 
 # 3. resume keeps the dtype and is bit-exact
 whole = run_dir("whole", 2, train_args(2, 2, "bf16") + ["--dump-params", W("whole.params")])
