@@ -146,6 +146,7 @@ char *st_run_config_to_json(const st_run_config *rc) {
   cJSON_AddStringToObject(t, "init_from", rc->init_from);
   cJSON_AddNumberToObject(t, "zero_stage", rc->zero_stage);
   cJSON_AddStringToObject(t, "grad_dtype", rc->grad_dtype);
+  if (rc->master[0]) cJSON_AddStringToObject(t, "master", rc->master);
   cJSON_AddStringToObject(t, "precision", rc->precision);
   cJSON_AddStringToObject(t, "recompute", rc->recompute);
   cJSON_AddNumberToObject(t, "steps", (double)rc->steps);

@@ -56,6 +56,12 @@ typedef struct {
   int global_batch;         /* sequences per optimizer step */
   int zero_stage;           /* 0, 1 or 2 */
   int offload;              /* --offload: 0 none, 1 optimizer (rank/optim/offload.h) */
+  /* How the fp32 master weights are kept, set at setup and written to the
+   * checkpoint's config: "split" (bf16: the working weights and 16-bit
+   * rests, kernels/master_split.h), "whole" (an fp32 copy: fp16, offload,
+   * ST_MASTER_FP32=1) or "weights" (fp32: the working weights are the
+   * master); "" before setup. */
+  char master[8];
   char grad_dtype[8];       /* --grad-dtype fp32 | bf16: bf16 keeps the reduced gradient
                              * shard in bf16 (ZeRO 2/3, one micro-step a step;
                              * st_plan_grads_bf16) */

@@ -421,6 +421,8 @@ int st_trainer_alloc_state(trainer *tr) {
       !tr->tgt || !tr->scratch || !tr->d_inp || !tr->d_tgt)
     return st_error_set("cannot allocate %s memory for optimizer state (%zu floats) and batches",
                         ops->name, n * 2);
+  snprintf(rc->master, sizeof rc->master, "%s",
+           tr->master_lo ? "split" : tr->master ? "whole" : "weights");
   tr->config_json = st_run_config_to_json(rc);
   return 0;
 }
@@ -772,6 +774,28 @@ static int setup_lora_base(trainer *tr, int resuming) {
   return 0;
 }
 
+/* A bf16 master kept split in one run and whole in the other
+ * (ST_MASTER_FP32): the same fp32 master is restored, but the working
+ * weights round exact ties another way, so the resumed run is not
+ * bit-exact with an uninterrupted one. Said, not refused. Checkpoints
+ * older than the setting say nothing. */
+static void note_master_mode(trainer *tr, const char *config_json) {
+  cJSON *cfg = cJSON_Parse(config_json);
+  const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "train"), "master");
+  const char *was = cJSON_IsString(m) ? m->valuestring : "", *now = tr->rc->master;
+  const int split_whole = (!strcmp(was, "split") && !strcmp(now, "whole")) ||
+                          (!strcmp(was, "whole") && !strcmp(now, "split"));
+  if (split_whole) {
+    const size_t n = strlen(tr->resume_note.text);
+    snprintf(tr->resume_note.text + n, sizeof tr->resume_note.text - n,
+             "  notice     the checkpoint's run kept the bf16 master %s, this one keeps it %s "
+             "(ST_MASTER_FP32): the same fp32 master continues, but the working weights round "
+             "exact ties the other way, so this resume is not bit-exact with an "
+             "uninterrupted run\n", was, now);
+  }
+  cJSON_Delete(cfg);
+}
+
 /* Resume from the checkpoint setup_checkpoint found, or initialise fresh
  * weights. */
 static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
@@ -825,6 +849,7 @@ static int setup_resume(trainer *tr, int *resumed, char *from, int cap) {
   if (rc_load) return -1;
   st_error_code(ST_EXIT_ERROR);
   snprintf(tr->ckpt_config, sizeof tr->ckpt_config, "%s", meta.config_json);
+  note_master_mode(tr, meta.config_json);
   tr->step = meta.step;
   {
     const int64_t N = tr->train.total_seq;

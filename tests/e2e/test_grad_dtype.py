@@ -145,6 +145,11 @@ r = run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"
          a.bin, "train"] + args)
 check("gradients  bf16 shard" in r.stdout,
       "the resumed run keeps --grad-dtype bf16 from the checkpoint's config")
+with h5py.File(os.path.join(part, "ckpt", "step_00000003", "index.h5"), "r") as f:
+    cfg = json.loads(f.attrs["config"])["train"]
+check(cfg["grad_dtype"] == "bf16" and cfg["master"] == "weights",
+      "the checkpoint's config names the gradient dtype and how the master was kept (fp32: the "
+      "weights themselves)")
 check(losses(part) == losses(whole) and
       open(W("resumed.params"), "rb").read() == open(W("whole.params"), "rb").read(),
       "3 + 3 resumed steps = 6 steps, bit for bit")

@@ -376,6 +376,20 @@ PY
 )
 if [ "${verdict%% *}" = ok ]; then ok master-split-vs-fp32 "${verdict#* }"
 else bad master-split-vs-fp32 "${verdict:-no verdict (a run failed)}"; fi
+# The checkpoint says how its master was kept; resuming the split run with
+# ST_MASTER_FP32=1 continues and says the resume is not bit-exact.
+said=no
+python3 -c 'import h5py, json, sys; f = h5py.File(sys.argv[1], "r"); sys.exit(json.loads(f.attrs["config"])["train"].get("master") != "split")' \
+  "$W/tiny-bf16-flash-z0-split/ckpt/step_00000012/index.h5" 2>/dev/null && said=yes
+ST_MASTER_FP32=1 "$B" train "${TINY[@]}" --precision bf16 --attention flash --zero 0 --steps 14 \
+  --resume auto --out "$W/tiny-bf16-flash-z0-split" > "$W/master-mode-resume.log" 2>&1
+if [ $said = yes ] &&
+   grep -q "kept the bf16 master split, this one keeps it whole" "$W/master-mode-resume.log" &&
+   grep -q "^done: step 14" "$W/master-mode-resume.log"; then
+  ok master-mode-resume "the checkpoint's config says split; resumed whole, to step 14, with the notice"
+else
+  bad master-mode-resume "config says split: $said; no notice, or the resume failed"
+fi
 
 # One micro-step a step (global batch = micro-batch): ZeRO 2 and 3 reduce
 # straight into the gradient shard, no receive buffers, and sum as ZeRO 1
