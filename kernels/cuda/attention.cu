@@ -521,8 +521,11 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
                            "128; use more heads", hs, C, NH, cuda_attention_cudnn_error());
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: cuDNN has no "
              "plan here: %.120s)", ours, cuda_attention_cudnn_error());
+    cuda_attention_cudnn_release(); /* the handle (and any plan) the failed prepare left */
     return 0;
   }
+  /* only this shape's plans run from here on */
+  cuda_attention_cudnn_keep_only(B, T, C, NH, NKV, dt);
   const int v = cuda_attention_cudnn_version();
   out->impl = ST_ATTENTION_CUDNN;
   out->workspace_bytes = ws;

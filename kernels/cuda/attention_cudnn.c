@@ -554,18 +554,25 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
   return 0;
 }
 
+static void entry_free(entry *e) {
+  if (e->fwd) cudnnBackendDestroyDescriptor(e->fwd);
+  if (e->bwd) cudnnBackendDestroyDescriptor(e->bwd);
+  graph_free(&e->gb);
+  graph_free(&e->gf);
+  memset(e, 0, sizeof *e);
+}
+
 void cuda_attention_cudnn_release(void) {
-  for (int i = 0; i < CACHE_SLOTS; i++) {
-    entry *e = &g_cache[i];
-    if (!e->used) continue;
-    if (e->fwd) cudnnBackendDestroyDescriptor(e->fwd);
-    if (e->bwd) cudnnBackendDestroyDescriptor(e->bwd);
-    graph_free(&e->gb);
-    graph_free(&e->gf);
-    memset(e, 0, sizeof *e);
-  }
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (g_cache[i].used) entry_free(&g_cache[i]);
   if (g_handle) cudnnDestroy(g_handle);
   g_handle = NULL;
+}
+
+void cuda_attention_cudnn_keep_only(int B, int T, int C, int NH, int NKV, st_dtype dt) {
+  const entry *keep = find(B, T, C, NH, NKV, dt);
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (g_cache[i].used && &g_cache[i] != keep) entry_free(&g_cache[i]);
 }
 
 /* ---- execution */

@@ -92,6 +92,12 @@ int cuda_attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv,
  * them again. Never fails. */
 void cuda_attention_cudnn_release(void);
 
+/* Destroy every prepared plan except this shape's at the current group cap
+ * (the one that will run), keeping the handle: plans prepared for a group
+ * cap or micro-batch that setup tried and left (--auto-fit, the budget's
+ * groups) hold device memory for nothing. Never fails. */
+void cuda_attention_cudnn_keep_only(int B, int T, int C, int NH, int NKV, st_dtype dt);
+
 /* The last failure's reason ("" when none). */
 const char *cuda_attention_cudnn_error(void);
 
