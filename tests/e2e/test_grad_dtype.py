@@ -19,8 +19,8 @@
 4. Bad input, exit 2 with the fix in one line: --zero 1, gradient
    accumulation, an unknown dtype; plan says the same, and plan's shard row
    is bf16 (2 bytes a parameter, as allocated: the run's arena would not
-   fit otherwise); plan --fit --grad-dtype bf16 keeps to ZeRO 2/3 at one
-   micro-step.
+   fit otherwise); plan --fit and train --auto-fit-zero with --grad-dtype
+   bf16 keep to ZeRO 2/3 at one micro-step.
 """
 import json
 import os
@@ -169,6 +169,15 @@ for extra, say in ((["--zero", 1], "add --zero 2"),
     check(len(lines) == 1 and say in lines[0],
           f"{extra}: exit 2 and one line naming the fix: {lines}")
     check(not os.path.exists(os.path.join(W("bad"), "ckpt")), f"{extra}: nothing written")
+# train --auto-fit-zero with bf16 gradients: only ZeRO 2/3 at one micro-step
+r = train(a, 2, base + ["--out", W("fit"), "--global-batch", 8, "--steps", 2, "--auto-fit-zero",
+                        "--gpu-mem", "1GiB", "--grad-dtype", "bf16"])
+check("micro-batch 4 x grad-accum 1" in r.stdout and "ZeRO 2" in r.stdout and
+      "gradients  bf16 shard" in r.stdout,
+      "--auto-fit-zero --grad-dtype bf16 chooses one micro-step at ZeRO 2 and keeps bf16")
+r = train(a, 1, base + ["--out", W("fit1"), "--global-batch", 4, "--steps", 1, "--auto-fit",
+                        "--gpu-mem", "1GiB", "--grad-dtype", "bf16", "--zero", 1], expect_rc=2)
+check("add --zero 2" in r.stderr, "--auto-fit keeps --zero 1 as given, so bf16 is refused (exit 2)")
 r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32", "--micro-batch",
          "2", "--global-batch", "4", "--zero", "2", "--grad-dtype", "bf16"], expect_rc=2)
 check("one micro-step a step" in r.stderr, "plan refuses accumulation with bf16 gradients")
