@@ -401,6 +401,9 @@ static void print_fit(const st_plan_fit_query *q, const st_plan_fit *f, const ch
            "gradients too),\n        a shorter --seq-len, a smaller model or %s.\n\n",
            d, human((uint64_t)-f->least.plan.spare, h1, sizeof h1),
            cuda ? "a larger GPU" : "a larger --gpu-mem");
+    if (q->base.grad_bf16)
+      printf("        --grad-dtype bf16 kept the search to one micro-step a step at ZeRO 2/3; "
+             "with --grad-dtype fp32 it may accumulate smaller micro-batches.\n\n");
     return;
   }
   st_plan_choice_describe(&f->choice, d, sizeof d);
@@ -432,7 +435,8 @@ int st_cmd_plan(int argc, char **argv) {
   st_run_plan_input(rc, o.ranks, in.backend, in.dtype, &in);
   if (st_nccl_one_rank_env(&in.nccl_one_rank) || st_master_fp32_env(&in.master_fp32))
     return st_cli_fail(ST_EXIT_USAGE);
-  if (st_run_config_check_grad_dtype(rc, o.ranks, !o.fit || o.seen.zero, !o.fit))
+  /* without --fit, after the global batch's own check below */
+  if (o.fit && st_run_config_check_grad_dtype(rc, o.ranks, o.seen.zero, 0))
     return st_cli_fail(ST_EXIT_USAGE);
   /* train measures cuDNN's workspace at setup; plan uses the formula.
    * --attention auto plans without it and adds it after, where it fits
@@ -468,6 +472,7 @@ int st_cmd_plan(int argc, char **argv) {
                                    "(or let --fit choose)", G, in.micro_batch, in.world, BN, use);
       return st_cli_fail(ST_EXIT_USAGE);
     }
+    if (st_run_config_check_grad_dtype(rc, o.ranks, 1, 1)) return st_cli_fail(ST_EXIT_USAGE);
     st_memory_plan p;
     if (st_memory_plan_make(&in, &p)) return st_cli_fail(st_error_exit_code());
     if (settle && settle_attention(&in, &p, cudnn_ws, 0))

@@ -19,8 +19,8 @@ usage: scripts/test.sh [CTEST_ARGS...]
   ASan + UBSan build of the CPU backend in build-asan/, its tests).
   ST_SKIP_ANALYSIS=1, ST_SKIP_SANITIZERS=1: leave that stage out.
   About 16 minutes on two idle cores from a clean clone, packages already
-  installed: 944 s with CI=true (build 34 s, ctest 457 s, static analysis
-  49 s, sanitizers 404 s; README, "Tests").
+  installed: 965 s with CI=true (build 34 s, ctest 467 s, static analysis
+  48 s, sanitizers 416 s; README, "Tests").
 EOF_HELP
   exit 0
 fi

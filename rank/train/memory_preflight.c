@@ -169,12 +169,15 @@ static int setup_auto_fit(trainer *tr, st_plan_input *in, uint64_t cap) {
     return st_error_setc(ST_EXIT_MEMORY, "--auto-fit: nothing fits %s usable per rank (%s, less "
                          "%g%% headroom) for global batch %d on %d rank(s): even micro-batch %d, "
                          "recompute %s, ZeRO %d needs %s. Use more ranks%s, a shorter --seq-len "
-                         "or a smaller model (shardtrain plan --fit shows the search; "
+                         "or a smaller model%s (shardtrain plan --fit shows the search; "
                          "docs/memory.md)", st_format_bytes(ch->plan.usable, a, sizeof a),
                          tr->plan_source, in->headroom_pct, rc->global_batch, tr->comm->world,
                          ch->in.micro_batch, st_recompute_name(ch->in.recompute),
                          ch->in.zero_stage, st_format_bytes(ch->plan.total, b, sizeof b),
-                         rc->auto_fit == 2 ? "" : ", --auto-fit-zero");
+                         rc->auto_fit == 2 ? "" : ", --auto-fit-zero",
+                         st_run_grad_bf16(rc) ? " (--grad-dtype bf16 allows only one micro-step "
+                                                "a step: --grad-dtype fp32 lets it accumulate)"
+                                              : "");
   char why[4096], change[300];
   st_plan_fit_explain(&q, &f, "               ", why, sizeof why);
   st_plan_describe_change(&given, &ch->in, rc->global_batch, change, sizeof change);

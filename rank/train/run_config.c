@@ -230,19 +230,30 @@ int st_run_grad_bf16(const st_run_config *rc) { return strcmp(rc->grad_dtype, "b
 int st_run_config_check_grad_dtype(const st_run_config *rc, int world, int zero_fixed,
                                    int batch_fixed) {
   if (!st_run_grad_bf16(rc)) return 0;
+  /* the setting may come from a resumed checkpoint's config: the fix that
+   * always works is the flag's other value */
+  const char *from = st_run_config_given(rc, "--grad-dtype") ? "" : " (the checkpoint's)";
   if (zero_fixed && rc->zero_stage < 2)
-    return st_error_setc(ST_EXIT_USAGE, "--grad-dtype bf16 keeps ZeRO 2/3's reduced gradient "
-                         "shard in bf16, and --zero %d keeps the whole fp32 gradient vector: "
-                         "add --zero 2 (one GPU too), or drop --grad-dtype", rc->zero_stage);
+    return st_error_setc(ST_EXIT_USAGE, "--grad-dtype bf16%s keeps ZeRO 2/3's reduced gradient "
+                         "shard in bf16, and --zero %d%s keeps the whole fp32 gradient vector: "
+                         "add --zero 2 (on one rank too), or use --grad-dtype fp32", from,
+                         rc->zero_stage, st_run_config_given(rc, "--zero") ? "" : " (the default)");
   const int64_t per_step = (int64_t)rc->micro_batch * world;
-  if (batch_fixed && rc->global_batch != per_step)
-    return st_error_setc(ST_EXIT_USAGE, "--grad-dtype bf16 needs one micro-step a step, and "
-                         "--global-batch %d = %lld micro-steps of --micro-batch %d x %d rank(s): "
-                         "bf16 cannot accumulate micro-steps without losing their low bits; use "
-                         "--micro-batch %d (or --global-batch %lld), or drop --grad-dtype",
-                         rc->global_batch, (long long)(per_step ? rc->global_batch / per_step : 0),
-                         rc->micro_batch, world, world ? rc->global_batch / world : 0,
-                         (long long)per_step);
+  if (batch_fixed && per_step > 0 && rc->global_batch != per_step) {
+    char steps[96];
+    if (rc->global_batch % per_step == 0)
+      snprintf(steps, sizeof steps, "%lld micro-steps", (long long)(rc->global_batch / per_step));
+    else
+      snprintf(steps, sizeof steps, "no whole number of micro-steps");
+    char mb[64] = "";
+    if (rc->global_batch % world == 0)
+      snprintf(mb, sizeof mb, "--micro-batch %d or ", rc->global_batch / world);
+    return st_error_setc(ST_EXIT_USAGE, "--grad-dtype bf16%s needs one micro-step a step, and "
+                         "--global-batch %d makes %s of --micro-batch %d x %d rank(s): bf16 "
+                         "cannot accumulate micro-steps without losing their low bits; use "
+                         "%s--global-batch %lld, or --grad-dtype fp32", from, rc->global_batch,
+                         steps, rc->micro_batch, world, mb, (long long)per_step);
+  }
   return 0;
 }
 

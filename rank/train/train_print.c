@@ -95,8 +95,9 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
   }
   if (tr->grad_dtype == ST_BF16)
     printf("  gradients  bf16 shard (--grad-dtype bf16): backward writes fp32 buckets; each "
-           "range is rounded once to nearest even as it is reduced%s; the norm and AdamW read "
-           "bf16\n", tr->comm->world > 1 ? " (reduced in fp32 first)" : "");
+           "range is rounded once to nearest even %s; the norm and AdamW read bf16\n",
+           tr->comm->world > 1 ? "after its fp32 reduce-scatter"
+                               : "as its block's backward ends (one rank: nothing to reduce)");
   {
     const st_memory_plan *p = &tr->plan;
     char a[32], b[32], c[32], d[32], g[32], h[32];

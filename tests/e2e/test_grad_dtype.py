@@ -159,6 +159,15 @@ r = run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"
 check("--grad-dtype \"bf16\" -> \"fp32\"" in r.stdout and "gradients  bf16" not in r.stdout,
       "resuming with --grad-dtype fp32 is allowed and said")
 
+# a resume on another rank count inherits bf16 and would accumulate: the
+# refusal says the setting is the checkpoint's and names --grad-dtype fp32
+r = run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "1",
+         a.bin, "train", "--data", data, "--out", whole, "--resume", "auto", "--device", "cpu",
+         "--steps", "9"], expect_rc=2)
+check("(the checkpoint's)" in r.stderr and "--grad-dtype fp32" in r.stderr,
+      "resuming a bf16 run on 1 rank of 2 (accumulation): the refusal names the checkpoint's "
+      "setting and --grad-dtype fp32")
+
 # 4. bad input
 for extra, say in ((["--zero", 1], "add --zero 2"),
                    (["--zero", 2, "--global-batch", 4], "one micro-step a step"),
@@ -180,7 +189,12 @@ r = train(a, 1, base + ["--out", W("fit1"), "--global-batch", 4, "--steps", 1, "
 check("add --zero 2" in r.stderr, "--auto-fit keeps --zero 1 as given, so bf16 is refused (exit 2)")
 r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32", "--micro-batch",
          "2", "--global-batch", "4", "--zero", "2", "--grad-dtype", "bf16"], expect_rc=2)
-check("one micro-step a step" in r.stderr, "plan refuses accumulation with bf16 gradients")
+check("one micro-step a step" in r.stderr and "2 micro-steps" in r.stderr,
+      "plan refuses accumulation with bf16 gradients")
+r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32", "--micro-batch",
+         "2", "--global-batch", "9", "--ranks", "2", "--zero", "2", "--grad-dtype", "bf16"],
+        expect_rc=2)
+check("does not divide" in r.stderr, "plan: a global batch that does not divide says that first")
 
 
 def plan_json(*extra):
