@@ -28,7 +28,13 @@ mkdir -p "$WORK" || exit 2
 S=$WORK/synth.bin
 # 64 Mi uniform tokens in llm.c's v1 .bin layout (256 int32 of header), made
 # once: random tokens cost the same GEMMs and attention as text
-[ -f "$S" ] || /usr/bin/python3 - "$S" <<'PY' || exit 1
+# the first python with numpy: Debian's here, the PyTorch one on the GPU machine
+PY=
+for p in python3 /usr/bin/python3; do
+  "$p" -c "import numpy" 2>/dev/null && { PY=$p; break; }
+done
+[ -n "$PY" ] || { echo "bench/ab_tokens.sh: no python3 with numpy (apt install python3-numpy)" >&2; exit 1; }
+[ -f "$S" ] || "$PY" - "$S" <<'PY' || exit 1
 import sys, numpy as np
 n = 64 * 1024 * 1024
 h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
@@ -44,7 +50,7 @@ rm -rf "${WORK:?}/$TAG"
   --device cuda --precision bf16 --out "$WORK/$TAG" --resume none --val-seqs 0 \
   --log-every 1 --ckpt-every 0 ${AB_ARGS:-} > "$WORK/$TAG.log" 2>&1 ||
   { tail -5 "$WORK/$TAG.log" >&2; exit 1; }
-/usr/bin/python3 - "$WORK/$TAG/metrics.jsonl" "$TAG" "$MB" "$T" <<'PY'
+"$PY" - "$WORK/$TAG/metrics.jsonl" "$TAG" "$MB" "$T" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
 t = sorted(r["tokens_per_s"] for r in rows if r["step"] > 10)
