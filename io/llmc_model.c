@@ -120,15 +120,17 @@ int st_llmc_read(const char *path, const st_model_config *cfg, const st_param_ta
   memset(h, 0, sizeof h);
   FILE *f = NULL;
   if (read_hdr(path, h, &f)) return -1;
-  if (h[2] != cfg->block_size || h[3] != cfg->vocab_size || h[4] != cfg->n_layer ||
-      h[5] != cfg->n_head || h[6] != cfg->n_embd || h[7] < h[3] || h[7] - h[3] > (1 << 16)) {
+  /* the header as st_llmc_read_header checked it, and the same shape */
+  st_model_config now;
+  if (header_config(f, path, h, &now)) {
+    fclose(f);
+    return -1;
+  }
+  if (now.block_size != cfg->block_size || now.vocab_size != cfg->vocab_size ||
+      now.n_layer != cfg->n_layer || now.n_head != cfg->n_head || now.n_embd != cfg->n_embd) {
     fclose(f);
     return st_error_setc(ST_EXIT_CHECKPOINT, "%s: header shape differs from the one it was "
                          "opened with (the file changed?)", path);
-  }
-  if (check_size(f, path, h)) {
-    fclose(f);
-    return -1;
   }
   const st_dtype dt = h[1] == 5 ? ST_BF16 : ST_FP32;
   const int64_t C = cfg->n_embd, Vp_file = h[7];
