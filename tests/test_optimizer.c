@@ -58,18 +58,25 @@ static float *filled(int64_t n, unsigned seed, float scale, int positive) {
   return x;
 }
 
-static void test_grouping(void **state) {
-  (void)state;
-  /* 24 layers: 4 + 12 x 24 = 292 tensors, three groups of at most 128 */
+/* The tests' model: 24 layers of width 8, 4 + 12 x 24 = 292 tensors (more
+ * than two groups of ST_ADAMW_SEGS), and their AdamW settings. */
+static void table_24_layers(st_param_table *tab) {
   st_model_config cfg = {.n_layer = 24, .n_head = 2, .n_embd = 8, .block_size = 4,
                          .vocab_size = 21};
   assert_int_equal(st_model_validate(&cfg), 0);
+  assert_int_equal(st_param_table_build(&cfg, tab), 0);
+}
+static const st_optim_config k_optim = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                        .weight_decay = 0.1f, .grad_clip = 1.0f};
+
+static void test_grouping(void **state) {
+  (void)state;
+  /* 24 layers: 4 + 12 x 24 = 292 tensors, three groups of at most 128 */
   st_param_table tab;
-  assert_int_equal(st_param_table_build(&cfg, &tab), 0);
+  table_24_layers(&tab);
   assert_true(tab.n > 2 * ST_ADAMW_SEGS);
   const int64_t P = tab.total;
-  const st_optim_config o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                             .weight_decay = 0.1f, .grad_clip = 1.0f};
+  const st_optim_config o = k_optim;
   float *p0 = filled(P, 1, 2.0f, 0), *g = filled(P, 2, 1.0f, 0);
   float *m0 = filled(P, 3, 0.2f, 0), *v0 = filled(P, 4, 0.1f, 1);
   st_ops seg = *st_ops_cpu();
@@ -119,14 +126,10 @@ static void test_grouping(void **state) {
  * on exact ties, where the high half is not round-to-nearest-even. */
 static void test_split_master(void **state) {
   (void)state;
-  st_model_config cfg = {.n_layer = 24, .n_head = 2, .n_embd = 8, .block_size = 4,
-                         .vocab_size = 21};
-  assert_int_equal(st_model_validate(&cfg), 0);
   st_param_table tab;
-  assert_int_equal(st_param_table_build(&cfg, &tab), 0);
+  table_24_layers(&tab);
   const int64_t P = tab.total;
-  const st_optim_config o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                             .weight_decay = 0.1f, .grad_clip = 1.0f};
+  const st_optim_config o = k_optim;
   float *p0 = filled(P, 5, 2.0f, 0), *m0 = filled(P, 6, 0.2f, 0), *v0 = filled(P, 7, 0.1f, 1);
   for (int64_t i = 0; i < P; i += 7) { /* a tie: the rest exactly half an ulp */
     uint32_t b;
@@ -183,14 +186,10 @@ static void test_split_master(void **state) {
  * bf16 moves the weights differently: planted below, it must show. */
 static void test_bf16_grads(void **state) {
   (void)state;
-  st_model_config cfg = {.n_layer = 24, .n_head = 2, .n_embd = 8, .block_size = 4,
-                         .vocab_size = 21};
-  assert_int_equal(st_model_validate(&cfg), 0);
   st_param_table tab;
-  assert_int_equal(st_param_table_build(&cfg, &tab), 0);
+  table_24_layers(&tab);
   const int64_t P = tab.total;
-  const st_optim_config o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                             .weight_decay = 0.1f, .grad_clip = 1.0f};
+  const st_optim_config o = k_optim;
   float *p0 = filled(P, 8, 2.0f, 0), *m0 = filled(P, 9, 0.2f, 0), *v0 = filled(P, 10, 0.1f, 1);
   float *g32 = filled(P, 11, 1.0f, 0);
   uint16_t *g16 = malloc((size_t)P * 2);

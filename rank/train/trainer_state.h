@@ -141,6 +141,14 @@ int st_trainer_setup(trainer *tr, int *resumed, char *from, int cap);
  * host; exit 6 names the smallest change that fits). 0, or -1 with
  * st_error. */
 int st_trainer_setup_attention(trainer *tr);
+/* resume_setup.c. What --resume names, read and applied to the settings
+ * before anything is sized (and --init-from's shape); 0 or -1 with
+ * st_error. */
+int st_trainer_setup_checkpoint(trainer *tr);
+/* resume_setup.c. The weights and optimizer state: from the checkpoint
+ * (*resumed = 1, from = its path, cap bytes), else from --init-from or
+ * the seeded initialisation; 0 or -1 with st_error. */
+int st_trainer_setup_resume(trainer *tr, int *resumed, char *from, int cap);
 int st_trainer_memory_check(trainer *tr);
 
 /* Unless OMP_NUM_THREADS is set, split the node's cores among its ranks
