@@ -629,6 +629,8 @@ int st_cli_parse_plan(int argc, char **argv, st_plan_options *o) {
     const char *f = argv[i];
     if (strcmp(f, "--json") == 0) { o->json = 1; continue; }
     if (strcmp(f, "--fit") == 0) { o->fit = 1; continue; }
+    /* shared checks word their fix by what was given (st_run_config_given) */
+    if (strncmp(f, "--", 2) == 0 && st_cli_is_train_flag(f)) st_run_config_mark_given(&o->rc, f);
     st_error_code(ST_EXIT_USAGE);
     if (strncmp(f, "--", 2) != 0)
       return st_error_set("unexpected argument '%s'; flags start with -- (see shardtrain plan "

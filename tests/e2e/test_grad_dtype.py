@@ -191,6 +191,14 @@ r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32",
          "2", "--global-batch", "4", "--zero", "2", "--grad-dtype", "bf16"], expect_rc=2)
 check("one micro-step a step" in r.stderr and "2 micro-steps" in r.stderr,
       "plan refuses accumulation with bf16 gradients")
+check("checkpoint's" not in r.stderr,
+      "plan: the flag was given and plan reads no checkpoint, so the refusal does not call "
+      "the setting the checkpoint's")
+r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32", "--micro-batch",
+         "2", "--global-batch", "2", "--grad-dtype", "bf16"], expect_rc=2)
+check("--zero 1 (the default)" in r.stderr and "checkpoint's" not in r.stderr,
+      "plan: bf16 at the default ZeRO stage names --zero as the default, not the setting as "
+      "the checkpoint's")
 r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32", "--micro-batch",
          "2", "--global-batch", "9", "--ranks", "2", "--zero", "2", "--grad-dtype", "bf16"],
         expect_rc=2)
