@@ -107,6 +107,9 @@ typedef struct {
   float *losses_host;     /* [B,T] host copy for the loss sum */
   /* backward scratch, reused by every layer: dqkv [B,T,QKV], dfch [B,T,F]
    * or SwiGLU's [B,T,2F], dfact [B,T,F] SwiGLU's output gradient (else NULL).
+   * dfch, dqkv and datty [B,T,C] are one buffer (model_layout.c): a block's
+   * MLP backward is done with dfch before its attention backward writes
+   * datty and then dqkv, which sit side by side in it.
    * dln [B,T,C] also carries d(ln_f output) from a training forward (the
    * chunked head's backward) to backward's first step. */
   void *dres, *dln, *dqkv, *datty, *dfch, *dfact;

@@ -149,9 +149,17 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   m->losses = take(cv, BT, f4, P_HEAD);
   m->dres = take(cv, BT * C, es, P_GRADS);
   m->dln = take(cv, BT * C, es, P_GRADS);
-  m->datty = take(cv, BT * C, es, P_GRADS);
-  m->dqkv = take(cv, BT * d.QKV, es, P_GRADS);
-  m->dfch = take(cv, BT * d.FC, es, P_GRADS);
+  /* One buffer for dfch, then for dqkv beside datty: backward's MLP part
+   * has finished with dfch (fc's input gradient is in dln) before its
+   * attention part writes datty, and the next block's MLP part writes dfch
+   * only after the qkv projection's backward has read dqkv. GPT-2 keeps 4X
+   * of scratch here instead of 8X (X = [B,T,C]). datty starts on a 256-byte
+   * boundary, as its own take did. */
+  const int64_t qkv_bytes = (BT * d.QKV * (int64_t)es + 255) & ~(int64_t)255;
+  const int64_t mlp_bytes = BT * d.FC * (int64_t)es, attn_bytes = qkv_bytes + BT * C * (int64_t)es;
+  m->dfch = take(cv, mlp_bytes > attn_bytes ? mlp_bytes : attn_bytes, 1, P_GRADS);
+  m->dqkv = m->dfch;
+  m->datty = m->dfch ? (char *)m->dfch + qkv_bytes : NULL;
   m->dfact = d.swiglu || lora_has(m, ST_LORA_DOWN) ? take(cv, BT * d.F, es, P_GRADS) : NULL;
   m->datt = take(cv, natt, f4, P_ATTENTION);
   if (lora_on(m)) {
