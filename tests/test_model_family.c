@@ -520,7 +520,7 @@ typedef struct {
   float *grads;    /* [total], gathered through the hooks when bucketed */
   float *logits;   /* [BT, Vp] st_model_logits of the second micro-step's inputs */
   int head_rows;
-  size_t logit_bytes, act_bytes;
+  size_t logit_bytes, scratch_bytes, act_bytes;
 } head_run;
 
 /* Two accumulated training micro-steps of B x T on model `which`, the
@@ -548,6 +548,7 @@ static void run_head(int which, const char *rows, int bucketed, int B, int T, he
   assert_int_equal(a.total, m.act_bytes);
   o->head_rows = m.head_rows;
   o->logit_bytes = a.logits;
+  o->scratch_bytes = a.grad_scratch;
   o->act_bytes = a.total;
   random_weights(&m, 41);
   const int Vp = m.cfg.padded_vocab_size;
@@ -618,12 +619,15 @@ static void test_head_chunks(void **state) {
       assert_int_equal(whole.head_rows, BT);
       assert_int_equal(chunked.head_rows, 5);
       /* the logits part holds 5 of the 48 rows (plus the alignment padding
-       * before it, under 256 bytes); nothing else moves */
+       * before it, under 256 bytes). Backward's scratch shares the chunk's
+       * region, so what the region lacks of it counts as scratch: only
+       * those two parts move */
       const size_t row = (size_t)Vp * 4;
       assert_true(whole.logit_bytes >= BT * row && whole.logit_bytes < BT * row + 256);
       assert_true(chunked.logit_bytes >= 5 * row && chunked.logit_bytes < 5 * row + 256);
-      assert_int_equal(whole.act_bytes - chunked.act_bytes,
-                       whole.logit_bytes - chunked.logit_bytes);
+      assert_int_equal(whole.act_bytes - whole.logit_bytes - whole.scratch_bytes,
+                       chunked.act_bytes - chunked.logit_bytes - chunked.scratch_bytes);
+      assert_true(chunked.scratch_bytes > whole.scratch_bytes);
       /* each row's logits and loss are computed alone: equal bit for bit */
       assert_true(whole.loss == chunked.loss);
       assert_memory_equal(whole.losses, chunked.losses, 2 * (size_t)BT * sizeof(float));

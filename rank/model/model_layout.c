@@ -145,22 +145,39 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   m->lnf = take(cv, BT * C, es, P_HEAD);
   m->lnf_mean = d.ln ? take(cv, BT, f4, P_HEAD) : NULL;
   m->lnf_rstd = take(cv, BT, f4, P_HEAD);
-  m->logits = take(cv, (int64_t)m->head_rows * c->padded_vocab_size, es, P_LOGITS);
   m->losses = take(cv, BT, f4, P_HEAD);
-  m->dres = take(cv, BT * C, es, P_GRADS);
+  /* dln carries d(ln_f output) from the training forward's chunked head to
+   * backward's first step, so it has its own buffer. */
   m->dln = take(cv, BT * C, es, P_GRADS);
-  /* One buffer for dfch, then for dqkv beside datty: backward's MLP part
-   * has finished with dfch (fc's input gradient is in dln) before its
-   * attention part writes datty, and the next block's MLP part writes dfch
-   * only after the qkv projection's backward has read dqkv. GPT-2 keeps 4X
-   * of scratch here instead of 8X (X = [B,T,C]). datty starts on a 256-byte
-   * boundary, as its own take did. */
-  const int64_t qkv_bytes = (BT * d.QKV * (int64_t)es + 255) & ~(int64_t)255;
+  /* The logits chunk is dead once the training forward's head is done, and
+   * backward's block scratch is written only after that: one region holds
+   * the chunk in forward and dres, dfch and dfact in backward (GPT-2 124M,
+   * micro-batch 32: 240 MiB of scratch inside the 393 MiB chunk). dfch's
+   * buffer serves dqkv beside datty too: a block's MLP backward has put
+   * fc's input gradient in dln before its attention backward writes datty,
+   * and the next block writes dfch only after the qkv projection's backward
+   * has read dqkv (GPT-2: 4X instead of 8X, X = [B,T,C]). Each piece starts
+   * on a 256-byte boundary, as its own take did. The part of the region
+   * beyond the logits counts as backward scratch. */
+#define AL(n) (((n) + 255) & ~(int64_t)255)
+  const int64_t x_bytes = AL(BT * C * (int64_t)es), qkv_bytes = AL(BT * d.QKV * (int64_t)es);
   const int64_t mlp_bytes = BT * d.FC * (int64_t)es, attn_bytes = qkv_bytes + BT * C * (int64_t)es;
-  m->dfch = take(cv, mlp_bytes > attn_bytes ? mlp_bytes : attn_bytes, 1, P_GRADS);
+  const int64_t u_bytes = AL(mlp_bytes > attn_bytes ? mlp_bytes : attn_bytes);
+  const int has_fact = d.swiglu || lora_has(m, ST_LORA_DOWN);
+  const int64_t scratch = x_bytes + u_bytes + (has_fact ? BT * d.F * (int64_t)es : 0);
+  const int64_t logit_bytes = (int64_t)m->head_rows * c->padded_vocab_size * (int64_t)es;
+#undef AL
+  char *region = take(cv, logit_bytes, 1, P_LOGITS);
+  if (scratch > logit_bytes) {
+    cv->off += (size_t)(scratch - logit_bytes);
+    cv->part[P_GRADS] += (size_t)(scratch - logit_bytes);
+  }
+  m->logits = region;
+  m->dres = region;
+  m->dfch = region ? region + x_bytes : NULL;
   m->dqkv = m->dfch;
-  m->datty = m->dfch ? (char *)m->dfch + qkv_bytes : NULL;
-  m->dfact = d.swiglu || lora_has(m, ST_LORA_DOWN) ? take(cv, BT * d.F, es, P_GRADS) : NULL;
+  m->datty = region ? region + x_bytes + qkv_bytes : NULL;
+  m->dfact = has_fact && region ? region + x_bytes + u_bytes : NULL;
   m->datt = take(cv, natt, f4, P_ATTENTION);
   if (lora_on(m)) {
     /* A dropout(x) of every adapter is kept per layer under every policy:

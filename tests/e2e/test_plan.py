@@ -65,9 +65,12 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True, accum
     per_layer = X + (every - shared)
     # backward scratch: dres, dln, then one buffer for the MLP's dfch (4 X)
     # that the attention's dqkv (3 X, rounded to 256) and datty (X) reuse
+    # backward scratch: dln, and inside the logits chunk's region dres and
+    # one buffer for the MLP's dfch (4 X) that the attention's dqkv (3 X,
+    # rounded to 256) and datty (X) reuse
     dshared = al(max(4 * BT * C * es, al(3 * BT * C * es) + BT * C * es))
-    acts = X + L * per_layer + shared + (X + 3 * S) + al(head_rows(BT, Vp, es) * Vp * es) + \
-        2 * X + dshared + A
+    acts = X + L * per_layer + shared + (X + 3 * S) + X + \
+        al(max(head_rows(BT, Vp, es) * Vp * es, X + dshared)) + A
     other = 2 * al(BT * 4)
     arena = states + acts + other
     if cuda:
@@ -391,10 +394,10 @@ t = train(a, 1, ["--data", data, "--out", os.path.join(a.work, "tight"), "--step
                  "--gpu-mem", tight] + [str(x) for x in cpu[:6] + cpu[8:]], expect_rc=6)
 check(f"The smallest change that fits: {named} (plan" in t.stderr,
       f"train's pre-flight names the same change as plan: {named}")
-# 124M at 32 x 1024 needs 13.0 GiB; with full recompute 5.2 GiB (its
+# 124M at 32 x 1024 needs 12.7 GiB; with full recompute 5.0 GiB (its
 # logits one 393 MiB chunk), which 8 GiB holds at the same micro-batch.
 r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
-check("The smallest change that fits: --recompute none -> full (plan 5.20 GiB)" in r.stdout and
+check("The smallest change that fits: --recompute none -> full (plan 4.96 GiB)" in r.stdout and
       "Add --fit to these flags" in r.stdout,
       "124M in 8 GiB: names the smallest change (full recompute) and suggests --fit")
 r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
