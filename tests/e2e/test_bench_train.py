@@ -71,10 +71,13 @@ def check_result(out, ranks, modes, stdout=None):
             check(all(abs(s["t_data_ms"] + s["t_compute_ms"] + s["t_comm_ms"] +
                           s["t_optimizer_ms"] - s["t_step_ms"]) < 0.01 for s in steps),
                   f"{mode} {n}: every step's data + compute + comm + optimizer = step")
-            parts = r["t_data_ms"] + r["t_compute_ms"] + r["t_comm_ms"] + r["t_optimizer_ms"]
-            check(abs(parts - r["t_step_ms"]) <= 0.35 * r["t_step_ms"] + 0.05,
-                  f"{mode} {n}: median phases {parts:.3f} ms ~ median step "
-                  f"{r['t_step_ms']:.3f} ms")
+            # each phase's column is that phase's own median over the same
+            # steps (exact: a sum of medians need not be near the median sum
+            # when one step of four is slow, as on a loaded CI machine)
+            for k in ("t_data_ms", "t_compute_ms", "t_comm_ms", "t_optimizer_ms"):
+                want = sum(med(k)) / 2
+                check(abs(r[k] - want) <= 1e-9 * max(want, 1e-9),
+                      f"{mode} {n}: {k} {r[k]:.4f} is the median of the timed steps' {want:.4f}")
             check(all(x >= 0 for x in (r["t_data_ms"], r["t_comm_ms"], r["t_optimizer_ms"])) and
                   r["t_data_ms"] > 0 and r["t_optimizer_ms"] > 0 and r["t_compute_ms"] > 0,
                   f"{mode} {n}: data, compute and optimizer measured")
