@@ -457,16 +457,16 @@ static void test_lora_plan_equals_allocation(void **state) {
 static void test_family_shapes(void **state) {
   (void)state;
   /* rows: the LM head's chunk at B*T = 8,192 in bf16. The whole [8,192, Vp]
-   * (0.8 to 2.5 GB) fits 256 MiB for none; what does fits fewer than 4096
-   * rows for all (Llama 3's 128,256 columns take 256,512 bytes a row, 1,046.5
-   * rows fit; SmolLM2's 49,152: 98,304 a row, 2,730.7; Qwen2's 151,936:
-   * 303,872 a row, 883.4), and 4096 rows fit 2 GiB for all: 4096 each. */
+   * (0.8 to 2.5 GB) fits 256 MiB for none. Llama 3's 128,256 columns take
+   * 256,512 bytes a row, 1,046.5 rows fit, and Qwen2's 151,936: 303,872 a
+   * row, 883.4: both fewer than 2048, which fit 2 GiB, so 2048. SmolLM2's
+   * 49,152: 98,304 a row, 2,730.7 fit: 2,688, a multiple of 128. */
   const struct {
     const char *name;
     int64_t params;
     int rows;
-  } k[] = {{"llama-3.2-1b", 1235814400LL, 4096}, {"smollm2-360m", 361821120LL, 4096},
-           {"qwen2.5-0.5b", 494032768LL, 4096}};
+  } k[] = {{"llama-3.2-1b", 1235814400LL, 2048}, {"smollm2-360m", 361821120LL, 2688},
+           {"qwen2.5-0.5b", 494032768LL, 2048}};
   const int B = 4, T = 2048;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     st_plan_input in = {.micro_batch = B, .seq_len = T, .world = 1, .zero_stage = 1,
@@ -499,7 +499,8 @@ static void test_family_shapes(void **state) {
     assert_memory_equal(&a, &p.acts, sizeof a);
     assert_int_equal(st_model_head_rows(c, ST_BF16, (int64_t)B * T), k[i].rows);
     assert_int_equal(p.acts.logits, (uint64_t)k[i].rows * c->padded_vocab_size * 2);
-    assert_true(p.acts.logits > ST_HEAD_CHUNK_BYTES && p.acts.logits <= ST_HEAD_CHUNK_MAX_BYTES);
+    assert_true(p.acts.logits <= ST_HEAD_CHUNK_MAX_BYTES &&
+                (p.acts.logits <= ST_HEAD_CHUNK_BYTES) == (k[i].rows > ST_HEAD_CHUNK_MIN_ROWS));
     /* ZeRO 2: the gradients outside the blocks are the tied embedding and
      * the final RMSNorm's weight (no wpe, no norm bias, no lm_head) */
     in.zero_stage = 2;
@@ -636,15 +637,15 @@ static void test_gpt2_124m_activations(void **state) {
   const int64_t X = 50331648, S = 131072, A = 1572864;
   /* Every policy: encoder output 1 X; head = ln_f output X + mean, rstd,
    * losses 3 S; one chunk of the logits: a row is 50,304 x 2 = 100,608
-   * bytes, 256 MiB holds 2,668.1 rows, fewer than the 4096 the head's
-   * backward wants, so 4096 of the 32,768 (8 chunks), 4096 x 100,608 bytes
-   * instead of the whole 3,296,722,944 (3.07 GiB); backward scratch: dln
+   * bytes, 256 MiB holds 2,668.1 rows, more than the 2048 the head's
+   * backward wants, so 2,560 of the 32,768 (13 chunks), 2,560 x 100,608
+   * bytes instead of the whole 3,296,722,944 (3.07 GiB); backward scratch: dln
    * (1 X) of its own, and dres (1 X) and one 4 X buffer (dfch in a block's
    * MLP backward, dqkv 3 X beside datty 1 X in its attention backward)
    * inside the logits chunk, which 5 X = 251,658,240 bytes fit; so 1 X,
    * not the 10 X of separate buffers; datt A. */
-  const int64_t logits = 4096LL * 50304 * 2;
-  assert_int_equal(logits, 412090368LL); /* 393 MiB, a multiple of 256 */
+  const int64_t logits = 2560LL * 50304 * 2;
+  assert_int_equal(logits, 257556480LL); /* 245.6 MiB, a multiple of 256 */
   st_memory_plan p;
   st_plan_input in;
   const int64_t L = 12;
@@ -654,7 +655,7 @@ static void test_gpt2_124m_activations(void **state) {
    * 807,403,520 bytes (770 MiB); the projections' outputs have no buffer
    * (they go into the residual stream in the GEMM), so nothing is shared. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
-  assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 4096);
+  assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 2560);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(16 * X + 4 * S + A, 807403520LL);
   assert_int_equal(p.acts.blocks, L * (16 * X + 4 * S));
@@ -665,7 +666,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.logits, logits);
   assert_int_equal(p.acts.grad_scratch, X);
   assert_true(5 * X <= logits);
-  assert_int_equal(p.acts.total, 10253893632LL); /* 9.55 GiB */
+  assert_int_equal(p.acts.total, 10099359744LL); /* 9.41 GiB */
   assert_int_equal(p.acts.total,
                    L * (16 * X + 4 * S + A) + X + X + 3 * S + logits + X + A);
 
@@ -677,7 +678,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * (10 * X + 4 * S));
   assert_int_equal(p.acts.recompute, 6 * X);
   assert_int_equal(p.acts.attention, L * A + A);
-  assert_int_equal(p.acts.total, 6932004864LL); /* 6.46 GiB */
+  assert_int_equal(p.acts.total, 6777470976LL); /* 6.31 GiB */
 
   /* full: only the block output (1 X) per layer; everything else (15 X, 4 S,
    * A) once, in the shared block. */
@@ -686,7 +687,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * X);
   assert_int_equal(p.acts.recompute, 15 * X + 4 * S);
   assert_int_equal(p.acts.attention, A + A);
-  assert_int_equal(p.acts.total, 1926103040LL); /* 1.79 GiB */
+  assert_int_equal(p.acts.total, 1771569152LL); /* 1.65 GiB */
 
   /* backend internals at B*T = 32,768, C = 768: 256 column-sum chunks;
    * ln_f asks 256 x 1,536 x 4 = 1.5 MiB, the fc bias 256 x 3,072 x 4 = 3 MiB,

@@ -169,14 +169,14 @@ typedef struct {
  * ST_HEAD_CHUNK_MIN_ROWS rows when those fit ST_HEAD_CHUNK_MAX_BYTES (see
  * st_model_head_rows). */
 #define ST_HEAD_CHUNK_BYTES ((size_t)256 << 20)
-#define ST_HEAD_CHUNK_MIN_ROWS 4096
+#define ST_HEAD_CHUNK_MIN_ROWS 2048
 #define ST_HEAD_CHUNK_MAX_BYTES ((size_t)2 << 30)
 
 /* R, the rows of [B*T, Vp] logits the LM head computes at a time, in
  * forward and in st_model_logits: all BT rows when BT x Vp elements of
  * dtype fit in ST_HEAD_CHUNK_BYTES; else the larger of the largest multiple
  * of 128 rows that fits ST_HEAD_CHUNK_BYTES and ST_HEAD_CHUNK_MIN_ROWS
- * (4096) rows, the latter lowered to the largest multiple of 128 that fits
+ * (2048) rows, the latter lowered to the largest multiple of 128 that fits
  * ST_HEAD_CHUNK_MAX_BYTES; at least 128, at most BT. Why chunk: the whole
  * buffer is 2.1 GB for Llama 3's 128256 columns at B*T = 8192 (bf16), 3.3
  * GB for GPT-2 at 32768 rows, held only to be read once by the
@@ -186,6 +186,10 @@ typedef struct {
  * at R = 1024 held the head's backward to 584 TFLOP/s against 690 for the
  * block GEMMs (llama-3.2-1b, micro-batch 32, one H200, ST_PROFILE_OPS);
  * 4096 rows took the step from 66.7k to 68.2k tokens/s there, for 768 MiB.
+ * At 2048 rows (since 2026-12-05; 4096 before) the GEMM moves 1 byte per
+ * 512 FLOPs, above an H100's balance of about 295 FLOPs a byte, and GPT-2's
+ * chunk is the 2,560 rows that fit 256 MiB, not 4096 (393 MiB): the 147
+ * MiB that put GPT-2 774M under 0.9x the PyTorch peer (docs/memory.md).
  * 128-row multiples keep GEMM tiles full and each chunk's rows 256-byte
  * aligned. The environment variable ST_HEAD_CHUNK_ROWS (a whole number >=
  * 1, clamped to BT) forces R, for tests and diagnostics; a value that is
