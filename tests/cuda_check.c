@@ -176,13 +176,13 @@ void expect_exact_st(const char *what, const float *cuda, const float *cpu, int6
 void expect_identical(const char *what, const void *a, const void *b, size_t bytes) {
   g_checks++;
   if (memcmp(a, b, bytes) == 0) {
-    printf("  %-40s run twice: bit-identical\n", what);
+    printf("  %-40s bit-identical\n", what);
     return;
   }
   const unsigned char *x = a, *y = b;
   size_t i = 0;
   while (x[i] == y[i]) i++;
-  printf("  %-40s run twice: DIFFERENT (first differing byte %zu)  FAIL\n", what, i);
+  printf("  %-40s DIFFERENT (first differing byte %zu)  FAIL\n", what, i);
   g_failures++;
 }
 

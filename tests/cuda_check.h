@@ -54,6 +54,8 @@ void expect_close_st(const char *what, const float *cuda, const float *cpu, int6
 void expect_close_sum(const char *what, const float *cuda, const float *cpu, int64_t n, double atol,
                       double rtol, const float *terms, int64_t period);
 void expect_exact_st(const char *what, const float *cuda, const float *cpu, int64_t n);
+/* a and b equal byte for byte: two runs of one op (determinism), or an op
+ * against another that must match it; `what` says which. */
 void expect_identical(const char *what, const void *a, const void *b, size_t bytes);
 void expect_true(const char *what, int ok);
 
