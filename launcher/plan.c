@@ -177,10 +177,11 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   printf("        %s parameters; padded to %s for %d rank(s), shard %s\n",
          commas((uint64_t)p->params, a, sizeof a), commas((uint64_t)p->padded_params, b, sizeof b),
          in->world, commas((uint64_t)p->shard, c, sizeof c));
-  printf("config  micro-batch %d x grad-accum %d x %d rank(s) = global batch %d; ZeRO %d, %s, "
-         "recompute %s, %s%s\n\n", in->micro_batch, accum, in->world, o->rc.global_batch,
-         in->zero_stage, dt, st_recompute_name(in->recompute), cuda ? "cuda" : "cpu",
-         in->offload ? ", offload optimizer" : "");
+  printf("config  micro-batch %d x grad-accum %d x %d rank(s) = global batch %d; ZeRO %d, "
+         "precision %s%s, recompute %s, %s%s\n\n", in->micro_batch, accum, in->world,
+         o->rc.global_batch, in->zero_stage, dt,
+         st_plan_grads_bf16(in) ? ", gradient shard bf16" : "", st_recompute_name(in->recompute),
+         cuda ? "cuda" : "cpu", in->offload ? ", offload optimizer" : "");
   printf("  %-28s %17s\n", per_what(cuda), "bytes");
   if (in->zero_stage == 3) {
     snprintf(note, sizeof note, "ZeRO 3, %s: shard %s + head whole %s + 2 gathered blocks %s", dt,

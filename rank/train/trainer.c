@@ -530,7 +530,10 @@ static void log_step(trainer *tr, double loss, double norm, float lr, int skippe
   if (tr->comm->rank != 0) return;
   double el = MPI_Wtime() - tr->t_start;
   double tps = tr->step_tokens / dt;
-  int64_t left = tr->rc->steps - tr->step;
+  /* the ETA is to where this run stops: --stop-after's step when it comes first */
+  const st_run_config *rc = tr->rc;
+  const int64_t end = rc->stop_after > 0 && rc->stop_after < rc->steps ? rc->stop_after : rc->steps;
+  const int64_t left = end > tr->step ? end - tr->step : 0;
   char e1[32], e2[32];
   fmt_time(el, e1, sizeof e1);
   fmt_time(left * dt, e2, sizeof e2);

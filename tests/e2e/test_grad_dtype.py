@@ -200,6 +200,10 @@ check("--zero 1 (the default)" in r.stderr and "checkpoint's" not in r.stderr,
       "plan: bf16 at the default ZeRO stage names --zero as the default, not the setting as "
       "the checkpoint's")
 r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32", "--micro-batch",
+         "2", "--global-batch", "2", "--zero", "2", "--grad-dtype", "bf16"])
+check("ZeRO 2, precision fp32, gradient shard bf16, recompute none" in r.stdout,
+      "plan's config line names the gradient shard's dtype apart from the precision")
+r = run([a.bin, "plan", "--device", "cpu", "--model", "tiny", "--seq-len", "32", "--micro-batch",
          "2", "--global-batch", "9", "--ranks", "2", "--zero", "2", "--grad-dtype", "bf16"],
         expect_rc=2)
 check("does not divide" in r.stderr, "plan: a global batch that does not divide says that first")

@@ -5,7 +5,7 @@ equal the uninterrupted run bit for bit. A checkpoint written by 4 ranks also
 resumes on 1 rank at ZeRO 0, on 2 and 3 ranks at ZeRO 1 and on 3 at ZeRO 2; there the losses
 of steps 11-20 stay within 1e-5 of the uninterrupted run (only the order of
 fp32 sums differs; observed 3e-8 when written). `--resume auto` in an empty run starts fresh with a
-notice.
+notice. With `--stop-after`, the step lines' ETA counts to the stop.
 """
 import os
 import shutil
@@ -44,3 +44,15 @@ for np, zero in ((1, 0), (2, 1), (3, 1), (3, 2)):
     check(sorted(got) == list(range(11, 21)), f"np={np} zero={zero} continued at step 11")
     d = max(abs(got[s] - ref[s]) for s in range(11, 21))
     check(d <= 1e-5, f"written by 4 ranks, resumed on {np} at ZeRO {zero}: max loss diff {d:.3g} <= 1e-5")
+
+# --stop-after: the ETA on each step line counts to the stop, not to --steps.
+# GPT-2 "small" on one rank takes about 0.5 s a step on a CI core: 2 steps
+# left are a second or so, 999 would be minutes (8:42 here before the fix).
+r = train(a, 1, ["--data", data, "--model", "small", "--seq-len", 128, "--micro-batch", 16,
+                 "--global-batch", 16, "--steps", 1000, "--stop-after", 3, "--log-every", 1,
+                 "--val-every", 0, "--out", W("eta")])
+line = [l for l in r.stdout.splitlines() if l.startswith("step      1/1000 |")]
+eta = line[0].rsplit("ETA ", 1)[1].split()[0] if line else "?"
+secs = sum(int(x) * 60 ** i for i, x in enumerate(reversed(eta.split(":")))) if line else 1e9
+check(secs < 30, f"--stop-after 3 of --steps 1000: step 1's ETA {eta} counts the 2 steps to "
+      "the stop (under 30 s even with the sanitizers; 999 steps would be minutes)")
