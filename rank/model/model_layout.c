@@ -51,9 +51,13 @@ typedef struct {
   size_t part[P_N];
 } carver;
 
+/* n rounded up to the arena's 256-byte unit: vector loads and cuBLASLt
+ * like the alignment. */
+static int64_t align256(int64_t n) { return (n + 255) & ~(int64_t)255; }
+
 static void *take(carver *cv, int64_t n, size_t elem, int part) {
   const size_t start = cv->off;
-  cv->off = (cv->off + 255) & ~(size_t)255; /* vector loads and cuBLASLt like alignment */
+  cv->off = (size_t)align256((int64_t)cv->off);
   void *p = cv->base ? cv->base + cv->off : NULL;
   cv->off += (size_t)n * elem;
   cv->part[part] += cv->off - start;
@@ -159,14 +163,13 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
    * has read dqkv (GPT-2: 4X instead of 8X, X = [B,T,C]). Each piece starts
    * on a 256-byte boundary, as its own take did. The part of the region
    * beyond the logits counts as backward scratch. */
-#define AL(n) (((n) + 255) & ~(int64_t)255)
-  const int64_t x_bytes = AL(BT * C * (int64_t)es), qkv_bytes = AL(BT * d.QKV * (int64_t)es);
+  const int64_t x_bytes = align256(BT * C * (int64_t)es);
+  const int64_t qkv_bytes = align256(BT * d.QKV * (int64_t)es);
   const int64_t mlp_bytes = BT * d.FC * (int64_t)es, attn_bytes = qkv_bytes + BT * C * (int64_t)es;
-  const int64_t u_bytes = AL(mlp_bytes > attn_bytes ? mlp_bytes : attn_bytes);
+  const int64_t u_bytes = align256(mlp_bytes > attn_bytes ? mlp_bytes : attn_bytes);
   const int has_fact = d.swiglu || lora_has(m, ST_LORA_DOWN);
   const int64_t scratch = x_bytes + u_bytes + (has_fact ? BT * d.F * (int64_t)es : 0);
   const int64_t logit_bytes = (int64_t)m->head_rows * c->padded_vocab_size * (int64_t)es;
-#undef AL
   char *region = take(cv, logit_bytes, 1, P_LOGITS);
   if (scratch > logit_bytes) {
     cv->off += (size_t)(scratch - logit_bytes);

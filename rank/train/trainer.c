@@ -525,14 +525,17 @@ static void log_memory(trainer *tr, int epoch_end) {
   }
 }
 
+/* The step this run stops at: --stop-after's when it comes before --steps. */
+static int64_t stop_step(const st_run_config *rc) {
+  return rc->stop_after > 0 && rc->stop_after < rc->steps ? rc->stop_after : rc->steps;
+}
+
 static void log_step(trainer *tr, double loss, double norm, float lr, int skipped, double dt,
                      int sampled, int epoch_end) {
   if (tr->comm->rank != 0) return;
   double el = MPI_Wtime() - tr->t_start;
   double tps = tr->step_tokens / dt;
-  /* the ETA is to where this run stops: --stop-after's step when it comes first */
-  const st_run_config *rc = tr->rc;
-  const int64_t end = rc->stop_after > 0 && rc->stop_after < rc->steps ? rc->stop_after : rc->steps;
+  const int64_t end = stop_step(tr->rc); /* the ETA is to where this run stops */
   const int64_t left = end > tr->step ? end - tr->step : 0;
   char e1[32], e2[32];
   fmt_time(el, e1, sizeof e1);
@@ -702,7 +705,7 @@ static void monitor_sample(trainer *tr) {
 static int train_loop(trainer *tr) {
   st_run_config *rc = tr->rc;
   int code = 0;
-  int64_t stop = rc->stop_after > 0 && rc->stop_after < rc->steps ? rc->stop_after : rc->steps;
+  const int64_t stop = stop_step(rc);
   int64_t last_ckpt = tr->step, prof_from = tr->step + 2; /* ST_PROFILE_OPS: skip 2 warmup steps */
   double prof_wall = 0;
   while (tr->step < stop) {
