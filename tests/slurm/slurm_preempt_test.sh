@@ -176,7 +176,15 @@ say "munged pid $MUNGE_PID (socket $SOCK)"
 
 # ---------------------------------------------------------------- slurm.conf
 mkdir -p "$T/state" "$T/spool" "$T/log" "$T/tmp"
-PORT=$(( 20000 + RANDOM % 20000 ))
+# Two ports below Linux's ephemeral range (32768 up), which clients' own
+# ports come from, and free now: a clash there failed a fresh clone's run.
+for _ in $(seq 50); do
+  PORT=$(( 20000 + RANDOM % 12000 ))
+  python3 -c 'import socket,sys
+for p in (int(sys.argv[1]), int(sys.argv[1]) + 1):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("", p)); s.close()' \
+    "$PORT" 2>/dev/null && break
+done
 MEM=$(awk '/^MemAvailable:/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
 cat > "$CONF" <<EOF
 # Written by tests/slurm/slurm_preempt_test.sh: one node, this machine.
