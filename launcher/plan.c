@@ -182,7 +182,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
          o->rc.global_batch, in->zero_stage, dt,
          st_plan_grads_bf16(in) ? ", gradient shard bf16" : "", st_recompute_name(in->recompute),
          cuda ? "cuda" : "cpu", in->offload ? ", offload optimizer" : "");
-  printf("  %-28s %17s\n", per_what(cuda), "bytes");
+  printf("  %-28s %17s %11s  %s\n", per_what(cuda), "bytes", "IEC units", "what it holds");
   if (in->zero_stage == 3) {
     snprintf(note, sizeof note, "ZeRO 3, %s: shard %s + head whole %s + 2 gathered blocks %s", dt,
              human(p->weights_shard, a, sizeof a), human(p->weights_head, b, sizeof b),
@@ -302,7 +302,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
         "pinned, --ckpt-async on: fp32 weights, Adam m, v of this rank's shard");
   printf("\n");
   if (in->offload) { /* --offload optimizer: rank/optim/offload.h */
-    printf("  %-28s %17s\n", "host memory per rank (pinned)", "bytes");
+    printf("  %-28s %17s %11s  %s\n", "host memory per rank (pinned)", "bytes", "IEC units", "what it holds");
     const char *hp = in->zero_stage == 0 ? "fp32, whole (ZeRO 0)" : "fp32, this rank's shard";
     row("fp32 master weights", p->host_master, hp);
     row("Adam m", p->host_adam_m, hp);

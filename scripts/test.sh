@@ -25,9 +25,14 @@ EOF_HELP
   exit 0
 fi
 stage() { # name command...: run, time, and fail the script on failure
-  local name=$1 t0=$SECONDS; shift
+  local name=$1 t0=$SECONDS rc=0; shift
   echo "== $name"
-  "$@"
+  "$@" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    # one closing line naming the stage, so a long log's end says what failed
+    echo "== FAILED: stage $name exited $rc after $((SECONDS - t0)) s (total $SECONDS s); its output is above"
+    exit "$rc"
+  fi
   echo "== $name: done in $((SECONDS - t0)) s"
 }
 stage deps bash scripts/deps.sh
