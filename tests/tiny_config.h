@@ -1,6 +1,6 @@
 /* tiny_config.h - the tiny model shape the CPU model tests share
- * (test_lora.c, test_qlora.c through lora_fixtures.h); include after
- * <cmocka.h>.
+ * (test_model_family.c; test_lora.c and test_qlora.c through
+ * lora_fixtures.h); include after <cmocka.h>.
  */
 #ifndef ST_TESTS_TINY_CONFIG_H
 #define ST_TESTS_TINY_CONFIG_H
