@@ -188,25 +188,6 @@ int st_sf_open_file(const char *path, st_sf_set *set) {
   return 0;
 }
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long n = ftell(f);
-    if (n >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0) {
-      buf = malloc((size_t)n + 1);
-      if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-      }
-      if (buf) buf[n] = 0;
-    }
-  }
-  fclose(f);
-  return buf;
-}
-
 int st_sf_open_dir(const char *dir, st_sf_set *set) {
   char p[1400];
   snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
@@ -218,7 +199,7 @@ int st_sf_open_dir(const char *dir, st_sf_set *set) {
                     "", "");
     return st_sf_open_file(p, set);
   }
-  char *text = read_text(p);
+  char *text = st_read_text(p, 64L << 20);
   cJSON *j = text ? cJSON_Parse(text) : NULL;
   free(text);
   const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");

@@ -18,36 +18,9 @@
 #include "rank/model/config.h"
 #include "rank/model/lora.h"
 #include "rank/model/model.h"
+#include "tests/lora_fixtures.h"
 #include "util/error.h"
 #include "util/rng.h"
-
-static const st_ops *ops;
-
-static st_model_config gpt2_cfg(void) {
-  st_model_config c = {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16,
-                       .vocab_size = 67};
-  st_model_arch_defaults(&c, ST_ARCH_GPT2);
-  assert_int_equal(st_model_validate(&c), 0);
-  return c;
-}
-
-static st_model_config llama_cfg(void) {
-  st_model_config c = {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16,
-                       .vocab_size = 67};
-  st_model_arch_defaults(&c, ST_ARCH_LLAMA);
-  c.n_kv_head = 2;
-  c.ffn_dim = 48;
-  c.untied = 1;
-  assert_int_equal(st_model_validate(&c), 0);
-  return c;
-}
-
-static st_lora_config lora_of(const st_model_config *c, const char *spec) {
-  st_lora_config l;
-  assert_int_equal(st_lora_parse(spec, &l), 0);
-  assert_int_equal(st_lora_resolve(&l, c), 0);
-  return l;
-}
 
 static void test_parse(void **state) {
   (void)state;
@@ -168,46 +141,6 @@ static void test_layout(void **state) {
   st_lora_table_free(&t);
 }
 
-static void random_tokens(int *x, int n, int V, st_rng *r) {
-  for (int i = 0; i < n; i++) x[i] = (int)(st_rng_next(r) % (uint64_t)V);
-}
-
-/* Base weights drawn like a model's, plus noise on every entry so that
- * biases and gains are not their trivial values. */
-static float *base_weights(const st_model_config *c, int64_t *n, uint64_t seed) {
-  st_model plain;
-  assert_int_equal(st_model_init(&plain, c, ops, 1, 1, 1, ST_RECOMPUTE_NONE), 0);
-  float *w = calloc((size_t)plain.padded_total, sizeof(float));
-  st_rng r;
-  st_rng_seed(&r, seed);
-  st_model_draw_weights(&plain, &r, w);
-  for (int64_t i = 0; i < plain.tab.total; i++) w[i] += 0.05f * st_rng_normal(&r);
-  *n = plain.tab.total;
-  st_model_free(&plain);
-  return w;
-}
-
-/* A LoRA model on base w, adapters drawn (B = 0) or, with b_std > 0, B random too. */
-static void lora_model(st_model *m, const st_model_config *c, const st_lora_config *l,
-                       const float *w, float b_std, st_recompute rec, uint64_t seed) {
-  assert_int_equal(st_model_init_lora(m, c, l, ops, 2, 8, 1, rec, 0), 0);
-  assert_int_equal(st_model_set_base_weights(m, w), 0);
-  float *ad = calloc((size_t)m->padded_total, sizeof(float));
-  st_rng r;
-  st_rng_seed(&r, seed);
-  assert_int_equal(st_model_draw_weights(m, &r, ad), 0);
-  if (b_std > 0)
-    for (int i = 0; i < m->ltab.n; i++) {
-      const st_lora_slot *s = &m->ltab.slot[i];
-      for (int64_t k = 0; k < (int64_t)s->out * l->rank; k++)
-        ad[s->b_off + k] = b_std * st_rng_normal(&r);
-    }
-  assert_int_equal(st_model_set_weights(m, ad), 0);
-  m->lora_seed = 0x1234;
-  m->lora_dropout_on = 1;
-  free(ad);
-}
-
 static void b_zero_is_base(const st_model_config *c, const char *spec) {
   int64_t nb;
   float *w = base_weights(c, &nb, 3);
@@ -242,91 +175,10 @@ static void test_b_zero_is_base(void **state) {
   b_zero_is_base(&m, "2,dropout=0.3");
 }
 
-typedef struct {
-  st_model *m;
-  int *inp, *tgt;
-} fd_ctx;
-
-static double loss_of(fd_ctx *c) {
-  return st_model_forward(c->m, c->inp, c->tgt, 2, 8, 0.0f) / 16.0;
-}
-
-/* Central difference along dir of the adapters (fp32 host copy ad), h =
- * 1e-2 on a mean loss near 4.2: fp32 rounding of the two losses is about
- * 1e-7 * 4.2 / 1e-2 = 4e-5 (the largest error seen when written was 7e-5
- * on a 2e-3 gradient), so the checks allow 1e-2 relative + 1e-4. */
-static double fd_along(fd_ctx *c, float *ad, const float *dir, int64_t n, double h) {
-  float *p = malloc((size_t)n * sizeof(float));
-  assert_non_null(p);
-  for (int64_t k = 0; k < n; k++) p[k] = ad[k] + (float)h * dir[k];
-  st_model_set_weights(c->m, p);
-  double lp = loss_of(c);
-  for (int64_t k = 0; k < n; k++) p[k] = ad[k] - (float)h * dir[k];
-  st_model_set_weights(c->m, p);
-  double lm = loss_of(c);
-  st_model_set_weights(c->m, ad);
-  free(p);
-  return (lp - lm) / (2 * h);
-}
-
+/* The adapters' gradients, every tensor along a direction and at a few entries. */
 static void fd_lora(const st_model_config *c, const char *spec) {
-  int64_t nb;
-  float *w = base_weights(c, &nb, 11);
   st_lora_config l = lora_of(c, spec);
-  st_model m;
-  lora_model(&m, c, &l, w, 0.2f, ST_RECOMPUTE_NONE, 13);
-  st_rng r;
-  st_rng_seed(&r, 7);
-  int inp[16], tgt[16];
-  random_tokens(inp, 16, c->vocab_size, &r);
-  random_tokens(tgt, 16, c->vocab_size, &r);
-  fd_ctx ctx = {&m, inp, tgt};
-  st_model_zero_grad(&m);
-  st_model_forward(&m, inp, tgt, 2, 8, 1.0f / 16);
-  st_model_backward(&m, inp, 2, 8);
-  const int64_t n = m.padded_total;
-  float *g = malloc((size_t)n * sizeof(float)), *ad = malloc((size_t)n * sizeof(float));
-  float *dir = calloc((size_t)n, sizeof(float));
-  memcpy(g, m.grads, (size_t)n * sizeof(float));
-  st_model_get_weights(&m, ad);
-  int bad = 0;
-  double worst = 0;
-  for (int i = 0; i < m.tab.n; i++) {
-    const st_tensor *t = &m.tab.t[i];
-    /* one random direction over the tensor, and a few single entries */
-    double ana = 0;
-    memset(dir, 0, (size_t)n * sizeof(float));
-    for (int64_t k = 0; k < t->numel; k++) {
-      dir[t->offset + k] = st_rng_normal(&r) / sqrtf((float)t->numel);
-      ana += (double)dir[t->offset + k] * g[t->offset + k];
-    }
-    double num = fd_along(&ctx, ad, dir, n, 1e-2);
-    double err = fabs(ana - num), scale = fmax(fabs(ana), fabs(num));
-    if (err > worst) worst = err;
-    if (err > 1e-2 * scale + 1e-4) {
-      print_error("%s %s: analytic %.7g numeric %.7g\n", spec, t->name, ana, num);
-      bad++;
-    }
-    for (int64_t k = 0; k < t->numel; k += t->numel / 3 + 1) {
-      memset(dir, 0, (size_t)n * sizeof(float));
-      dir[t->offset + k] = 1.0f;
-      num = fd_along(&ctx, ad, dir, n, 1e-2);
-      ana = g[t->offset + k];
-      err = fabs(ana - num);
-      scale = fmax(fabs(ana), fabs(num));
-      if (err > worst) worst = err;
-      if (err > 1e-2 * scale + 1e-4) {
-        print_error("%s %s[%lld]: analytic %.7g numeric %.7g\n", spec, t->name, (long long)k,
-                    ana, num);
-        bad++;
-      }
-    }
-  }
-  printf("   %s (%s): %d tensors, max |analytic - numeric| %.2e\n", st_arch_name(c->arch), spec,
-         m.tab.n, worst);
-  assert_int_equal(bad, 0);
-  free(g), free(ad), free(dir), free(w);
-  st_model_free(&m);
+  fd_adapters(c, &l, spec, ST_RECOMPUTE_NONE, 1);
 }
 
 static void test_fd_gpt2(void **state) {
@@ -384,40 +236,13 @@ static void test_merge(void **state) {
 }
 
 /* none, selective and full give the same loss and adapter gradients, bit for bit. */
-static void recompute_agree(const st_model_config *c, const char *spec) {
-  int64_t nb;
-  float *w = base_weights(c, &nb, 31);
-  st_lora_config l = lora_of(c, spec);
-  double loss[3];
-  float *grad[3];
-  st_rng r;
-  int inp[16], tgt[16];
-  for (int p = 0; p < 3; p++) {
-    st_model m;
-    lora_model(&m, c, &l, w, 0.2f, (st_recompute)p, 37);
-    st_rng_seed(&r, 41);
-    random_tokens(inp, 16, c->vocab_size, &r);
-    random_tokens(tgt, 16, c->vocab_size, &r);
-    st_model_zero_grad(&m);
-    loss[p] = st_model_forward(&m, inp, tgt, 2, 8, 1.0f / 16);
-    st_model_backward(&m, inp, 2, 8);
-    grad[p] = malloc((size_t)m.padded_total * sizeof(float));
-    memcpy(grad[p], m.grads, (size_t)m.padded_total * sizeof(float));
-    if (p) {
-      assert_true(loss[p] == loss[0]);
-      assert_memory_equal(grad[p], grad[0], (size_t)m.padded_total * sizeof(float));
-    }
-    st_model_free(&m);
-  }
-  for (int p = 0; p < 3; p++) free(grad[p]);
-  free(w);
-}
-
 static void test_recompute(void **state) {
   (void)state;
   st_model_config g = gpt2_cfg(), m = llama_cfg();
-  recompute_agree(&g, "4,dropout=0.2,targets=qkv,o,up,down");
-  recompute_agree(&m, "4,dropout=0.2,targets=q,k,v,o,gate,up,down");
+  st_lora_config lg = lora_of(&g, "4,dropout=0.2,targets=qkv,o,up,down");
+  st_lora_config lm = lora_of(&m, "4,dropout=0.2,targets=q,k,v,o,gate,up,down");
+  recompute_agree(&g, &lg);
+  recompute_agree(&m, &lm);
 }
 
 /* The kernels' frozen paths: matmul_backward with dw NULL gives the same

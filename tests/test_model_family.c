@@ -49,18 +49,14 @@
 #include "rank/model/model.h"
 #include "rank/model/params.h"
 #include "rank/model/rope.h"
+#include "tests/tiny_config.h"
 #include "util/error.h"
 #include "util/rng.h"
 
 static const st_ops *ops;
 
 static st_model_config llama_cfg(void) {
-  st_model_config c = {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16,
-                       .vocab_size = 67};
-  st_model_arch_defaults(&c, ST_ARCH_LLAMA);
-  c.n_kv_head = 2;
-  c.ffn_dim = 48;
-  c.untied = 1;
+  st_model_config c = tiny_llama_shape();
   /* HD = 8: wavelengths 2 pi * {1, 10, 100, 1000}; original 1024 puts the
    * first two below high (256), the third between, the fourth above low */
   c.rope_theta = 10000.0f;
@@ -70,9 +66,7 @@ static st_model_config llama_cfg(void) {
 }
 
 static st_model_config qwen2_cfg(void) {
-  st_model_config c = {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16,
-                       .vocab_size = 67};
-  st_model_arch_defaults(&c, ST_ARCH_QWEN2);
+  st_model_config c = tiny_config(ST_ARCH_QWEN2);
   c.n_kv_head = 1;
   c.ffn_dim = 48;
   assert_int_equal(st_model_validate(&c), 0);

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -80,6 +81,25 @@ int st_read_small_file(const char *path, char *buf, int cap) {
   buf[n] = 0;
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
   return 0;
+}
+
+char *st_read_text(const char *path, long max) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long n = ftell(f);
+    if (n >= 0 && n < max && fseek(f, 0, SEEK_SET) == 0) {
+      buf = malloc((size_t)n + 1);
+      if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+      }
+      if (buf) buf[n] = 0;
+    }
+  }
+  fclose(f);
+  return buf;
 }
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {

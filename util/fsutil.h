@@ -1,4 +1,5 @@
-/* fsutil.h - small filesystem helpers: mkdir -p, existence, atomic text write. */
+/* fsutil.h - small filesystem helpers: mkdir -p, existence, atomic text write,
+ * whole-file reads. */
 #ifndef ST_FSUTIL_H
 #define ST_FSUTIL_H
 
@@ -13,6 +14,11 @@ int st_write_file_atomic(const char *path, const char *text);
 /* Read a whole small text file into buf (NUL-terminated, trailing newline
  * stripped). 0, or -1 with st_error set. */
 int st_read_small_file(const char *path, char *buf, int cap);
+/* Read a whole file of fewer than max bytes into a malloc'd, NUL-terminated
+ * buffer the caller frees. NULL, with no st_error set, when it cannot be
+ * opened, sized or read, holds max bytes or more, or memory runs out: the
+ * caller's message says which file it was and what it should have been. */
+char *st_read_text(const char *path, long max);
 /* Remove a directory tree (used only on our own temporary step directories). */
 int st_rm_rf(const char *dir);
 /* fsync a directory so a rename inside it is durable. */

@@ -25,22 +25,11 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, corpus_text, losses, parse_args, read_st, run, train  # noqa: E402
+from common import check, losses, parse_args, read_st, run, train  # noqa: E402
+from lora_setup import MODEL, prepare  # noqa: E402
 
 a = parse_args()
-REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-MODEL = os.path.join(REPO, "tests", "data", "hf", "llama-tiny")
-W = lambda *p: os.path.join(a.work, *p)  # noqa: E731
-os.makedirs(a.work, exist_ok=True)
-for d in os.listdir(a.work):
-    p = W(d)
-    shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
-
-open(W("kjv.txt"), "w").write(corpus_text()[:200000])
-run([a.bin, "prep", "--input", W("kjv.txt"), "--out", W("kjv.h5"), "--val-fraction", "0.05"])
-run([a.bin, "ckpt", "import", MODEL, "--out", W("base")])
-common = ["--data", W("kjv.h5"), "--seq-len", 32, "--micro-batch", 1, "--global-batch", 4,
-          "--steps", 8, "--lr", 3e-3, "--warmup", 2, "--log-every", 1, "--val-seqs", 4]
+W, common = prepare(a)
 ALL = "targets=q,k,v,o,gate,up,down"
 
 
