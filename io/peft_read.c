@@ -186,13 +186,14 @@ static int read_adapters(const char *path, const st_sf_set *set, st_peft_set *s)
   for (int k = 0; k < n; k++) total += (size_t)(pend[k].t[0]->numel + pend[k].t[1]->numel);
   s->data = malloc(total * sizeof(float));
   s->ad = calloc((size_t)(unsigned)n, sizeof *s->ad);
-  int rc = !s->data || !s->ad ? st_error_set("out of host memory reading %s", path) : 0;
+  if (!s->data || !s->ad) {
+    free(pend);
+    return st_error_set("out of host memory reading %s", path);
+  }
+  int rc = 0;
   float *p = s->data;
   for (int k = 0; k < n && !rc; k++) {
     st_peft_adapter *a = &s->ad[k];
-    /* Without s->ad, rc is st_error_set's -1 and the loop does not run; the
-     * analyzer cannot see st_error_set's return and assumes rc 0 there. */
-    // NOLINTNEXTLINE(clang-analyzer-core.NullDereference)
     a->layer = pend[k].layer;
     snprintf(a->module, sizeof a->module, "%s", pend[k].module);
     a->in = (int)pend[k].t[0]->shape[1];
