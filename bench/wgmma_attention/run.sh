@@ -1,7 +1,9 @@
 #!/bin/bash
 # The wgmma attention experiment (issue 17; docs/benchmarks.md, "wgmma
-# attention experiment"): builds the forward and backward prototypes for
-# sm_90a, checks them against their fp32 references and times them, beside
+# attention experiment"): builds for sm_90a the general kernels'
+# check (attention_wgmma.cuh: any T, GQA, bf16/fp16, head sizes 64/128) and
+# the first forward and backward prototypes, checks them against their fp32
+# references and times them, beside
 # PyTorch's SDPA (flash and cuDNN backends) at the same shapes when PyTorch
 # is there. A benchmark, not a test; needs a Hopper GPU (H100/H200).
 #
@@ -12,13 +14,14 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 O=${1:-/tmp/wgmma_attention}
 mkdir -p "$O"
 rc=0
-for k in fwd bwd; do
+for k in check fwd bwd; do
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I "$HERE" \
     "$HERE/attention_wgmma_$k.cu" -o "$O/attention_wgmma_$k" || { echo "build of $k failed"; exit 1; }
 done
 command -v cuobjdump > /dev/null &&
   cuobjdump -sass "$O/attention_wgmma_fwd" | grep -o "HGMMA\.[A-Za-z0-9.]*" | sort | uniq -c
 run() { timeout 120 "$@" || { echo "FAILED: $*"; rc=1; }; }
+run "$O/attention_wgmma_check"
 run "$O/attention_wgmma_fwd" 4 4096 12 64
 run "$O/attention_wgmma_fwd" 32 1024 12 64
 run "$O/attention_wgmma_fwd" 2 4096 16 128
