@@ -20,7 +20,7 @@ for k in check fwd bwd; do
 done
 command -v cuobjdump > /dev/null &&
   cuobjdump -sass "$O/attention_wgmma_fwd" | grep -o "HGMMA\.[A-Za-z0-9.]*" | sort | uniq -c
-run() { timeout 120 "$@" || { echo "FAILED: $*"; rc=1; }; }
+run() { timeout 60 "$@" || { echo "FAILED: $*"; rc=1; }; }
 run "$O/attention_wgmma_check"
 run "$O/attention_wgmma_fwd" 4 4096 12 64
 run "$O/attention_wgmma_fwd" 32 1024 12 64
