@@ -5,13 +5,19 @@
 # the first forward and backward prototypes, checks them against their fp32
 # references and times them, beside
 # PyTorch's SDPA (flash and cuDNN backends) at the same shapes when PyTorch
-# is there. A benchmark, not a test; needs a Hopper GPU (H100/H200).
+# is there (optional: without it those rows are left out). A benchmark,
+# not a test, and not used by the trainer; needs a Hopper GPU (H100/H200,
+# compute capability 9.0) and nvcc that builds sm_90a (CUDA 12.0 or newer).
 #
-#   bash bench/wgmma_attention/run.sh [OUT_DIR]
-# Exit: 0 when every check passed, 1 when one failed or would not build.
+#   bash bench/wgmma_attention/run.sh [OUT_DIR]   (binaries; /tmp/wgmma_attention)
+# Exit: 0 when every check passed, 1 when one failed or would not build, 2
+# when no Hopper GPU or no nvcc is there (nothing is run).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 O=${1:-/tmp/wgmma_attention}
+command -v nvcc > /dev/null || { echo "wgmma_attention: no nvcc on PATH (CUDA 12.0 or newer builds sm_90a)" >&2; exit 2; }
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1)
+[ "$cc" = "9.0" ] || { echo "wgmma_attention: needs a Hopper GPU (compute capability 9.0); nvidia-smi reports '${cc:-no GPU}'" >&2; exit 2; }
 mkdir -p "$O"
 rc=0
 for k in check fwd bwd; do
