@@ -1,6 +1,9 @@
 /* test_cuda_attention_tc.cu - the tensor-core flash attention
- * (kernels/cuda/attention_tc.cu) against a float64 CPU reference, run-to-run
- * bit-identity, and timings at GPT-2 124M shapes.
+ * (kernels/cuda/attention_tc.cu, and on a Hopper GPU the warpgroup-MMA
+ * kernels of attention_wgmma.cu it calls there: both families are checked
+ * on Hopper, each line naming its family) against a float64 CPU reference,
+ * run-to-run bit-identity, and timings at GPT-2 124M shapes and longer
+ * sequences.
  *
  * For each shape and for bf16 and fp16: random qkv, dout and an initial dqkv
  * are drawn in fp32 and rounded to the dtype; the reference runs causal
@@ -26,8 +29,10 @@
  * after out, lse and dqkv must stay untouched; forward and backward run
  * twice from the same state and must give bit-identical bytes.
  *
- * Timings: B=32 T=1024 C=768 NH=12, cudaEvents, FLOPs 4*B*NH*T*T*hs/2 for
- * forward (causal) and 2.5x that for backward. No timing assertions.
+ * Timings: B x T of 32 x 1024, 4 x 4096 and 1 x 8192 at C=768 NH=12, and
+ * 2 x 4096 at hs = 128 (C=2048 NH=16), each family, cudaEvents, FLOPs
+ * 4*B*NH*T*T*hs/2 for forward (causal) and 2.5x that for backward. No
+ * timing assertions.
  *
  * Exit 0: all passed; 1: a check failed; 77: no CUDA device (skipped).
  */
@@ -230,6 +235,14 @@ static void *dev_alloc_guarded(size_t bytes) {
 
 /* ---- one shape, one dtype */
 
+/* the kernel family the calls run now, for the printed lines */
+static const char *family(int B, int C, int NH, st_dtype dt) {
+  return cuda_attention_tc_runs_wgmma(B, C, NH, dt) ? "wgmma" : "mma.sync";
+}
+
+/* 2 when the wgmma family runs here too (Hopper), else 1 (mma.sync only) */
+static int g_families = 1;
+
 static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) {
   const int hs = C / NH;
   printf("  %s B=%d T=%d C=%d NH=%d hs=%d%s\n", st_dtype_name(dt), B, T, C, NH, hs,
@@ -246,82 +259,87 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
   double *rgrad = (double *)calloc(n3, sizeof(double));
   reference(qkv, dout, B, T, C, NH, rout, rlse, rgrad);
 
-  uint16_t *h16 = (uint16_t *)malloc(n3 * sizeof(uint16_t));
-  void *d_qkv = NULL, *d_dout = NULL;
-  float *d_scratch = NULL;
-  CK(cudaMalloc(&d_qkv, n3 * 2));
-  CK(cudaMalloc(&d_dout, n1 * 2));
-  CK(cudaMalloc((void **)&d_scratch, nl * sizeof(float)));
-  void *d_out = dev_alloc_guarded(n1 * 2), *d_dqkv = dev_alloc_guarded(n3 * 2);
-  float *d_lse = (float *)dev_alloc_guarded(nl * sizeof(float));
-  to_storage(dt, h16, qkv, n3);
-  CK(cudaMemcpy(d_qkv, h16, n3 * 2, cudaMemcpyHostToDevice));
-  to_storage(dt, h16, dout, n1);
-  CK(cudaMemcpy(d_dout, h16, n1 * 2, cudaMemcpyHostToDevice));
+  /* each kernel family this GPU runs (g_families), against one reference */
+  for (int fam = 2 - g_families; fam < 2; fam++) {
+    cuda_attention_tc_use_wgmma(fam == 0);
+    printf("    [%s]\n", family(B, C, NH, dt));
+    uint16_t *h16 = (uint16_t *)malloc(n3 * sizeof(uint16_t));
+    void *d_qkv = NULL, *d_dout = NULL;
+    float *d_scratch = NULL;
+    CK(cudaMalloc(&d_qkv, n3 * 2));
+    CK(cudaMalloc(&d_dout, n1 * 2));
+    CK(cudaMalloc((void **)&d_scratch, nl * sizeof(float)));
+    void *d_out = dev_alloc_guarded(n1 * 2), *d_dqkv = dev_alloc_guarded(n3 * 2);
+    float *d_lse = (float *)dev_alloc_guarded(nl * sizeof(float));
+    to_storage(dt, h16, qkv, n3);
+    CK(cudaMemcpy(d_qkv, h16, n3 * 2, cudaMemcpyHostToDevice));
+    to_storage(dt, h16, dout, n1);
+    CK(cudaMemcpy(d_dout, h16, n1 * 2, cudaMemcpyHostToDevice));
 
-  /* forward, twice */
-  uint16_t *out16[2];
-  float *lse32[2];
-  for (int r = 0; r < 2; r++) {
-    cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, dt);
-    CK(cudaDeviceSynchronize());
-    out16[r] = (uint16_t *)malloc(n1 * 2);
-    lse32[r] = (float *)malloc(nl * sizeof(float));
-    CK(cudaMemcpy(out16[r], d_out, n1 * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(lse32[r], d_lse, nl * sizeof(float), cudaMemcpyDeviceToHost));
-  }
-  float *outf = (float *)malloc(n1 * sizeof(float));
-  from_storage(dt, outf, out16[0], n1);
-  const int bf = dt == ST_BF16;
-  expect_close("out", outf, rout, (int64_t)n1, 1, 0, 1, bf ? 1e-2 : 2e-3, bf ? 1e-2 : 2e-3);
-  expect_close("lse", lse32[0], rlse, (int64_t)nl, 1, 0, 1, 1e-3, 0.0);
-  expect_true("forward run twice: bit-identical out and lse",
-              !memcmp(out16[0], out16[1], n1 * 2) &&
-                  !memcmp(lse32[0], lse32[1], nl * sizeof(float)));
-  expect_true("forward wrote nothing past out and lse",
-              guard_intact(d_out, n1 * 2) && guard_intact(d_lse, nl * sizeof(float)));
+    /* forward, twice */
+    uint16_t *out16[2];
+    float *lse32[2];
+    for (int r = 0; r < 2; r++) {
+      cuda_attention_tc_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, dt);
+      CK(cudaDeviceSynchronize());
+      out16[r] = (uint16_t *)malloc(n1 * 2);
+      lse32[r] = (float *)malloc(nl * sizeof(float));
+      CK(cudaMemcpy(out16[r], d_out, n1 * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(lse32[r], d_lse, nl * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    float *outf = (float *)malloc(n1 * sizeof(float));
+    from_storage(dt, outf, out16[0], n1);
+    const int bf = dt == ST_BF16;
+    expect_close("out", outf, rout, (int64_t)n1, 1, 0, 1, bf ? 1e-2 : 2e-3, bf ? 1e-2 : 2e-3);
+    expect_close("lse", lse32[0], rlse, (int64_t)nl, 1, 0, 1, 1e-3, 0.0);
+    expect_true("forward run twice: bit-identical out and lse",
+                !memcmp(out16[0], out16[1], n1 * 2) &&
+                    !memcmp(lse32[0], lse32[1], nl * sizeof(float)));
+    expect_true("forward wrote nothing past out and lse",
+                guard_intact(d_out, n1 * 2) && guard_intact(d_lse, nl * sizeof(float)));
 
-  /* backward, twice from the same initial dqkv */
-  uint16_t *g16[2];
-  uint16_t *init16 = (uint16_t *)malloc(n3 * 2);
-  to_storage(dt, init16, dinit, n3);
-  for (int r = 0; r < 2; r++) {
-    CK(cudaMemcpy(d_dqkv, init16, n3 * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemset(d_scratch, 0xFF, nl * sizeof(float))); /* NaNs: D must be recomputed */
-    cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, dt);
-    CK(cudaDeviceSynchronize());
-    g16[r] = (uint16_t *)malloc(n3 * 2);
-    CK(cudaMemcpy(g16[r], d_dqkv, n3 * 2, cudaMemcpyDeviceToHost));
-  }
-  float *gf = (float *)malloc(n3 * sizeof(float));
-  from_storage(dt, gf, g16[0], n3);
-  double *rtot = (double *)malloc(n3 * sizeof(double));
-  static const char *names[3] = {"dq (=)", "dk (=)", "dv (=)"};
-  for (int part = 0; part < 3; part++) {
-    double G = 0.0;
-    for (size_t r = 0; r < (size_t)B * T; r++)
-      for (int c = 0; c < C; c++) {
-        const size_t i = r * 3 * C + (size_t)part * C + c;
-        if (fabs(rgrad[i]) > G) G = fabs(rgrad[i]);
-      }
-    for (size_t i = 0; i < n3; i++) rtot[i] = rgrad[i];
-    expect_close(names[part], gf, rtot, (int64_t)B * T, 3 * (int64_t)C, (int64_t)part * C, C,
-                 (bf ? 2e-2 : 2e-3) * G + 1e-6, bf ? 1e-2 : 2e-3);
-  }
-  expect_true("backward run twice: bit-identical dqkv", !memcmp(g16[0], g16[1], n3 * 2));
-  expect_true("backward wrote nothing past dqkv", guard_intact(d_dqkv, n3 * 2));
+    /* backward, twice from the same initial dqkv */
+    uint16_t *g16[2];
+    uint16_t *init16 = (uint16_t *)malloc(n3 * 2);
+    to_storage(dt, init16, dinit, n3);
+    for (int r = 0; r < 2; r++) {
+      CK(cudaMemcpy(d_dqkv, init16, n3 * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemset(d_scratch, 0xFF, nl * sizeof(float))); /* NaNs: D must be recomputed */
+      cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, dt);
+      CK(cudaDeviceSynchronize());
+      g16[r] = (uint16_t *)malloc(n3 * 2);
+      CK(cudaMemcpy(g16[r], d_dqkv, n3 * 2, cudaMemcpyDeviceToHost));
+    }
+    float *gf = (float *)malloc(n3 * sizeof(float));
+    from_storage(dt, gf, g16[0], n3);
+    double *rtot = (double *)malloc(n3 * sizeof(double));
+    static const char *names[3] = {"dq (=)", "dk (=)", "dv (=)"};
+    for (int part = 0; part < 3; part++) {
+      double G = 0.0;
+      for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int c = 0; c < C; c++) {
+          const size_t i = r * 3 * C + (size_t)part * C + c;
+          if (fabs(rgrad[i]) > G) G = fabs(rgrad[i]);
+        }
+      for (size_t i = 0; i < n3; i++) rtot[i] = rgrad[i];
+      expect_close(names[part], gf, rtot, (int64_t)B * T, 3 * (int64_t)C, (int64_t)part * C, C,
+                   (bf ? 2e-2 : 2e-3) * G + 1e-6, bf ? 1e-2 : 2e-3);
+    }
+    expect_true("backward run twice: bit-identical dqkv", !memcmp(g16[0], g16[1], n3 * 2));
+    expect_true("backward wrote nothing past dqkv", guard_intact(d_dqkv, n3 * 2));
 
-  void *bufs[] = {d_qkv, d_dout, d_scratch, d_out, d_dqkv, d_lse};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) CK(cudaFree(bufs[i]));
-  for (int r = 0; r < 2; r++) free(out16[r]), free(lse32[r]), free(g16[r]);
-  free(qkv), free(dout), free(dinit), free(rout), free(rlse), free(rgrad), free(h16), free(outf);
-  free(init16), free(gf), free(rtot);
+    void *bufs[] = {d_qkv, d_dout, d_scratch, d_out, d_dqkv, d_lse};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) CK(cudaFree(bufs[i]));
+    for (int r = 0; r < 2; r++) free(out16[r]), free(lse32[r]), free(g16[r]);
+    free(h16), free(outf), free(init16), free(gf), free(rtot);
+  }
+  free(qkv), free(dout), free(dinit), free(rout), free(rlse), free(rgrad);
 }
 
 /* ---- timings at GPT-2 124M shapes */
 
-static void bench(st_dtype dt) {
-  const int B = 32, T = 1024, C = 768, NH = 12, hs = C / NH, reps = 10;
+static void bench(st_dtype dt, int B, int T, int C, int NH) {
+  const int hs = C / NH, reps = 10;
   const size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, nl = (size_t)B * NH * T;
   const double flop = 4.0 * B * NH * (double)T * T * hs / 2.0;
   uint16_t *h = (uint16_t *)malloc(n3 * 2);
@@ -352,8 +370,8 @@ static void bench(st_dtype dt) {
   CK(cudaEventSynchronize(e1));
   CK(cudaEventElapsedTime(&ms, e0, e1));
   ms /= reps;
-  printf("  %s forward   B=%d T=%d C=%d NH=%d: %8.3f ms  %6.1f TFLOP/s\n", st_dtype_name(dt), B, T,
-         C, NH, ms, flop / ms * 1e-9);
+  printf("  [%s] %s forward   B=%d T=%d C=%d NH=%d: %8.3f ms  %6.1f TFLOP/s\n",
+         family(B, C, NH, dt), st_dtype_name(dt), B, T, C, NH, ms, flop / ms * 1e-9);
 
   cuda_attention_tc_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, dt);
   CK(cudaEventRecord(e0));
@@ -363,8 +381,8 @@ static void bench(st_dtype dt) {
   CK(cudaEventSynchronize(e1));
   CK(cudaEventElapsedTime(&ms, e0, e1));
   ms /= reps;
-  printf("  %s backward  B=%d T=%d C=%d NH=%d: %8.3f ms  %6.1f TFLOP/s\n", st_dtype_name(dt), B, T,
-         C, NH, ms, 2.5 * flop / ms * 1e-9);
+  printf("  [%s] %s backward  B=%d T=%d C=%d NH=%d: %8.3f ms  %6.1f TFLOP/s\n",
+         family(B, C, NH, dt), st_dtype_name(dt), B, T, C, NH, ms, 2.5 * flop / ms * 1e-9);
 
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
@@ -373,7 +391,9 @@ static void bench(st_dtype dt) {
   free(h), free(x), free(x16);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* --checks-only: no timings (for compute-sanitizer) */
+  const int timings = !(argc > 1 && strcmp(argv[1], "--checks-only") == 0);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     printf("skipped: no CUDA device\n");
@@ -405,18 +425,33 @@ int main(void) {
       {2, 77, 96, 3, 1.0f},    /* hs = 32 */
       {1, 300, 256, 2, 1.0f},  /* hs = 128 */
       {2, 130, 256, 2, 2.0f},  /* hs = 128, peaked */
+      {1, 333, 512, 8, 2.0f},  /* hs = 64, 8 heads, peaked, the last tile partial */
       {2, 1024, 768, 12, 1.0f} /* GPT-2 124M head layout */
   };
   const st_dtype dts[2] = {ST_BF16, ST_FP16};
+  /* Hopper runs both families: wgmma (the default there) and mma.sync (what
+   * ST_ATTENTION_WGMMA=0 and every other GPU run) */
+  const int hopper = cuda_attention_tc_runs_wgmma(1, 768, 12, ST_BF16);
+  if (!hopper)
+    printf("wgmma kernels: not run (they need compute capability 9.0 and ST_ATTENTION_WGMMA "
+           "not 0; this device is sm_%d%d)\n", prop.major, prop.minor);
+  g_families = hopper ? 2 : 1;
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
     for (int d = 0; d < 2; d++) {
       if (!cuda_attention_tc_supported(cases[c].C, cases[c].NH, dts[d])) continue;
       test_case(dts[d], cases[c].B, cases[c].T, cases[c].C, cases[c].NH, cases[c].qk);
     }
 
-  printf("timings, GPT-2 124M shapes (no assertions)\n");
-  bench(ST_BF16);
-  bench(ST_FP16);
+  if (timings) printf("timings (no assertions)\n");
+  struct {
+    int B, T, C, NH;
+  } shapes[] = {{32, 1024, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12}, {2, 4096, 2048, 16}};
+  for (size_t c = 0; timings && c < sizeof shapes / sizeof *shapes; c++)
+    for (int fam = hopper ? 0 : 1; fam < 2; fam++) {
+      cuda_attention_tc_use_wgmma(fam == 0);
+      bench(ST_BF16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);
+      if (c == 0) bench(ST_FP16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);
+    }
 
   printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures ? 1 : 0;

@@ -484,6 +484,8 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
                          "use a divisor of --heads", NKV, NH);
   const char *ours = dt == ST_FP32 || !cuda_attention_tc_supported(C, NH, dt)
                          ? "our flash attention (fp32 arithmetic, attention.cu)"
+                     : cuda_attention_tc_runs_wgmma(B, C, NH, dt)
+                         ? "our flash attention on Hopper's warpgroup MMA (attention_wgmma.cu)"
                          : "our tensor-core FlashAttention-2 (attention_tc.cu)";
   /* Where ours run, a head size they lack is refused here, at setup, not by
    * st_cuda_fail inside the first step. */

@@ -71,13 +71,17 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "kernels/attention_choice.h"
 #include "kernels/cuda/attention_tc.h"
+#include "kernels/cuda/attention_wgmma.h"
 #include "kernels/cuda/cuda_ops.h"
 
 #define TC_WARPS 4
@@ -684,15 +688,25 @@ static void tc_forward(void *out, float *lse, const void *qkv, int B, int T, int
   ST_CUDA_LAUNCHED();
 }
 
+/* D = rowsum(dout * out) [B,NH,T] fp32, the backward's first pass (both kernel families). */
+static void tc_delta(float *D, const void *dout, const void *out, int B, int T, int C, int NH,
+                     st_dtype dt) {
+  const int64_t rows = (int64_t)B * T * NH;
+  if (dt == ST_BF16)
+    tc_delta_kernel<__nv_bfloat16><<<st_blocks(rows * 32, 256), 256>>>(
+        D, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)out, rows, T, C, NH);
+  else
+    tc_delta_kernel<__half><<<st_blocks(rows * 32, 256), 256>>>(D, (const __half *)dout,
+                                                                (const __half *)out, rows, T, C, NH);
+  ST_CUDA_LAUNCHED();
+}
+
 template <typename E, int HD>
 static void tc_backward(void *dqkv, float *D, const void *dout, const void *qkv, const void *out,
                         const float *lse, int B, int T, int C, int NH, int NKV) {
   constexpr int BC = tc_cfg<HD>::BWD_BC, BR = TC_WARPS * 16;
   const float scale = 1.0f / sqrtf((float)HD), sl2 = scale * TC_LOG2E;
-  const int64_t rows = (int64_t)B * T * NH;
-  tc_delta_kernel<E><<<st_blocks(rows * 32, 256), 256>>>(D, (const E *)dout, (const E *)out, rows,
-                                                         T, C, NH);
-  ST_CUDA_LAUNCHED();
+  tc_delta(D, dout, out, B, T, C, NH, std::is_same<E, __half>::value ? ST_FP16 : ST_BF16);
   const dim3 grid((unsigned)(B * NH), (unsigned)((T + BR - 1) / BR));
   const size_t sq = (size_t)(2 * BR + 4 * BC) * (HD + 8) * sizeof(E);
   ST_CUDA_CHECK(cudaFuncSetAttribute(tc_dq_kernel<E, HD, BC>,
@@ -714,6 +728,29 @@ int cuda_attention_tc_supported(int C, int NH, st_dtype dt) {
   return st_attention_tc_takes(C, NH, dt); /* the rule, unit-tested on the CPU */
 }
 
+/* -1 until the first call reads ST_ATTENTION_WGMMA (unset or anything but
+ * "0": on). */
+static int g_use_wgmma = -1;
+
+static int use_wgmma(void) {
+  if (g_use_wgmma < 0) {
+    const char *e = getenv("ST_ATTENTION_WGMMA");
+    g_use_wgmma = !(e && strcmp(e, "0") == 0);
+  }
+  return g_use_wgmma;
+}
+
+int cuda_attention_tc_use_wgmma(int on) {
+  const int was = use_wgmma();
+  g_use_wgmma = on != 0;
+  return was;
+}
+
+int cuda_attention_tc_runs_wgmma(int B, int C, int NH, st_dtype dt) {
+  return use_wgmma() && cuda_attention_tc_supported(C, NH, dt) &&
+         cuda_attention_wgmma_takes(B, C / NH, NH, dt);
+}
+
 void cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
                                int NKV, st_dtype dt) {
   if ((int64_t)B * T * C == 0) return;
@@ -724,6 +761,10 @@ void cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, in
   tc_check(out, "attention_tc: out is not 16-byte aligned");
   tc_check(qkv, "attention_tc: qkv is not 16-byte aligned");
   const int hs = C / NH;
+  if (cuda_attention_tc_runs_wgmma(B, C, NH, dt)) {
+    cuda_attention_wgmma_forward(out, lse, qkv, B, T, hs, NH, NKV, dt);
+    return;
+  }
   if (dt == ST_BF16) {
     if (hs == 32) tc_forward<__nv_bfloat16, 32>(out, lse, qkv, B, T, C, NH, NKV);
     else if (hs == 64) tc_forward<__nv_bfloat16, 64>(out, lse, qkv, B, T, C, NH, NKV);
@@ -748,6 +789,11 @@ void cuda_attention_tc_backward(void *dqkv, float *scratch, const void *dout, co
   tc_check(qkv, "attention_tc: qkv is not 16-byte aligned");
   tc_check(out, "attention_tc: out is not 16-byte aligned");
   const int hs = C / NH;
+  if (cuda_attention_tc_runs_wgmma(B, C, NH, dt)) {
+    tc_delta(scratch, dout, out, B, T, C, NH, dt);
+    cuda_attention_wgmma_backward(dqkv, scratch, dout, qkv, lse, B, T, hs, NH, NKV, dt);
+    return;
+  }
   if (dt == ST_BF16) {
     if (hs == 32) tc_backward<__nv_bfloat16, 32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
     else if (hs == 64) tc_backward<__nv_bfloat16, 64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);

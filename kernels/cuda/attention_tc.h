@@ -17,6 +17,18 @@
  * head sizes 32, 64 and 128. */
 int cuda_attention_tc_supported(int C, int NH, st_dtype dt);
 
+/* Which kernels the two calls below run on a Hopper GPU (compute capability
+ * 9.0) for head sizes 64 and 128: on (the default) the warpgroup-MMA kernels
+ * of attention_wgmma.cu, off the mma.sync kernels of attention_tc.cu, which
+ * run everywhere else. Environment ST_ATTENTION_WGMMA=0 starts it off (to
+ * compare the two). Returns the previous setting. Same results within
+ * rounding, both deterministic. */
+int cuda_attention_tc_use_wgmma(int on);
+
+/* 1 when the calls for B sequences of this width, heads and dtype run the
+ * wgmma kernels now. */
+int cuda_attention_tc_runs_wgmma(int B, int C, int NH, st_dtype dt);
+
 /* qkv [B,T,(NH+2*NKV)*hs] in dtype dt (hs = C/NH): row (b,t) holds NH query heads, then NKV key
  * heads, then NKV value heads, hs columns each; query head h reads kv head h/(NH/NKV) (grouped-query
  * attention; NKV = NH is [B,T,3C]). NKV must divide NH. out [B,T,C] in dt (written, not

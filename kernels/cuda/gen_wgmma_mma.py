@@ -1,9 +1,9 @@
 """Writes wgmma_mma.cuh: inline-PTX wrappers of Hopper's warpgroup MMA
-(wgmma.mma_async, bf16 inputs, fp32 accumulators) for the attention
-experiments beside it. Each spells out its N/2 accumulator registers, which
-is why they are generated rather than written.
+(wgmma.mma_async, bf16 or fp16 inputs, fp32 accumulators) for the attention
+kernels beside it (attention_wgmma.cu). Each spells out its N/2 accumulator
+registers, which is why they are generated rather than written.
 
-    python3 gen_wgmma_mma.py > wgmma_mma.cuh
+    python3 kernels/cuda/gen_wgmma_mma.py > kernels/cuda/wgmma_mma.cuh
 
 wgmma_ss(d, da, db, scale_d)          m64n64k16, A and B from shared memory (K-major)
 wgmma_ss_tb(d, da, db, scale_d)       the same, B MN-major (transposed by the instruction)

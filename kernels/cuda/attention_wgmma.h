@@ -1,0 +1,42 @@
+/* attention_wgmma.h - causal flash attention on Hopper's warpgroup MMA
+ * (wgmma.mma_async, sm_90a), bf16 or fp16, head sizes 64 and 128, grouped-
+ * query attention, deterministic backward. The same layouts and results as
+ * kernels/cuda/attention_tc.h, whose entry points call these on a Hopper GPU
+ * (cuda_attention_tc_use_wgmma); see attention_wgmma.cu for the tiling.
+ *
+ * Built for sm_90a only (its own object library in CMakeLists.txt): call
+ * nothing here unless cuda_attention_wgmma_takes says yes for the current
+ * device. Launches on the legacy default stream; pointers 16-byte aligned.
+ */
+#ifndef ST_ATTENTION_WGMMA_H
+#define ST_ATTENTION_WGMMA_H
+
+#include "kernels/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when the current device is compute capability 9.0 (H100/H200; the
+ * device is asked once per process), dt is ST_BF16 or ST_FP16, head size hs
+ * is 64 or 128 and B * NH fits a grid dimension (65535). */
+int cuda_attention_wgmma_takes(int B, int hs, int NH, st_dtype dt);
+
+/* qkv [B,T,(NH+2*NKV)*hs] in dt; out [B,T,NH*hs] in dt (written); lse
+ * [B,NH,T] fp32, natural log of each row's softmax denominator of the
+ * scores scaled by 1/sqrt(hs). NKV divides NH. */
+void cuda_attention_wgmma_forward(void *out, float *lse, const void *qkv, int B, int T, int hs,
+                                  int NH, int NKV, st_dtype dt);
+
+/* dqkv laid out as qkv, OVERWRITTEN with dQ, dK, dV (a kv head's the sum
+ * over its query heads, in order). dout [B,T,NH*hs] in dt; lse as forward
+ * wrote it; D [B,NH,T] fp32 = rowsum(dout * out), computed by the caller. */
+void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout, const void *qkv,
+                                   const float *lse, int B, int T, int hs, int NH, int NKV,
+                                   st_dtype dt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
