@@ -1,7 +1,7 @@
 /* test_cuda_attention_tc.cu - the tensor-core flash attention
  * (kernels/cuda/attention_tc.cu, and on a Hopper GPU the warpgroup-MMA
- * kernels of attention_wgmma.cu it calls there: both families are checked
- * on Hopper, each line naming its family) against a float64 CPU reference,
+ * kernels of attention_wgmma.cu it calls there: on Hopper both families are
+ * checked, wgmma with 1 and with 2 warpgroups a block, each named) against a float64 CPU reference,
  * run-to-run bit-identity, and timings at GPT-2 124M shapes and longer
  * sequences.
  *
@@ -47,6 +47,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention_tc.h"
+#include "kernels/cuda/attention_wgmma.h"
 
 #define CK(call)                                                                         \
   do {                                                                                   \
@@ -235,13 +236,24 @@ static void *dev_alloc_guarded(size_t bytes) {
 
 /* ---- one shape, one dtype */
 
-/* the kernel family the calls run now, for the printed lines */
-static const char *family(int B, int C, int NH, st_dtype dt) {
-  return cuda_attention_tc_runs_wgmma(B, C, NH, dt) ? "wgmma" : "mma.sync";
+/* Kernel configurations: 0 and 1 the wgmma family with 1 and 2 warpgroups a
+ * block (Hopper), 2 the mma.sync family (everywhere). */
+static int g_conf = 2;
+
+static void use_conf(int k) {
+  g_conf = k;
+  cuda_attention_tc_use_wgmma(k < 2);
+  cuda_attention_wgmma_set_groups(k < 2 ? k + 1 : 0);
 }
 
-/* 2 when the wgmma family runs here too (Hopper), else 1 (mma.sync only) */
-static int g_families = 1;
+/* the kernels the calls run now, for the printed lines */
+static const char *family(int B, int C, int NH, st_dtype dt) {
+  if (!cuda_attention_tc_runs_wgmma(B, C, NH, dt)) return "mma.sync";
+  return g_conf == 0 ? "wgmma, 1 warpgroup a block" : "wgmma, 2 warpgroups a block";
+}
+
+/* the first configuration this GPU runs: 0 on Hopper, else 2 (mma.sync) */
+static int g_first_conf = 2;
 
 static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) {
   const int hs = C / NH;
@@ -259,9 +271,9 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
   double *rgrad = (double *)calloc(n3, sizeof(double));
   reference(qkv, dout, B, T, C, NH, rout, rlse, rgrad);
 
-  /* each kernel family this GPU runs (g_families), against one reference */
-  for (int fam = 2 - g_families; fam < 2; fam++) {
-    cuda_attention_tc_use_wgmma(fam == 0);
+  /* each kernel configuration this GPU runs, against one reference */
+  for (int conf = g_first_conf; conf < 3; conf++) {
+    use_conf(conf);
     printf("    [%s]\n", family(B, C, NH, dt));
     uint16_t *h16 = (uint16_t *)malloc(n3 * sizeof(uint16_t));
     void *d_qkv = NULL, *d_dout = NULL;
@@ -435,7 +447,7 @@ int main(int argc, char **argv) {
   if (!hopper)
     printf("wgmma kernels: not run (they need compute capability 9.0 and ST_ATTENTION_WGMMA "
            "not 0; this device is sm_%d%d)\n", prop.major, prop.minor);
-  g_families = hopper ? 2 : 1;
+  g_first_conf = hopper ? 0 : 2;
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
     for (int d = 0; d < 2; d++) {
       if (!cuda_attention_tc_supported(cases[c].C, cases[c].NH, dts[d])) continue;
@@ -447,8 +459,8 @@ int main(int argc, char **argv) {
     int B, T, C, NH;
   } shapes[] = {{32, 1024, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12}, {2, 4096, 2048, 16}};
   for (size_t c = 0; timings && c < sizeof shapes / sizeof *shapes; c++)
-    for (int fam = hopper ? 0 : 1; fam < 2; fam++) {
-      cuda_attention_tc_use_wgmma(fam == 0);
+    for (int conf = g_first_conf; conf < 3; conf++) {
+      use_conf(conf);
       bench(ST_BF16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);
       if (c == 0) bench(ST_FP16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);
     }

@@ -28,14 +28,18 @@
  *   the NWG warpgroups. S = Q K^T (HD/16 k-steps), online softmax in the log2
  *   domain, O += P V with P rounded to the storage type. lse = (m + log2 l)
  *   ln 2. Shared memory (NWG + 4) HD/64 8 KiB (+1 KiB for the alignment).
- * Backward, two kernels after the caller's D = rowsum(dO O):
- *   dq: one warpgroup per 64 query rows walking key tiles 0..diagonal:
+ * Backward, two kernels after the caller's D = rowsum(dO O), each with NWG
+ * warpgroups a block sharing the tiles it streams (2 where the grid is big
+ * enough, as in the forward):
+ *   dq: a warpgroup per 64 query rows walking key tiles 0..diagonal:
  *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
- *   dkv: one warpgroup per (kv head, 64 keys), walking the query heads of
- *     its group in order and for each the query tiles from the diagonal
- *     down, in transposed form: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+ *   dkv: a warpgroup per (kv head, 64 keys), walking the query heads of
+ *     its group in order and for each the query tiles from the block's
+ *     diagonal down (a warpgroup skips the tiles above its own), in
+ *     transposed form: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
  *     dK += dS^T Q. The lse and D of each query tile are staged in shared
  *     memory with the tile (read per accumulator column).
+ *   Shared memory (2 NWG + 4) HD/64 8 KiB, +1 KiB for dkv's lse and D.
  *   Seven products per tile pair against the five of a backward that adds
  *   dQ with atomics: the price of determinism, and still O(T) memory.
  *
@@ -285,28 +289,32 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
       if (r0 + 8 * hi < T) lse[(size_t)bh * T + r0 + 8 * hi] = (m[hi] + log2f(lsum[hi])) / WG_LOG2E;
 }
 
-/* ---- backward, dQ */
-template <typename E, int HD>
-__global__ void __launch_bounds__(128)
+/* ---- backward, dQ: NWG warpgroups of 64 query rows share each K/V tile */
+template <typename E, int HD, int NWG>
+__global__ void __launch_bounds__(128 * NWG)
 wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
              int NH, int NKV) {
-  constexpr int TILE = (HD / 64) * 8192;
+  constexpr int NT = 128 * NWG, TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
-  char *sQ = sm, *sdO = sm + TILE, *sK = sm + 2 * TILE, *sV = sK + 2 * TILE;
+  char *sQ = sm, *sdO = sm + NWG * TILE, *sK = sdO + NWG * TILE, *sV = sK + 2 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
-  const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, l = tid & 31;
   const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
-  const int row0 = qt * 64;
-  wg_load<HD, 128>(sQ, base + (size_t)row0 * ld + h * HD, ld, T - row0, tid);
-  wg_load<HD, 128>(sdO, ob + (size_t)row0 * C + h * HD, C, T - row0, tid);
-  wg_load<HD, 128>(sK, base + kc, ld, T, tid);
-  wg_load<HD, 128>(sV, base + vc, ld, T, tid);
+  const int row0 = qt * 64 * NWG;
+#pragma unroll
+  for (int g = 0; g < NWG; g++) {
+    const int r = min(row0 + 64 * g, T - 1);
+    wg_load<HD, NT>(sQ + g * TILE, base + (size_t)r * ld + h * HD, ld, T - row0 - 64 * g, tid);
+    wg_load<HD, NT>(sdO + g * TILE, ob + (size_t)r * C + h * HD, C, T - row0 - 64 * g, tid);
+  }
+  wg_load<HD, NT>(sK, base + kc, ld, T, tid);
+  wg_load<HD, NT>(sV, base + vc, ld, T, tid);
   wg_cp_commit();
   const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
-  const int r0 = row0 + 16 * w + (l >> 2);
+  const int my0 = row0 + 64 * wg, r0 = my0 + 16 * w + (l >> 2);
   float L2[2], Dr[2];
   for (int hi = 0; hi < 2; hi++) {
     const int r = r0 + 8 * hi;
@@ -316,12 +324,14 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
   float dq[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
-  for (int j = 0; j <= qt; j++) {
+  const int ntk = (T + 63) / 64, last = min(ntk - 1, qt * NWG + NWG - 1);
+  const int diag = qt * NWG + wg; /* this warpgroup's diagonal key tile */
+  for (int j = 0; j <= last; j++) {
     const int buf = j & 1;
-    if (j < qt) {
+    if (j < last) {
       const size_t k1 = (size_t)(j + 1) * 64;
-      wg_load<HD, 128>(sK + (buf ^ 1) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
-      wg_load<HD, 128>(sV + (buf ^ 1) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
+      wg_load<HD, NT>(sK + (buf ^ 1) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
+      wg_load<HD, NT>(sV + (buf ^ 1) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
       wg_cp_commit();
       wg_cp_wait<1>();
     } else {
@@ -329,36 +339,38 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
     }
     wg_proxy_fence();
     __syncthreads();
-    const uint32_t k0 = wg_saddr(sK + buf * TILE), v0 = wg_saddr(sV + buf * TILE);
-    float s[32], dp[32];
+    if (my0 < T && j <= diag) {
+      const uint32_t k0 = wg_saddr(sK + buf * TILE), v0 = wg_saddr(sV + buf * TILE);
+      float s[32], dp[32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) s[i] = dp[i] = 0.f;
-    wg_fence();
-    wg_qk<E, HD>(s, wg_saddr(sQ), k0);
-    wg_qk<E, HD>(dp, wg_saddr(sdO), v0);
-    wg_commit();
-    wg_wait0();
-    if (j == qt) {
+      for (int i = 0; i < 32; i++) s[i] = dp[i] = 0.f;
+      wg_fence();
+      wg_qk<E, HD>(s, wg_saddr(sQ + wg * TILE), k0);
+      wg_qk<E, HD>(dp, wg_saddr(sdO + wg * TILE), v0);
+      wg_commit();
+      wg_wait0();
+      if (j == diag) {
 #pragma unroll
-      for (int i = 0; i < 32; i++) {
-        const int hi = (i >> 1) & 1;
-        const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
-        dp[i] = p * (dp[i] - Dr[hi]); /* dS */
+        for (int i = 0; i < 32; i++) {
+          const int hi = (i >> 1) & 1;
+          const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
+          dp[i] = p * (dp[i] - Dr[hi]); /* dS */
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          const int hi = (i >> 1) & 1;
+          dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
+        }
       }
-    } else {
+      uint32_t a[4][4];
+      wg_frags<E>(dp, a);
+      wg_fence();
 #pragma unroll
-      for (int i = 0; i < 32; i++) {
-        const int hi = (i >> 1) & 1;
-        dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
-      }
+      for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
+      wg_commit();
+      wg_wait0();
     }
-    uint32_t a[4][4];
-    wg_frags<E>(dp, a);
-    wg_fence();
-#pragma unroll
-    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
-    wg_commit();
-    wg_wait0();
     __syncthreads();
   }
   E *qout = dqkv + (size_t)b * T * ld + h * HD;
@@ -371,51 +383,58 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
   }
 }
 
-/* lse and D of query rows q0 .. q0+63 of one head into shared memory (128
- * threads, one float each); rows past T read as 0. */
+/* lse and D of query rows q0 .. q0+63 of one head into shared memory (the
+ * first 128 threads, one float each); rows past T read as 0. */
 __device__ __forceinline__ void wg_load_stats(float *sL, float *sD, const float *lr,
                                               const float *dr, int q0, int T, int tid) {
   const int q = q0 + (tid & 63);
   const bool ok = q < T;
   if (tid < 64) wg_cp4(sL + tid, lr + (ok ? q : 0), ok);
-  else wg_cp4(sD + tid - 64, dr + (ok ? q : 0), ok);
+  else if (tid < 128) wg_cp4(sD + tid - 64, dr + (ok ? q : 0), ok);
 }
 
-/* ---- backward, dK and dV. Accumulator rows are keys, columns query rows. */
-template <typename E, int HD>
-__global__ void __launch_bounds__(128)
+/* ---- backward, dK and dV: NWG warpgroups of 64 keys share each Q/dO tile.
+ * Accumulator rows are keys, columns query rows. */
+template <typename E, int HD, int NWG>
+__global__ void __launch_bounds__(128 * NWG)
 wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
               int NH, int NKV) {
-  constexpr int TILE = (HD / 64) * 8192;
+  constexpr int NT = 128 * NWG, TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
-  char *sK = sm, *sV = sm + TILE, *sQ = sm + 2 * TILE, *sdO = sQ + 2 * TILE;
+  char *sK = sm, *sV = sm + NWG * TILE, *sQ = sV + NWG * TILE, *sdO = sQ + 2 * TILE;
   float *sL = (float *)(sdO + 2 * TILE), *sD = sL + 128; /* [2][64] each */
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int kt = blockIdx.x, bk = blockIdx.y, b = bk / NKV, kvh = bk % NKV;
   const int kc = C + kvh * HD, vc = kc + NKV * HD;
-  const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, l = tid & 31;
   const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
   const float *lb = lse + (size_t)b * NH * T, *db = Dl + (size_t)b * NH * T;
-  const int key0 = kt * 64, nq = (T + 63) / 64, per = nq - kt, steps = G * per;
-  /* step n: query head kvh G + n / per, query tile kt + n % per */
-  wg_load<HD, 128>(sK, base + (size_t)key0 * ld + kc, ld, T - key0, tid);
-  wg_load<HD, 128>(sV, base + (size_t)key0 * ld + vc, ld, T - key0, tid);
-  wg_load<HD, 128>(sQ, base + (size_t)key0 * ld + (kvh * G) * HD, ld, T - key0, tid);
-  wg_load<HD, 128>(sdO, ob + (size_t)key0 * C + (kvh * G) * HD, C, T - key0, tid);
+  const int key0 = kt * 64 * NWG, q00 = kt * NWG; /* first query tile: the block's diagonal */
+  const int nq = (T + 63) / 64, per = nq - q00, steps = G * per;
+  /* step n: query head kvh G + n / per, query tile q00 + n % per */
+#pragma unroll
+  for (int g = 0; g < NWG; g++) {
+    const int k = min(key0 + 64 * g, T - 1);
+    wg_load<HD, NT>(sK + g * TILE, base + (size_t)k * ld + kc, ld, T - key0 - 64 * g, tid);
+    wg_load<HD, NT>(sV + g * TILE, base + (size_t)k * ld + vc, ld, T - key0 - 64 * g, tid);
+  }
+  wg_load<HD, NT>(sQ, base + (size_t)key0 * ld + (kvh * G) * HD, ld, T - key0, tid);
+  wg_load<HD, NT>(sdO, ob + (size_t)key0 * C + (kvh * G) * HD, C, T - key0, tid);
   wg_load_stats(sL, sD, lb + (size_t)(kvh * G) * T, db + (size_t)(kvh * G) * T, key0, T, tid);
   wg_cp_commit();
   const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
   float dk[HD / 2], dv[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
-  const int kr0 = key0 + 16 * w + (l >> 2); /* this thread's keys: kr0, kr0 + 8 */
+  const int wk0 = key0 + 64 * wg, diag = q00 + wg; /* this warpgroup's keys and diagonal */
+  const int kr0 = wk0 + 16 * w + (l >> 2);         /* this thread's keys: kr0, kr0 + 8 */
   for (int n = 0; n < steps; n++) {
-    const int buf = n & 1, qi = kt + n % per;
+    const int buf = n & 1, qi = q00 + n % per;
     if (n + 1 < steps) {
-      const int h1 = kvh * G + (n + 1) / per, q1 = (kt + (n + 1) % per) * 64, nb = buf ^ 1;
-      wg_load<HD, 128>(sQ + nb * TILE, base + (size_t)q1 * ld + h1 * HD, ld, T - q1, tid);
-      wg_load<HD, 128>(sdO + nb * TILE, ob + (size_t)q1 * C + h1 * HD, C, T - q1, tid);
+      const int h1 = kvh * G + (n + 1) / per, q1 = (q00 + (n + 1) % per) * 64, nb = buf ^ 1;
+      wg_load<HD, NT>(sQ + nb * TILE, base + (size_t)q1 * ld + h1 * HD, ld, T - q1, tid);
+      wg_load<HD, NT>(sdO + nb * TILE, ob + (size_t)q1 * C + h1 * HD, C, T - q1, tid);
       wg_load_stats(sL + nb * 64, sD + nb * 64, lb + (size_t)h1 * T, db + (size_t)h1 * T, q1, T,
                     tid);
       wg_cp_commit();
@@ -425,43 +444,45 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
     }
     wg_proxy_fence();
     __syncthreads();
-    const uint32_t q0 = wg_saddr(sQ + buf * TILE), o0 = wg_saddr(sdO + buf * TILE);
-    const float *L = sL + buf * 64, *Dd = sD + buf * 64;
-    float s[32], dp[32];
+    if (wk0 < T && qi >= diag) {
+      const uint32_t q0 = wg_saddr(sQ + buf * TILE), o0 = wg_saddr(sdO + buf * TILE);
+      const float *L = sL + buf * 64, *Dd = sD + buf * 64;
+      float s[32], dp[32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) s[i] = dp[i] = 0.f;
-    wg_fence();
-    wg_qk<E, HD>(s, wg_saddr(sK), q0);
-    wg_qk<E, HD>(dp, wg_saddr(sV), o0);
-    wg_commit();
-    wg_wait0();
-    if (qi == kt) {
+      for (int i = 0; i < 32; i++) s[i] = dp[i] = 0.f;
+      wg_fence();
+      wg_qk<E, HD>(s, wg_saddr(sK + wg * TILE), q0);
+      wg_qk<E, HD>(dp, wg_saddr(sV + wg * TILE), o0);
+      wg_commit();
+      wg_wait0();
+      if (qi == diag) {
 #pragma unroll
-      for (int i = 0; i < 32; i++) {
-        const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
-        const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
-        s[i] = p;                    /* P^T */
-        dp[i] = p * (dp[i] - Dd[c]); /* dS^T */
+        for (int i = 0; i < 32; i++) {
+          const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
+          const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+          s[i] = p;                    /* P^T */
+          dp[i] = p * (dp[i] - Dd[c]); /* dS^T */
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          const int c = wg_col(l, i);
+          const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+          s[i] = p;
+          dp[i] = p * (dp[i] - Dd[c]);
+        }
       }
-    } else {
+      uint32_t ap[4][4], as[4][4];
+      wg_frags<E>(s, ap);
+      wg_frags<E>(dp, as);
+      wg_fence();
 #pragma unroll
-      for (int i = 0; i < 32; i++) {
-        const int c = wg_col(l, i);
-        const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
-        s[i] = p;
-        dp[i] = p * (dp[i] - Dd[c]);
-      }
+      for (int t = 0; t < 4; t++) wg_rs<E, HD>(dv, ap[t], o0 + t * 2048);
+#pragma unroll
+      for (int t = 0; t < 4; t++) wg_rs<E, HD>(dk, as[t], q0 + t * 2048);
+      wg_commit();
+      wg_wait0();
     }
-    uint32_t ap[4][4], as[4][4];
-    wg_frags<E>(s, ap);
-    wg_frags<E>(dp, as);
-    wg_fence();
-#pragma unroll
-    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dv, ap[t], o0 + t * 2048);
-#pragma unroll
-    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dk, as[t], q0 + t * 2048);
-    wg_commit();
-    wg_wait0();
     __syncthreads();
   }
   E *kout = dqkv + (size_t)b * T * ld + kc, *vout = dqkv + (size_t)b * T * ld + vc;
@@ -479,11 +500,17 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
 
 /* ---- host side */
 
-/* Query rows a forward block takes: 128 (two warpgroups sharing each K/V
- * tile) unless that leaves fewer blocks than about two waves of the SMs. */
-static int wg_fwd_groups(int B, int T, int NH, int sms) {
-  const int64_t blocks2 = (int64_t)B * NH * ((T + 127) / 128);
-  return blocks2 >= 2 * (int64_t)sms ? 2 : 1;
+/* 0: warpgroups per block chosen by wg_groups; 1 or 2: forced (tests) */
+static int g_groups;
+
+void cuda_attention_wgmma_set_groups(int groups) { g_groups = groups == 1 || groups == 2 ? groups : 0; }
+
+/* Warpgroups per block: 2 (128 query rows or keys sharing each streamed
+ * tile) unless that leaves fewer than about two waves of blocks on the SMs
+ * (blocks: the grid's rows, B x heads, times the tiles of 128). */
+static int wg_groups(int64_t rows, int T, int sms) {
+  if (g_groups) return g_groups;
+  return rows * ((T + 127) / 128) >= 2 * (int64_t)sms ? 2 : 1;
 }
 
 static int wg_device_sms(void) {
@@ -523,32 +550,32 @@ static void wg_forward(void *out, float *lse, const void *qkv, int B, int T, int
   ST_CUDA_LAUNCHED();
 }
 
-template <typename E, int HD>
+template <typename E, int HD, int NWG>
 static void wg_backward(void *dqkv, const float *D, const void *dout, const void *qkv,
                         const float *lse, int B, int T, int NH, int NKV) {
-  const int sq = 1024 + 6 * (HD / 64) * 8192, skv = sq + 1024;
+  const int sq = 1024 + (2 * NWG + 4) * (HD / 64) * 8192, skv = sq + 1024;
   static bool attr;
   if (!attr) {
-    ST_CUDA_CHECK(cudaFuncSetAttribute(wg_dq_kernel<E, HD>,
+    ST_CUDA_CHECK(cudaFuncSetAttribute(wg_dq_kernel<E, HD, NWG>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, sq));
-    ST_CUDA_CHECK(cudaFuncSetAttribute(wg_dkv_kernel<E, HD>,
+    ST_CUDA_CHECK(cudaFuncSetAttribute(wg_dkv_kernel<E, HD, NWG>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, skv));
     attr = true;
   }
-  const unsigned tiles = (unsigned)((T + 63) / 64);
+  const unsigned tiles = (unsigned)((T + 64 * NWG - 1) / (64 * NWG));
   /* dK/dV first: its blocks walk the most query tiles (the longest first),
    * and dQ's, longest first too, fill the tail behind them */
-  wg_dkv_kernel<E, HD><<<dim3(tiles, (unsigned)(B * NKV)), 128, skv>>>(
+  wg_dkv_kernel<E, HD, NWG><<<dim3(tiles, (unsigned)(B * NKV)), 128 * NWG, skv>>>(
       (E *)dqkv, (const E *)qkv, (const E *)dout, lse, D, T, NH, NKV);
   ST_CUDA_LAUNCHED();
-  wg_dq_kernel<E, HD><<<dim3(tiles, (unsigned)(B * NH)), 128, sq>>>(
+  wg_dq_kernel<E, HD, NWG><<<dim3(tiles, (unsigned)(B * NH)), 128 * NWG, sq>>>(
       (E *)dqkv, (const E *)qkv, (const E *)dout, lse, D, T, NH, NKV);
   ST_CUDA_LAUNCHED();
 }
 
 void cuda_attention_wgmma_forward(void *out, float *lse, const void *qkv, int B, int T, int hs,
                                   int NH, int NKV, st_dtype dt) {
-  const int two = wg_fwd_groups(B, T, NH, wg_device_sms()) == 2;
+  const int two = wg_groups((int64_t)B * NH, T, wg_device_sms()) == 2;
   if (dt == ST_BF16) {
     if (hs == 64) (two ? wg_forward<__nv_bfloat16, 64, 2> : wg_forward<__nv_bfloat16, 64, 1>)(out, lse, qkv, B, T, NH, NKV);
     else (two ? wg_forward<__nv_bfloat16, 128, 2> : wg_forward<__nv_bfloat16, 128, 1>)(out, lse, qkv, B, T, NH, NKV);
@@ -561,11 +588,13 @@ void cuda_attention_wgmma_forward(void *out, float *lse, const void *qkv, int B,
 void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout, const void *qkv,
                                    const float *lse, int B, int T, int hs, int NH, int NKV,
                                    st_dtype dt) {
+  /* the dK/dV grid (B x kv heads) is the smaller of the two */
+  const int two = wg_groups((int64_t)B * NKV, T, wg_device_sms()) == 2;
   if (dt == ST_BF16) {
-    if (hs == 64) wg_backward<__nv_bfloat16, 64>(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
-    else wg_backward<__nv_bfloat16, 128>(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
+    if (hs == 64) (two ? wg_backward<__nv_bfloat16, 64, 2> : wg_backward<__nv_bfloat16, 64, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
+    else (two ? wg_backward<__nv_bfloat16, 128, 2> : wg_backward<__nv_bfloat16, 128, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
   } else {
-    if (hs == 64) wg_backward<__half, 64>(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
-    else wg_backward<__half, 128>(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
+    if (hs == 64) (two ? wg_backward<__half, 64, 2> : wg_backward<__half, 64, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
+    else (two ? wg_backward<__half, 128, 2> : wg_backward<__half, 128, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
   }
 }

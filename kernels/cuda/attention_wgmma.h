@@ -35,6 +35,13 @@ void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout,
                                    const float *lse, int B, int T, int hs, int NH, int NKV,
                                    st_dtype dt);
 
+/* Warpgroups per block, each 64 query rows (forward, dQ) or keys (dK/dV)
+ * sharing the tiles the block streams: 1 or 2 forces it (tests and
+ * benchmarks), anything else restores the default, 2 unless that leaves
+ * fewer than two waves of blocks. The results are the same either way (each
+ * row's and key's arithmetic does not depend on it). */
+void cuda_attention_wgmma_set_groups(int groups);
+
 #ifdef __cplusplus
 }
 #endif
