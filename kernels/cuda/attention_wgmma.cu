@@ -25,12 +25,13 @@
  *
  * Forward (one block per (b, h) and 64 NWG query rows, longest rows first):
  *   each warpgroup owns 64 query rows; the K/V tile of 64 keys is shared by
- *   the NWG warpgroups. S = Q K^T (HD/16 k-steps), online softmax in the log2
- *   domain, O += P V with P rounded to the storage type. lse = (m + log2 l)
- *   ln 2. Shared memory (NWG + 4) HD/64 8 KiB (+1 KiB for the alignment).
+ *   the NWG warpgroups (2 at head size 64 where the grid is big enough).
+ *   S = Q K^T (HD/16 k-steps), online softmax in the log2 domain, O += P V
+ *   with P rounded to the storage type. lse = (m + log2 l) ln 2. Shared
+ *   memory (NWG + 4) HD/64 8 KiB (+1 KiB for the alignment).
  * Backward, two kernels after the caller's D = rowsum(dO O), each with NWG
- * warpgroups a block sharing the tiles it streams (2 where the grid is big
- * enough, as in the forward):
+ * warpgroups a block sharing the tiles it streams (1 by default, which
+ * measured faster; 2 when forced, checked by the tests):
  *   dq: a warpgroup per 64 query rows walking key tiles 0..diagonal:
  *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
  *   dkv: a warpgroup per (kv head, 64 keys), walking the query heads of
@@ -505,12 +506,17 @@ static int g_groups;
 
 void cuda_attention_wgmma_set_groups(int groups) { g_groups = groups == 1 || groups == 2 ? groups : 0; }
 
-/* Warpgroups per block: 2 (128 query rows or keys sharing each streamed
- * tile) unless that leaves fewer than about two waves of blocks on the SMs
- * (blocks: the grid's rows, B x heads, times the tiles of 128). */
-static int wg_groups(int64_t rows, int T, int sms) {
+/* Forward warpgroups per block: 2 (128 query rows sharing each K/V tile)
+ * at head size 64 unless that leaves fewer than about two waves of blocks
+ * on the SMs (blocks: B x heads times the tiles of 128 rows), else 1. At
+ * head size 128, and in the backward, 1 measured faster (an H100,
+ * 2026-12-05, test_cuda_attention_tc's timings: hs 128 forward 0.431 ms
+ * against 0.499; backward 0.664 against 0.775 ms at B=32 T=1024 and 1.053
+ * against 1.158 at B=1 T=8192): the second warpgroup's registers halve the
+ * blocks an SM holds, which costs more than the shared tiles save. */
+static int wg_fwd_groups(int64_t rows, int T, int hs, int sms) {
   if (g_groups) return g_groups;
-  return rows * ((T + 127) / 128) >= 2 * (int64_t)sms ? 2 : 1;
+  return hs == 64 && rows * ((T + 127) / 128) >= 2 * (int64_t)sms ? 2 : 1;
 }
 
 static int wg_device_sms(void) {
@@ -575,7 +581,7 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
 
 void cuda_attention_wgmma_forward(void *out, float *lse, const void *qkv, int B, int T, int hs,
                                   int NH, int NKV, st_dtype dt) {
-  const int two = wg_groups((int64_t)B * NH, T, wg_device_sms()) == 2;
+  const int two = wg_fwd_groups((int64_t)B * NH, T, hs, wg_device_sms()) == 2;
   if (dt == ST_BF16) {
     if (hs == 64) (two ? wg_forward<__nv_bfloat16, 64, 2> : wg_forward<__nv_bfloat16, 64, 1>)(out, lse, qkv, B, T, NH, NKV);
     else (two ? wg_forward<__nv_bfloat16, 128, 2> : wg_forward<__nv_bfloat16, 128, 1>)(out, lse, qkv, B, T, NH, NKV);
@@ -588,8 +594,7 @@ void cuda_attention_wgmma_forward(void *out, float *lse, const void *qkv, int B,
 void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout, const void *qkv,
                                    const float *lse, int B, int T, int hs, int NH, int NKV,
                                    st_dtype dt) {
-  /* the dK/dV grid (B x kv heads) is the smaller of the two */
-  const int two = wg_groups((int64_t)B * NKV, T, wg_device_sms()) == 2;
+  const int two = g_groups == 2; /* 1 unless forced: see wg_fwd_groups */
   if (dt == ST_BF16) {
     if (hs == 64) (two ? wg_backward<__nv_bfloat16, 64, 2> : wg_backward<__nv_bfloat16, 64, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
     else (two ? wg_backward<__nv_bfloat16, 128, 2> : wg_backward<__nv_bfloat16, 128, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);

@@ -37,9 +37,10 @@ void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout,
 
 /* Warpgroups per block, each 64 query rows (forward, dQ) or keys (dK/dV)
  * sharing the tiles the block streams: 1 or 2 forces it (tests and
- * benchmarks), anything else restores the default, 2 unless that leaves
- * fewer than two waves of blocks. The results are the same either way (each
- * row's and key's arithmetic does not depend on it). */
+ * benchmarks), anything else restores the default (2 for the forward at
+ * head size 64 where the grid fills two waves of the SMs, else 1). The
+ * results are the same either way (each row's and key's arithmetic does not
+ * depend on it). */
 void cuda_attention_wgmma_set_groups(int groups);
 
 #ifdef __cplusplus
