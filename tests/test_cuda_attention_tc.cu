@@ -1,7 +1,8 @@
 /* test_cuda_attention_tc.cu - the tensor-core flash attention
  * (kernels/cuda/attention_tc.cu, and on a Hopper GPU the warpgroup-MMA
  * kernels of attention_wgmma.cu it calls there: on Hopper both families are
- * checked, wgmma with 1 and with 2 warpgroups a block, each named) against a float64 CPU reference,
+ * checked, wgmma with 1 warpgroup a block (pipelined and plain backward)
+ * and with 2, each named) against a float64 CPU reference,
  * run-to-run bit-identity, and timings at GPT-2 124M shapes and longer
  * sequences.
  *
@@ -236,24 +237,30 @@ static void *dev_alloc_guarded(size_t bytes) {
 
 /* ---- one shape, one dtype */
 
-/* Kernel configurations: 0 and 1 the wgmma family with 1 and 2 warpgroups a
- * block (Hopper), 2 the mma.sync family (everywhere). */
-static int g_conf = 2;
+/* Kernel configurations: 0-2 the wgmma family (Hopper) with 1 warpgroup a
+ * block and the pipelined backward (hs 64), 1 warpgroup and the plain
+ * backward, 2 warpgroups; 3 the mma.sync family (everywhere). */
+#define N_CONF 4
+static int g_conf = N_CONF - 1;
 
 static void use_conf(int k) {
   g_conf = k;
-  cuda_attention_tc_use_wgmma(k < 2);
-  cuda_attention_wgmma_set_groups(k < 2 ? k + 1 : 0);
+  cuda_attention_tc_use_wgmma(k < 3);
+  cuda_attention_wgmma_set_groups(k < 2 ? 1 : k == 2 ? 2 : 0);
+  cuda_attention_wgmma_set_pipeline(k == 0);
 }
 
 /* the kernels the calls run now, for the printed lines */
 static const char *family(int B, int C, int NH, st_dtype dt) {
+  static const char *names[3] = {"wgmma, 1 warpgroup a block, pipelined backward",
+                                 "wgmma, 1 warpgroup a block", "wgmma, 2 warpgroups a block"};
   if (!cuda_attention_tc_runs_wgmma(B, C, NH, dt)) return "mma.sync";
-  return g_conf == 0 ? "wgmma, 1 warpgroup a block" : "wgmma, 2 warpgroups a block";
+  if (g_conf == 0 && C / NH != 64) return names[1]; /* the pipeline is hs 64's */
+  return names[g_conf];
 }
 
-/* the first configuration this GPU runs: 0 on Hopper, else 2 (mma.sync) */
-static int g_first_conf = 2;
+/* the first configuration this GPU runs: 0 on Hopper, else mma.sync's */
+static int g_first_conf = N_CONF - 1;
 
 static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) {
   const int hs = C / NH;
@@ -272,7 +279,7 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
   reference(qkv, dout, B, T, C, NH, rout, rlse, rgrad);
 
   /* each kernel configuration this GPU runs, against one reference */
-  for (int conf = g_first_conf; conf < 3; conf++) {
+  for (int conf = g_first_conf; conf < N_CONF; conf++) {
     use_conf(conf);
     printf("    [%s]\n", family(B, C, NH, dt));
     uint16_t *h16 = (uint16_t *)malloc(n3 * sizeof(uint16_t));
@@ -447,7 +454,7 @@ int main(int argc, char **argv) {
   if (!hopper)
     printf("wgmma kernels: not run (they need compute capability 9.0 and ST_ATTENTION_WGMMA "
            "not 0; this device is sm_%d%d)\n", prop.major, prop.minor);
-  g_first_conf = hopper ? 0 : 2;
+  g_first_conf = hopper ? 0 : N_CONF - 1;
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
     for (int d = 0; d < 2; d++) {
       if (!cuda_attention_tc_supported(cases[c].C, cases[c].NH, dts[d])) continue;
@@ -459,7 +466,7 @@ int main(int argc, char **argv) {
     int B, T, C, NH;
   } shapes[] = {{32, 1024, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12}, {2, 4096, 2048, 16}};
   for (size_t c = 0; timings && c < sizeof shapes / sizeof *shapes; c++)
-    for (int conf = g_first_conf; conf < 3; conf++) {
+    for (int conf = g_first_conf; conf < N_CONF; conf++) {
       use_conf(conf);
       bench(ST_BF16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);
       if (c == 0) bench(ST_FP16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);

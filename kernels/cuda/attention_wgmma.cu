@@ -79,6 +79,18 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* Marks the 16 registers of four A fragments as read here: called after
+ * the wait that ends the wgmmas reading them, it keeps their registers
+ * from being reused for other values while those wgmmas run (which ptxas
+ * would answer by serializing every wgmma of the kernel). */
+__device__ __forceinline__ void wg_keep(uint32_t (*a)[4]) {
+#pragma unroll
+  for (int t = 0; t < 4; t++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) asm volatile("" : "+r"(a[t][r])::"memory");
+}
+/* Waits until at most one wgmma commit group (the newest) is in flight. */
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 /* cp.async writes are generic-proxy; wgmma reads through the async proxy. */
 __device__ __forceinline__ void wg_proxy_fence() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -499,6 +511,236 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
   }
 }
 
+/* ---- the backward, software-pipelined (one warpgroup a block, head size
+ * 64; the default there, wg_backward): each step
+ * issues the NEXT step's S and dP products (a wgmma commit group), then this
+ * step's gradient products, and waits only for the former, so the next
+ * step's exponentials and dS run while the tensor cores do this step's dQ
+ * (or dV and dK). Streamed tiles are triple-buffered: step m's in buffer
+ * m % 3, loaded two steps ahead. The arithmetic of every element is that of
+ * wg_dq_kernel / wg_dkv_kernel, in the same order. */
+
+/* dQ, pipelined: a block per 64 query rows, key tiles 0..diagonal */
+template <typename E, int HD>
+__global__ void __launch_bounds__(128)
+wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
+                  int NH, int NKV) {
+  constexpr int TILE = (HD / 64) * 8192;
+  extern __shared__ char smem_raw[];
+  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sQ = sm, *sdO = sm + TILE, *sK = sdO + TILE, *sV = sK + 3 * TILE;
+  const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
+  const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
+  const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
+  const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
+  const int row0 = qt * 64, steps = qt + 1; /* step j: key tile j */
+  auto load_step = [&](int j) {
+    const size_t k1 = (size_t)j * 64;
+    wg_load<HD, 128>(sK + (j % 3) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
+    wg_load<HD, 128>(sV + (j % 3) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
+    wg_cp_commit();
+  };
+  wg_load<HD, 128>(sQ, base + (size_t)row0 * ld + h * HD, ld, T - row0, tid);
+  wg_load<HD, 128>(sdO, ob + (size_t)row0 * C + h * HD, C, T - row0, tid);
+  load_step(0);
+  if (steps > 1) load_step(1);
+  const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
+  const int r0 = row0 + 16 * w + (l >> 2);
+  float L2[2], Dr[2];
+  for (int hi = 0; hi < 2; hi++) {
+    const int r = r0 + 8 * hi;
+    L2[hi] = r < T ? lse[(size_t)bh * T + r] * WG_LOG2E : 0.f;
+    Dr[hi] = r < T ? Dl[(size_t)bh * T + r] : 0.f;
+  }
+  float dq[HD / 2], s[32], dp[32];
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
+  auto issue_sdp = [&](int j) {
+    wg_fence();
+    wg_qk<E, HD>(s, wg_saddr(sQ), wg_saddr(sK + (j % 3) * TILE));
+    wg_qk<E, HD>(dp, wg_saddr(sdO), wg_saddr(sV + (j % 3) * TILE));
+    wg_commit();
+  };
+  auto ds_step = [&](int j, uint32_t (*a)[4]) {
+    if (j == qt) {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int hi = (i >> 1) & 1;
+        const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
+        dp[i] = p * (dp[i] - Dr[hi]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int hi = (i >> 1) & 1;
+        dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
+      }
+    }
+    wg_frags<E>(dp, a);
+  };
+  uint32_t a[4][4];
+  if (steps > 1) wg_cp_wait<1>();
+  else wg_cp_wait<0>();
+  wg_proxy_fence();
+  __syncthreads();
+  issue_sdp(0);
+  wg_wait0();
+  ds_step(0, a);
+  auto issue_dq = [&](int j) {
+    const uint32_t k0 = wg_saddr(sK + (j % 3) * TILE);
+    wg_fence();
+#pragma unroll
+    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
+    wg_commit();
+  };
+  for (int j = 0; j + 1 < steps; j++) {
+    wg_cp_wait<0>();
+    wg_proxy_fence();
+    /* tile j+1 visible to all; every thread's step j-1 products are done,
+     * so buffer (j+2) % 3 is free */
+    __syncthreads();
+    if (j + 2 < steps) load_step(j + 2);
+    issue_sdp(j + 1);
+    issue_dq(j);
+    uint32_t an[4][4];
+    wg_wait1(); /* S, dP of step j+1 are done; dQ of step j may still run */
+    ds_step(j + 1, an);
+    wg_wait0();
+    wg_keep(a);
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) a[t][r] = an[t][r];
+  }
+  issue_dq(steps - 1);
+  wg_wait0();
+  E *qout = dqkv + (size_t)b * T * ld + h * HD;
+#pragma unroll
+  for (int i = 0; i < HD / 2; i += 2) {
+    const int row = r0 + 8 * ((i >> 1) & 1);
+    if (row < T)
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(qout + (size_t)row * ld + wg_col(l, i)) =
+          wg_elem<E>::two(dq[i] * scale, dq[i + 1] * scale);
+  }
+}
+
+/* dK and dV, pipelined: a block per (kv head, 64 keys), the query heads of
+ * its group in order, for each the query tiles from the diagonal down */
+template <typename E, int HD>
+__global__ void __launch_bounds__(128)
+wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl,
+                   int T, int NH, int NKV) {
+  constexpr int TILE = (HD / 64) * 8192;
+  extern __shared__ char smem_raw[];
+  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sK = sm, *sV = sm + TILE, *sQ = sV + TILE, *sdO = sQ + 3 * TILE;
+  float *sL = (float *)(sdO + 3 * TILE), *sD = sL + 192; /* [3][64] each */
+  const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
+  const int kt = blockIdx.x, bk = blockIdx.y, b = bk / NKV, kvh = bk % NKV;
+  const int kc = C + kvh * HD, vc = kc + NKV * HD;
+  const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
+  const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
+  const float *lb = lse + (size_t)b * NH * T, *db = Dl + (size_t)b * NH * T;
+  const int key0 = kt * 64, nq = (T + 63) / 64, per = nq - kt, steps = G * per;
+  /* step m: query head kvh G + m / per, query tile kt + m % per */
+  auto load_step = [&](int m) {
+    const int hm = kvh * G + m / per, q = (kt + m % per) * 64, bf = m % 3;
+    wg_load<HD, 128>(sQ + bf * TILE, base + (size_t)q * ld + hm * HD, ld, T - q, tid);
+    wg_load<HD, 128>(sdO + bf * TILE, ob + (size_t)q * C + hm * HD, C, T - q, tid);
+    wg_load_stats(sL + bf * 64, sD + bf * 64, lb + (size_t)hm * T, db + (size_t)hm * T, q, T, tid);
+    wg_cp_commit();
+  };
+  wg_load<HD, 128>(sK, base + (size_t)key0 * ld + kc, ld, T - key0, tid);
+  wg_load<HD, 128>(sV, base + (size_t)key0 * ld + vc, ld, T - key0, tid);
+  load_step(0);
+  if (steps > 1) load_step(1);
+  const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
+  float dk[HD / 2], dv[HD / 2], s[32], dp[32];
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
+  const int kr0 = key0 + 16 * w + (l >> 2); /* this thread's keys: kr0, kr0 + 8 */
+  auto issue_sdp = [&](int m) {
+    wg_fence();
+    wg_qk<E, HD>(s, wg_saddr(sK), wg_saddr(sQ + (m % 3) * TILE));
+    wg_qk<E, HD>(dp, wg_saddr(sV), wg_saddr(sdO + (m % 3) * TILE));
+    wg_commit();
+  };
+  auto p_ds_step = [&](int m, uint32_t (*pa)[4], uint32_t (*sa)[4]) {
+    const int qi = kt + m % per;
+    const float *L = sL + (m % 3) * 64, *Dd = sD + (m % 3) * 64;
+    if (qi == kt) {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
+        const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+        s[i] = p;
+        dp[i] = p * (dp[i] - Dd[c]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int c = wg_col(l, i);
+        const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+        s[i] = p;
+        dp[i] = p * (dp[i] - Dd[c]);
+      }
+    }
+    wg_frags<E>(s, pa);
+    wg_frags<E>(dp, sa);
+  };
+  uint32_t ap[4][4], as[4][4];
+  if (steps > 1) wg_cp_wait<1>();
+  else wg_cp_wait<0>();
+  wg_proxy_fence();
+  __syncthreads();
+  issue_sdp(0);
+  wg_wait0();
+  p_ds_step(0, ap, as);
+  auto issue_dkv = [&](int n) {
+    const uint32_t q0 = wg_saddr(sQ + (n % 3) * TILE), o0 = wg_saddr(sdO + (n % 3) * TILE);
+    wg_fence();
+#pragma unroll
+    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dv, ap[t], o0 + t * 2048);
+#pragma unroll
+    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dk, as[t], q0 + t * 2048);
+    wg_commit();
+  };
+  /* the last step peeled off: ptxas serializes the wgmmas when the issue
+   * of the next step's products and the wait for them sit in branches */
+  for (int n = 0; n + 1 < steps; n++) {
+    wg_cp_wait<0>();
+    wg_proxy_fence();
+    __syncthreads(); /* as in wg_dq_pipe_kernel */
+    if (n + 2 < steps) load_step(n + 2);
+    issue_sdp(n + 1);
+    issue_dkv(n);
+    uint32_t apn[4][4], asn[4][4];
+    wg_wait1();
+    p_ds_step(n + 1, apn, asn);
+    wg_wait0();
+    wg_keep(ap);
+    wg_keep(as);
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) ap[t][r] = apn[t][r], as[t][r] = asn[t][r];
+  }
+  issue_dkv(steps - 1);
+  wg_wait0();
+  E *kout = dqkv + (size_t)b * T * ld + kc, *vout = dqkv + (size_t)b * T * ld + vc;
+#pragma unroll
+  for (int i = 0; i < HD / 2; i += 2) {
+    const int key = kr0 + 8 * ((i >> 1) & 1), c = wg_col(l, i);
+    if (key < T) {
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(kout + (size_t)key * ld + c) =
+          wg_elem<E>::two(dk[i] * scale, dk[i + 1] * scale);
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(vout + (size_t)key * ld + c) =
+          wg_elem<E>::two(dv[i], dv[i + 1]);
+    }
+  }
+}
+
 /* ---- host side */
 
 /* 0: warpgroups per block chosen by wg_groups; 1 or 2: forced (tests) */
@@ -556,26 +798,57 @@ static void wg_forward(void *out, float *lse, const void *qkv, int B, int T, int
   ST_CUDA_LAUNCHED();
 }
 
+/* The backward's one-warpgroup kernels at head size 64: 1 the
+ * software-pipelined ones, 0 the plain ones. (At 128 the second set of
+ * fragments does not fit the registers: ptxas serializes the wgmmas.) */
+#define WG_PIPELINE 1
+static int g_pipeline = WG_PIPELINE;
+
+void cuda_attention_wgmma_set_pipeline(int on) { g_pipeline = on < 0 ? WG_PIPELINE : on != 0; }
+
+template <typename Kernel>
+static void wg_smem_attr(Kernel k, int bytes) {
+  ST_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
 template <typename E, int HD, int NWG>
 static void wg_backward(void *dqkv, const float *D, const void *dout, const void *qkv,
                         const float *lse, int B, int T, int NH, int NKV) {
-  const int sq = 1024 + (2 * NWG + 4) * (HD / 64) * 8192, skv = sq + 1024;
+  constexpr int TILE = (HD / 64) * 8192;
+  const int sq = 1024 + (2 * NWG + 4) * TILE, skv = sq + 1024;
+  const int sq3 = 1024 + 8 * TILE, skv3 = sq3 + 1536; /* pipelined: three buffers */
   static bool attr;
   if (!attr) {
-    ST_CUDA_CHECK(cudaFuncSetAttribute(wg_dq_kernel<E, HD, NWG>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, sq));
-    ST_CUDA_CHECK(cudaFuncSetAttribute(wg_dkv_kernel<E, HD, NWG>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, skv));
+    wg_smem_attr(wg_dq_kernel<E, HD, NWG>, sq);
+    wg_smem_attr(wg_dkv_kernel<E, HD, NWG>, skv);
+    if constexpr (NWG == 1 && HD == 64) {
+      wg_smem_attr(wg_dq_pipe_kernel<E, HD>, sq3);
+      wg_smem_attr(wg_dkv_pipe_kernel<E, HD>, skv3);
+    }
     attr = true;
   }
   const unsigned tiles = (unsigned)((T + 64 * NWG - 1) / (64 * NWG));
+  const dim3 kvgrid(tiles, (unsigned)(B * NKV)), qgrid(tiles, (unsigned)(B * NH));
+  const int pipe = NWG == 1 && HD == 64 && g_pipeline;
   /* dK/dV first: its blocks walk the most query tiles (the longest first),
    * and dQ's, longest first too, fill the tail behind them */
-  wg_dkv_kernel<E, HD, NWG><<<dim3(tiles, (unsigned)(B * NKV)), 128 * NWG, skv>>>(
-      (E *)dqkv, (const E *)qkv, (const E *)dout, lse, D, T, NH, NKV);
+  if constexpr (NWG == 1 && HD == 64) {
+    if (pipe)
+      wg_dkv_pipe_kernel<E, HD><<<kvgrid, 128, skv3>>>((E *)dqkv, (const E *)qkv,
+                                                       (const E *)dout, lse, D, T, NH, NKV);
+  }
+  if (!pipe)
+    wg_dkv_kernel<E, HD, NWG><<<kvgrid, 128 * NWG, skv>>>((E *)dqkv, (const E *)qkv,
+                                                          (const E *)dout, lse, D, T, NH, NKV);
   ST_CUDA_LAUNCHED();
-  wg_dq_kernel<E, HD, NWG><<<dim3(tiles, (unsigned)(B * NH)), 128 * NWG, sq>>>(
-      (E *)dqkv, (const E *)qkv, (const E *)dout, lse, D, T, NH, NKV);
+  if constexpr (NWG == 1 && HD == 64) {
+    if (pipe)
+      wg_dq_pipe_kernel<E, HD><<<qgrid, 128, sq3>>>((E *)dqkv, (const E *)qkv, (const E *)dout,
+                                                    lse, D, T, NH, NKV);
+  }
+  if (!pipe)
+    wg_dq_kernel<E, HD, NWG><<<qgrid, 128 * NWG, sq>>>((E *)dqkv, (const E *)qkv,
+                                                       (const E *)dout, lse, D, T, NH, NKV);
   ST_CUDA_LAUNCHED();
 }
 

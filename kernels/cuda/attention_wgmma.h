@@ -43,6 +43,13 @@ void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout,
  * depend on it). */
 void cuda_attention_wgmma_set_groups(int groups);
 
+/* The backward with one warpgroup a block at head size 64: 1 its
+ * software-pipelined kernels (the next step's S and dP products overlap
+ * this step's gradient products), 0 the plain ones, negative the build's
+ * default. The same arithmetic in the same order either way; for tests
+ * and benchmarks. */
+void cuda_attention_wgmma_set_pipeline(int on);
+
 #ifdef __cplusplus
 }
 #endif
