@@ -1,7 +1,7 @@
 /* test_cuda_attention_tc.cu - the tensor-core flash attention
  * (kernels/cuda/attention_tc.cu, and on a Hopper GPU the warpgroup-MMA
  * kernels of attention_wgmma.cu it calls there: on Hopper both families are
- * checked, wgmma with 1 warpgroup a block (pipelined and plain backward)
+ * checked, wgmma with 1 warpgroup a block (pipelined and plain kernels)
  * and with 2, each named) against a float64 CPU reference,
  * run-to-run bit-identity, and timings at GPT-2 124M shapes and longer
  * sequences.
@@ -238,8 +238,9 @@ static void *dev_alloc_guarded(size_t bytes) {
 /* ---- one shape, one dtype */
 
 /* Kernel configurations: 0-2 the wgmma family (Hopper) with 1 warpgroup a
- * block and the pipelined backward (hs 64), 1 warpgroup and the plain
- * backward, 2 warpgroups; 3 the mma.sync family (everywhere). */
+ * block and the pipelined kernels (the forward, and the backward at head
+ * size 64), 1 warpgroup and the plain kernels, 2 warpgroups (plain); 3 the
+ * mma.sync family (everywhere). */
 #define N_CONF 4
 static int g_conf = N_CONF - 1;
 
@@ -252,10 +253,9 @@ static void use_conf(int k) {
 
 /* the kernels the calls run now, for the printed lines */
 static const char *family(int B, int C, int NH, st_dtype dt) {
-  static const char *names[3] = {"wgmma, 1 warpgroup a block, pipelined backward",
+  static const char *names[3] = {"wgmma, 1 warpgroup a block, pipelined",
                                  "wgmma, 1 warpgroup a block", "wgmma, 2 warpgroups a block"};
   if (!cuda_attention_tc_runs_wgmma(B, C, NH, dt)) return "mma.sync";
-  if (g_conf == 0 && C / NH != 64) return names[1]; /* the pipeline is hs 64's */
   return names[g_conf];
 }
 

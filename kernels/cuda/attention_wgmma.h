@@ -43,11 +43,12 @@ void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout,
  * depend on it). */
 void cuda_attention_wgmma_set_groups(int groups);
 
-/* The backward with one warpgroup a block at head size 64: 1 its
- * software-pipelined kernels (the next step's S and dP products overlap
- * this step's gradient products), 0 the plain ones, negative the build's
- * default. The same arithmetic in the same order either way; for tests
- * and benchmarks. */
+/* 1: the software-pipelined kernels (the next tile's S, or S and dP,
+ * products overlap this tile's P V, or gradient, products): the forward
+ * with one warpgroup a block, the backward at head size 64; 0: the plain
+ * ones; negative: the build's defaults. The same arithmetic in the same
+ * order either way; for tests and benchmarks. A forced 2 warpgroups a
+ * block (cuda_attention_wgmma_set_groups) runs the plain forward. */
 void cuda_attention_wgmma_set_pipeline(int on);
 
 #ifdef __cplusplus
