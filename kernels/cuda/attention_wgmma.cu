@@ -44,6 +44,18 @@
  *   Seven products per tile pair against the five of a backward that adds
  *   dQ with atomics: the price of determinism, and still O(T) memory.
  *
+ * Software pipelining (wg_fwd_pipe_kernel, wg_dq_pipe_kernel,
+ * wg_dkv_pipe_kernel; one warpgroup a block): a step issues the next
+ * tile's score products, then its own output or gradient products, and
+ * waits only for the former (wgmma.wait_group 1), so that the next tile's
+ * softmax runs on the CUDA cores while the tensor cores finish this one
+ * (FlashAttention-3's intra-warpgroup overlap). Tiles are triple-buffered.
+ * ptxas serializes every wgmma of a kernel when it cannot prove that no
+ * other instruction touches an in-flight wgmma's registers; the loops are
+ * written so that it can (the last step peeled out of the loop, wg_keep on
+ * the fragments of the in-flight products). WG_PIPELINE_FWD/_BWD pick the
+ * default; the tests run both forms.
+ *
  * Determinism: each output element has one owner thread, tiles and heads are
  * walked in a fixed order, no atomics: bit-identical from run to run.
  */
