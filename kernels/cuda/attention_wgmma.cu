@@ -19,41 +19,42 @@
  * k-rows and leading offset 8192 between 64-column blocks. All were checked
  * on an H100 against a float64 reference (tests/test_cuda_attention_tc.cu).
  *
- * Tiles stream in with cp.async, one commit group a tile; rows past T are
- * zero-filled, so padded query rows and keys give finite scores and zero
- * contributions, and only the diagonal tile needs the causal mask.
+ * Tiles stream in with cp.async, two buffers, one commit group a tile; rows
+ * past T are zero-filled, so padded query rows and keys give finite scores
+ * and zero contributions, and only the diagonal tile needs the causal mask.
  *
- * Software pipelining (the forward; the backward at head size 64): a step
- * issues the next tile's score products, then its own output or gradient
- * products, and waits only for the former (wgmma.wait_group 1), so that the
- * next tile's softmax runs on the CUDA cores while the tensor cores finish
- * this one (FlashAttention-3's intra-warpgroup overlap). Streamed tiles are
- * triple-buffered, loaded two steps ahead. ptxas serializes every wgmma of
- * a kernel when it cannot prove that no other instruction touches an
- * in-flight wgmma's registers; the loops are written so that it can (the
- * last step peeled out of the loop, wg_keep on the fragments of the
- * in-flight products).
- *
- * Forward (one warpgroup a block per (b, h) and 64 query rows, longest
- * rows first): S = Q K^T (HD/16 k-steps) over key tiles of 64, online
- * softmax in the log2 domain, O += P V with P rounded to the storage type;
- * lse = (m + log2 l) ln 2. Shared memory 7 HD/64 8 KiB (+1 KiB for the
- * alignment).
- * Backward, two kernels after the caller's D = rowsum(dO O):
+ * Forward (one block per (b, h) and 64 NWG query rows, longest rows first):
+ *   each warpgroup owns 64 query rows; the K/V tile of 64 keys is shared by
+ *   the NWG warpgroups (2 at head size 64 where the grid is big enough).
+ *   S = Q K^T (HD/16 k-steps), online softmax in the log2 domain, O += P V
+ *   with P rounded to the storage type. lse = (m + log2 l) ln 2. Shared
+ *   memory (NWG + 4) HD/64 8 KiB (+1 KiB for the alignment).
+ * Backward, two kernels after the caller's D = rowsum(dO O), each with NWG
+ * warpgroups a block sharing the tiles it streams (1 by default, which
+ * measured faster; 2 when forced, checked by the tests):
  *   dq: a warpgroup per 64 query rows walking key tiles 0..diagonal:
  *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
  *   dkv: a warpgroup per (kv head, 64 keys), walking the query heads of
- *     its group in order and for each the query tiles from the diagonal
- *     down, in transposed form: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+ *     its group in order and for each the query tiles from the block's
+ *     diagonal down (a warpgroup skips the tiles above its own), in
+ *     transposed form: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
  *     dK += dS^T Q. The lse and D of each query tile are staged in shared
  *     memory with the tile (read per accumulator column).
- *   Pipelined at head size 64 (wg_dq_pipe_kernel, wg_dkv_pipe_kernel:
- *   8 HD/64 8 KiB of shared memory, +1.5 KiB for dkv's lse and D); plain
- *   at 128 (wg_dq_kernel, wg_dkv_kernel: double-buffered, (2 NWG + 4)
- *   HD/64 8 KiB, +1 KiB), where the plain kernels can also run NWG = 2
- *   warpgroups a block sharing the streamed tiles (tests only: slower).
+ *   Shared memory (2 NWG + 4) HD/64 8 KiB, +1 KiB for dkv's lse and D.
  *   Seven products per tile pair against the five of a backward that adds
  *   dQ with atomics: the price of determinism, and still O(T) memory.
+ *
+ * Software pipelining (wg_fwd_pipe_kernel, wg_dq_pipe_kernel,
+ * wg_dkv_pipe_kernel; one warpgroup a block): a step issues the next
+ * tile's score products, then its own output or gradient products, and
+ * waits only for the former (wgmma.wait_group 1), so that the next tile's
+ * softmax runs on the CUDA cores while the tensor cores finish this one
+ * (FlashAttention-3's intra-warpgroup overlap). Tiles are triple-buffered.
+ * ptxas serializes every wgmma of a kernel when it cannot prove that no
+ * other instruction touches an in-flight wgmma's registers; the loops are
+ * written so that it can (the last step peeled out of the loop, wg_keep on
+ * the fragments of the in-flight products). WG_PIPELINE_FWD/_BWD pick the
+ * default; the tests run both forms.
  *
  * Determinism: each output element has one owner thread, tiles and heads are
  * walked in a fixed order, no atomics: bit-identical from run to run.
@@ -195,113 +196,122 @@ __device__ __forceinline__ void wg_frags(const float *x, uint32_t (*a)[4]) {
     for (int r = 0; r < 4; r++) a[t][r] = wg_pack<E>(x[8 * t + 2 * r], x[8 * t + 2 * r + 1]);
 }
 
-/* ---- the elementwise steps and stores the plain and pipelined kernels share */
-
-/* dS = P (dP - D) of a dQ step over key tile j, in place in dp (S in s, row
- * statistics L2 = lse log2 e and Dr of the thread's rows r0, r0 + 8); the
- * diagonal tile (j == qt) is masked. */
-__device__ __forceinline__ void wg_dq_ds(const float *s, float *dp, int j, int qt, int r0, int l,
-                                        float sl2, const float *L2, const float *Dr) {
-  if (j == qt) {
+/* ---- forward */
+template <typename E, int HD, int NWG>
+__global__ void __launch_bounds__(128 * NWG)
+wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
+  constexpr int NT = 128 * NWG, TILE = (HD / 64) * 8192;
+  extern __shared__ char smem_raw[];
+  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sQ = sm, *sK = sm + NWG * TILE, *sV = sK + 2 * TILE;
+  const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
+  const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, l = tid & 31;
+  const E *base = qkv + (size_t)b * T * ld;
+  const int row0 = qt * 64 * NWG;
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
-      const int hi = (i >> 1) & 1;
-      const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
-      dp[i] = p * (dp[i] - Dr[hi]);
-    }
-  } else {
+  for (int g = 0; g < NWG; g++)
+    wg_load<HD, NT>(sQ + g * TILE, base + (size_t)min(row0 + 64 * g, T - 1) * ld + h * HD, ld,
+                    T - row0 - 64 * g, tid);
+  wg_load<HD, NT>(sK, base + kc, ld, T, tid);
+  wg_load<HD, NT>(sV, base + vc, ld, T, tid);
+  wg_cp_commit();
+  const float sl2 = WG_LOG2E / sqrtf((float)HD);
+  float o[HD / 2], m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
-      const int hi = (i >> 1) & 1;
-      dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
+  for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
+  const int my0 = row0 + 64 * wg, r0 = my0 + 16 * w + (l >> 2);
+  const int ntk = (T + 63) / 64, last = min(ntk - 1, qt * NWG + NWG - 1);
+  const int diag = qt * NWG + wg; /* this warpgroup's diagonal key tile */
+  for (int j = 0; j <= last; j++) {
+    const int buf = j & 1;
+    if (j < last) {
+      const size_t k1 = (size_t)(j + 1) * 64;
+      wg_load<HD, NT>(sK + (buf ^ 1) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
+      wg_load<HD, NT>(sV + (buf ^ 1) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
+      wg_cp_commit();
+      wg_cp_wait<1>();
+    } else {
+      wg_cp_wait<0>();
     }
+    wg_proxy_fence();
+    __syncthreads();
+    if (my0 < T && j <= diag) {
+      float s[32];
+#pragma unroll
+      for (int i = 0; i < 32; i++) s[i] = 0.f;
+      wg_fence();
+      wg_qk<E, HD>(s, wg_saddr(sQ + wg * TILE), wg_saddr(sK + buf * TILE));
+      wg_commit();
+      wg_wait0();
+      float mx[2] = {m[0], m[1]};
+      if (j == diag) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          const int hi = (i >> 1) & 1;
+          s[i] = j * 64 + wg_col(l, i) > r0 + 8 * hi ? -INFINITY : s[i] * sl2;
+          mx[hi] = fmaxf(mx[hi], s[i]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          s[i] *= sl2;
+          mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+        }
+      }
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) {
+        mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffff, mx[hi], 1));
+        mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffff, mx[hi], 2));
+      }
+      float corr[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) {
+        /* a row past T has seen only masked scores: keep it finite */
+        const float nm = mx[hi] == -INFINITY ? 0.f : mx[hi];
+        corr[hi] = exp2f(m[hi] - nm);
+        m[hi] = nm;
+      }
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int hi = (i >> 1) & 1;
+        s[i] = exp2f(s[i] - m[hi]);
+        ps[hi] += s[i];
+      }
+#pragma unroll
+      for (int i = 0; i < HD / 2; i++) o[i] *= corr[(i >> 1) & 1];
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) lsum[hi] = lsum[hi] * corr[hi] + ps[hi];
+      uint32_t a[4][4];
+      wg_frags<E>(s, a);
+      const uint32_t v0 = wg_saddr(sV + buf * TILE);
+      wg_fence();
+#pragma unroll
+      for (int t = 0; t < 4; t++) wg_rs<E, HD>(o, a[t], v0 + t * 2048);
+      wg_commit();
+      wg_wait0();
+    }
+    __syncthreads();
   }
-}
-
-/* P^T into s and dS^T into dp of a dK/dV step over query tile qi (S^T in
- * s, dP^T in dp, the tile's lse L and D from shared memory, the thread's
- * keys kr0, kr0 + 8); the diagonal tile (qi == diag) is masked. */
-__device__ __forceinline__ void wg_dkv_pds(float *s, float *dp, int qi, int diag, int kr0, int l,
-                                          float sl2, const float *L, const float *Dd) {
-  if (qi == diag) {
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
-      const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
-      const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
-      s[i] = p;
-      dp[i] = p * (dp[i] - Dd[c]);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-      const int c = wg_col(l, i);
-      const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
-      s[i] = p;
-      dp[i] = p * (dp[i] - Dd[c]);
-    }
+  for (int hi = 0; hi < 2; hi++) {
+    lsum[hi] += __shfl_xor_sync(0xffffffff, lsum[hi], 1);
+    lsum[hi] += __shfl_xor_sync(0xffffffff, lsum[hi], 2);
   }
-}
-
-/* The thread's rows r0, r0 + 8 of an m64nHD accumulator, times scale, into
- * a row-major matrix (row stride ld elements) where the row is below T. */
-template <typename E, int HD>
-__device__ __forceinline__ void wg_store_rows(E *dst, int ld, const float *x, float scale, int r0,
-                                              int l, int T) {
+  E *orow = out + (size_t)b * T * C + h * HD;
 #pragma unroll
   for (int i = 0; i < HD / 2; i += 2) {
-    const int row = r0 + 8 * ((i >> 1) & 1);
-    if (row < T)
-      *reinterpret_cast<typename wg_elem<E>::E2 *>(dst + (size_t)row * ld + wg_col(l, i)) =
-          wg_elem<E>::two(x[i] * scale, x[i + 1] * scale);
+    const int hi = (i >> 1) & 1, row = r0 + 8 * hi;
+    if (row < T) {
+      const float inv = 1.f / lsum[hi];
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(orow + (size_t)row * C + wg_col(l, i)) =
+          wg_elem<E>::two(o[i] * inv, o[i + 1] * inv);
+    }
   }
-}
-
-/* The software pipeline of the pipelined kernels, over `steps` steps whose
- * streamed tiles load(j) puts in buffer j % 3 (the caller has issued steps
- * 0 and 1, one cp.async commit group each, step 1's only if steps > 1).
- * scores(j) issues step j's score products (one wgmma commit group);
- * next(j) turns them into the NEXT fragments (the softmax, or dS);
- * out(j) issues step j's output or gradient products from the CURRENT
- * fragments (one commit group); retire() runs once those are done and
- * makes the next fragments current (wg_keep on the current ones first).
- * The last step is peeled off the loop: ptxas serializes the wgmmas when
- * the issue of the next step's products and the wait for them sit in
- * branches. */
-template <typename Load, typename Scores, typename Next, typename Out, typename Retire>
-__device__ __forceinline__ void wg_pipeline(int steps, Load load, Scores scores, Next next,
-                                            Out out, Retire retire) {
-  if (steps > 1) wg_cp_wait<1>();
-  else wg_cp_wait<0>();
-  wg_proxy_fence();
-  __syncthreads();
-  scores(0);
-  wg_wait0();
-  next(0);
-  retire();
-  for (int j = 0; j + 1 < steps; j++) {
-    wg_cp_wait<0>();
-    wg_proxy_fence();
-    /* tile j+1 visible to all; every thread's products of step j-1 are
-     * done, so buffer (j+2) % 3 is free */
-    __syncthreads();
-    if (j + 2 < steps) load(j + 2);
-    scores(j + 1);
-    out(j);
-    wg_wait1(); /* step j+1's scores are done; step j's products may still run */
-    next(j + 1);
-    wg_wait0();
-    retire();
-  }
-  out(steps - 1);
-  wg_wait0();
-}
-
-/* cur = nxt for four A fragments */
-__device__ __forceinline__ void wg_copy_frags(uint32_t (*cur)[4], const uint32_t (*nxt)[4]) {
-#pragma unroll
-  for (int t = 0; t < 4; t++)
-#pragma unroll
-    for (int r = 0; r < 4; r++) cur[t][r] = nxt[t][r];
+  if ((l & 3) == 0)
+    for (int hi = 0; hi < 2; hi++)
+      if (r0 + 8 * hi < T) lse[(size_t)bh * T + r0 + 8 * hi] = (m[hi] + log2f(lsum[hi])) / WG_LOG2E;
 }
 
 /* ---- forward, software-pipelined (one warpgroup a block): each step
@@ -309,11 +319,11 @@ __device__ __forceinline__ void wg_copy_frags(uint32_t (*cur)[4], const uint32_t
  * waits only for the former, so the next tile's softmax (its maximum,
  * exponentials and the P fragments) runs while the tensor cores do P V;
  * O's rescaling waits for P V. K/V tiles triple-buffered, loaded two tiles
- * ahead. (It replaced a plain forward with one or two warpgroups a block:
- * 7% faster over the four timed shapes, 2026-12-05.) */
+ * ahead. The arithmetic of every element is wg_fwd_kernel's, in the same
+ * order. */
 template <typename E, int HD>
 __global__ void __launch_bounds__(128)
-wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
+wg_fwd_pipe_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
@@ -393,23 +403,54 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(o, a[t], v0 + t * 2048);
     wg_commit();
   };
-  uint32_t a[4][4] = {}, an[4][4]; /* P of this tile and of the next */
-  wg_pipeline(
-      steps, load_step, issue_s, [&](int j) { softmax_step(j, an); }, [&](int j) { issue_pv(j, a); },
-      [&]() {
-        wg_keep(a);
-        rescale();
-        wg_copy_frags(a, an);
-      });
+  uint32_t a[4][4];
+  if (steps > 1) wg_cp_wait<1>();
+  else wg_cp_wait<0>();
+  wg_proxy_fence();
+  __syncthreads();
+  issue_s(0);
+  wg_wait0();
+  softmax_step(0, a);
+  rescale();
+  /* the last tile peeled off: ptxas serializes the wgmmas when the issue of
+   * the next tile's product and the wait for it sit in branches */
+  for (int j = 0; j + 1 < steps; j++) {
+    wg_cp_wait<0>();
+    wg_proxy_fence();
+    /* tile j+1 visible to all; every thread's products of tile j-1 are
+     * done, so buffer (j+2) % 3 is free */
+    __syncthreads();
+    if (j + 2 < steps) load_step(j + 2);
+    issue_s(j + 1);
+    issue_pv(j, a);
+    uint32_t an[4][4];
+    wg_wait1(); /* S of tile j+1; P V of tile j may still run */
+    softmax_step(j + 1, an);
+    wg_wait0();
+    wg_keep(a);
+    rescale();
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) a[t][r] = an[t][r];
+  }
+  issue_pv(steps - 1, a);
+  wg_wait0();
 #pragma unroll
   for (int hi = 0; hi < 2; hi++) {
     lsum[hi] += __shfl_xor_sync(0xffffffff, lsum[hi], 1);
     lsum[hi] += __shfl_xor_sync(0xffffffff, lsum[hi], 2);
   }
-  const float inv[2] = {1.f / lsum[0], 1.f / lsum[1]};
+  E *orow = out + (size_t)b * T * C + h * HD;
 #pragma unroll
-  for (int i = 0; i < HD / 2; i++) o[i] *= inv[(i >> 1) & 1];
-  wg_store_rows<E, HD>(out + (size_t)b * T * C + h * HD, C, o, 1.f, r0, l, T);
+  for (int i = 0; i < HD / 2; i += 2) {
+    const int hi = (i >> 1) & 1, row = r0 + 8 * hi;
+    if (row < T) {
+      const float inv = 1.f / lsum[hi];
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(orow + (size_t)row * C + wg_col(l, i)) =
+          wg_elem<E>::two(o[i] * inv, o[i + 1] * inv);
+    }
+  }
   if ((l & 3) == 0)
     for (int hi = 0; hi < 2; hi++)
       if (r0 + 8 * hi < T) lse[(size_t)bh * T + r0 + 8 * hi] = (m[hi] + log2f(lsum[hi])) / WG_LOG2E;
@@ -475,7 +516,20 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
       wg_qk<E, HD>(dp, wg_saddr(sdO + wg * TILE), v0);
       wg_commit();
       wg_wait0();
-      wg_dq_ds(s, dp, j, diag, r0, l, sl2, L2, Dr);
+      if (j == diag) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          const int hi = (i >> 1) & 1;
+          const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
+          dp[i] = p * (dp[i] - Dr[hi]); /* dS */
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          const int hi = (i >> 1) & 1;
+          dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
+        }
+      }
       uint32_t a[4][4];
       wg_frags<E>(dp, a);
       wg_fence();
@@ -486,7 +540,14 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
     }
     __syncthreads();
   }
-  wg_store_rows<E, HD>(dqkv + (size_t)b * T * ld + h * HD, ld, dq, scale, r0, l, T);
+  E *qout = dqkv + (size_t)b * T * ld + h * HD;
+#pragma unroll
+  for (int i = 0; i < HD / 2; i += 2) {
+    const int row = r0 + 8 * ((i >> 1) & 1);
+    if (row < T)
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(qout + (size_t)row * ld + wg_col(l, i)) =
+          wg_elem<E>::two(dq[i] * scale, dq[i + 1] * scale);
+  }
 }
 
 /* lse and D of query rows q0 .. q0+63 of one head into shared memory (the
@@ -561,7 +622,23 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
       wg_qk<E, HD>(dp, wg_saddr(sV + wg * TILE), o0);
       wg_commit();
       wg_wait0();
-      wg_dkv_pds(s, dp, qi, diag, kr0, l, sl2, L, Dd); /* P^T, dS^T */
+      if (qi == diag) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
+          const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+          s[i] = p;                    /* P^T */
+          dp[i] = p * (dp[i] - Dd[c]); /* dS^T */
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+          const int c = wg_col(l, i);
+          const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+          s[i] = p;
+          dp[i] = p * (dp[i] - Dd[c]);
+        }
+      }
       uint32_t ap[4][4], as[4][4];
       wg_frags<E>(s, ap);
       wg_frags<E>(dp, as);
@@ -575,8 +652,17 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
     }
     __syncthreads();
   }
-  wg_store_rows<E, HD>(dqkv + (size_t)b * T * ld + kc, ld, dk, scale, kr0, l, T);
-  wg_store_rows<E, HD>(dqkv + (size_t)b * T * ld + vc, ld, dv, 1.f, kr0, l, T);
+  E *kout = dqkv + (size_t)b * T * ld + kc, *vout = dqkv + (size_t)b * T * ld + vc;
+#pragma unroll
+  for (int i = 0; i < HD / 2; i += 2) {
+    const int key = kr0 + 8 * ((i >> 1) & 1), c = wg_col(l, i);
+    if (key < T) {
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(kout + (size_t)key * ld + c) =
+          wg_elem<E>::two(dk[i] * scale, dk[i + 1] * scale);
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(vout + (size_t)key * ld + c) =
+          wg_elem<E>::two(dv[i], dv[i + 1]);
+    }
+  }
 }
 
 /* ---- the backward, software-pipelined (one warpgroup a block, head size
@@ -631,10 +717,30 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
     wg_commit();
   };
   auto ds_step = [&](int j, uint32_t (*a)[4]) {
-    wg_dq_ds(s, dp, j, qt, r0, l, sl2, L2, Dr);
+    if (j == qt) {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int hi = (i >> 1) & 1;
+        const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
+        dp[i] = p * (dp[i] - Dr[hi]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int hi = (i >> 1) & 1;
+        dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
+      }
+    }
     wg_frags<E>(dp, a);
   };
-  uint32_t a[4][4] = {}, an[4][4]; /* dS of this step and of the next */
+  uint32_t a[4][4];
+  if (steps > 1) wg_cp_wait<1>();
+  else wg_cp_wait<0>();
+  wg_proxy_fence();
+  __syncthreads();
+  issue_sdp(0);
+  wg_wait0();
+  ds_step(0, a);
   auto issue_dq = [&](int j) {
     const uint32_t k0 = wg_saddr(sK + (j % 3) * TILE);
     wg_fence();
@@ -642,11 +748,35 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
     wg_commit();
   };
-  wg_pipeline(steps, load_step, issue_sdp, [&](int j) { ds_step(j, an); }, issue_dq, [&]() {
+  for (int j = 0; j + 1 < steps; j++) {
+    wg_cp_wait<0>();
+    wg_proxy_fence();
+    /* tile j+1 visible to all; every thread's step j-1 products are done,
+     * so buffer (j+2) % 3 is free */
+    __syncthreads();
+    if (j + 2 < steps) load_step(j + 2);
+    issue_sdp(j + 1);
+    issue_dq(j);
+    uint32_t an[4][4];
+    wg_wait1(); /* S, dP of step j+1 are done; dQ of step j may still run */
+    ds_step(j + 1, an);
+    wg_wait0();
     wg_keep(a);
-    wg_copy_frags(a, an);
-  });
-  wg_store_rows<E, HD>(dqkv + (size_t)b * T * ld + h * HD, ld, dq, scale, r0, l, T);
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) a[t][r] = an[t][r];
+  }
+  issue_dq(steps - 1);
+  wg_wait0();
+  E *qout = dqkv + (size_t)b * T * ld + h * HD;
+#pragma unroll
+  for (int i = 0; i < HD / 2; i += 2) {
+    const int row = r0 + 8 * ((i >> 1) & 1);
+    if (row < T)
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(qout + (size_t)row * ld + wg_col(l, i)) =
+          wg_elem<E>::two(dq[i] * scale, dq[i + 1] * scale);
+  }
 }
 
 /* dK and dV, pipelined: a block per (kv head, 64 keys), the query heads of
@@ -691,11 +821,36 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     wg_commit();
   };
   auto p_ds_step = [&](int m, uint32_t (*pa)[4], uint32_t (*sa)[4]) {
-    wg_dkv_pds(s, dp, kt + m % per, kt, kr0, l, sl2, sL + (m % 3) * 64, sD + (m % 3) * 64);
+    const int qi = kt + m % per;
+    const float *L = sL + (m % 3) * 64, *Dd = sD + (m % 3) * 64;
+    if (qi == kt) {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
+        const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+        s[i] = p;
+        dp[i] = p * (dp[i] - Dd[c]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int c = wg_col(l, i);
+        const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+        s[i] = p;
+        dp[i] = p * (dp[i] - Dd[c]);
+      }
+    }
     wg_frags<E>(s, pa);
     wg_frags<E>(dp, sa);
   };
-  uint32_t ap[4][4] = {}, as[4][4] = {}, apn[4][4], asn[4][4]; /* P^T, dS^T: this step's, the next's */
+  uint32_t ap[4][4], as[4][4];
+  if (steps > 1) wg_cp_wait<1>();
+  else wg_cp_wait<0>();
+  wg_proxy_fence();
+  __syncthreads();
+  issue_sdp(0);
+  wg_wait0();
+  p_ds_step(0, ap, as);
   auto issue_dkv = [&](int n) {
     const uint32_t q0 = wg_saddr(sQ + (n % 3) * TILE), o0 = wg_saddr(sdO + (n % 3) * TILE);
     wg_fence();
@@ -705,27 +860,70 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(dk, as[t], q0 + t * 2048);
     wg_commit();
   };
-  wg_pipeline(steps, load_step, issue_sdp, [&](int m) { p_ds_step(m, apn, asn); }, issue_dkv, [&]() {
+  /* the last step peeled off: ptxas serializes the wgmmas when the issue
+   * of the next step's products and the wait for them sit in branches */
+  for (int n = 0; n + 1 < steps; n++) {
+    wg_cp_wait<0>();
+    wg_proxy_fence();
+    __syncthreads(); /* as in wg_dq_pipe_kernel */
+    if (n + 2 < steps) load_step(n + 2);
+    issue_sdp(n + 1);
+    issue_dkv(n);
+    uint32_t apn[4][4], asn[4][4];
+    wg_wait1();
+    p_ds_step(n + 1, apn, asn);
+    wg_wait0();
     wg_keep(ap);
     wg_keep(as);
-    wg_copy_frags(ap, apn);
-    wg_copy_frags(as, asn);
-  });
-  wg_store_rows<E, HD>(dqkv + (size_t)b * T * ld + kc, ld, dk, scale, kr0, l, T);
-  wg_store_rows<E, HD>(dqkv + (size_t)b * T * ld + vc, ld, dv, 1.f, kr0, l, T);
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) ap[t][r] = apn[t][r], as[t][r] = asn[t][r];
+  }
+  issue_dkv(steps - 1);
+  wg_wait0();
+  E *kout = dqkv + (size_t)b * T * ld + kc, *vout = dqkv + (size_t)b * T * ld + vc;
+#pragma unroll
+  for (int i = 0; i < HD / 2; i += 2) {
+    const int key = kr0 + 8 * ((i >> 1) & 1), c = wg_col(l, i);
+    if (key < T) {
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(kout + (size_t)key * ld + c) =
+          wg_elem<E>::two(dk[i] * scale, dk[i + 1] * scale);
+      *reinterpret_cast<typename wg_elem<E>::E2 *>(vout + (size_t)key * ld + c) =
+          wg_elem<E>::two(dv[i], dv[i + 1]);
+    }
+  }
 }
 
 /* ---- host side */
 
-/* Warpgroups a block in the backward: 1 unless a test forces 2. Two (128
- * query rows or keys sharing each streamed tile) measured slower at every
- * shape (an H100, 2026-12-05, test_cuda_attention_tc's timings: 0.775
- * against 0.664 ms at B=32 T=1024, 1.158 against 1.053 at B=1 T=8192): the
- * second warpgroup's registers halve the blocks an SM holds, which costs
- * more than the shared tiles save. */
-static int g_groups = 1;
+/* 0: warpgroups per block chosen by wg_groups; 1 or 2: forced (tests) */
+static int g_groups;
 
-void cuda_attention_wgmma_set_groups(int groups) { g_groups = groups == 2 ? 2 : 1; }
+void cuda_attention_wgmma_set_groups(int groups) { g_groups = groups == 1 || groups == 2 ? groups : 0; }
+
+/* Forward warpgroups per block: 2 (128 query rows sharing each K/V tile)
+ * at head size 64 unless that leaves fewer than about two waves of blocks
+ * on the SMs (blocks: B x heads times the tiles of 128 rows), else 1. At
+ * head size 128, and in the backward, 1 measured faster (an H100,
+ * 2026-12-05, test_cuda_attention_tc's timings: hs 128 forward 0.431 ms
+ * against 0.499; backward 0.664 against 0.775 ms at B=32 T=1024 and 1.053
+ * against 1.158 at B=1 T=8192): the second warpgroup's registers halve the
+ * blocks an SM holds, which costs more than the shared tiles save. */
+static int wg_fwd_groups(int64_t rows, int T, int hs, int sms) {
+  if (g_groups) return g_groups;
+  return hs == 64 && rows * ((T + 127) / 128) >= 2 * (int64_t)sms ? 2 : 1;
+}
+
+static int wg_device_sms(void) {
+  static int sms;
+  if (!sms) {
+    int dev = 0;
+    ST_CUDA_CHECK(cudaGetDevice(&dev));
+    ST_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  return sms;
+}
 
 int cuda_attention_wgmma_takes(int B, int hs, int NH, st_dtype dt) {
   static int hopper = -1;
@@ -740,15 +938,32 @@ int cuda_attention_wgmma_takes(int B, int hs, int NH, st_dtype dt) {
          (int64_t)B * NH <= 65535;
 }
 
-/* The backward's software-pipelined kernels (one warpgroup a block, head
- * size 64; at 128 the second set of fragments does not fit the registers
- * and ptxas would serialize the wgmmas) by default (1), or the plain ones
- * (0). Pipelined: 2.5% faster over the three head-size-64 shapes timed,
- * 6% at T = 8192, 2% slower at T = 1024 (2026-12-05). */
-#define WG_PIPELINE_BWD 1
-static int g_pipe_bwd = WG_PIPELINE_BWD;
+template <typename E, int HD, int NWG>
+static void wg_forward(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
+  const int sm = 1024 + (NWG + 4) * (HD / 64) * 8192;
+  static bool attr;
+  if (!attr) {
+    ST_CUDA_CHECK(cudaFuncSetAttribute(wg_fwd_kernel<E, HD, NWG>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+    attr = true;
+  }
+  const dim3 grid((unsigned)((T + 64 * NWG - 1) / (64 * NWG)), (unsigned)(B * NH));
+  wg_fwd_kernel<E, HD, NWG><<<grid, 128 * NWG, sm>>>((const E *)qkv, (E *)out, lse, T, NH, NKV);
+  ST_CUDA_LAUNCHED();
+}
 
-void cuda_attention_wgmma_set_pipeline(int on) { g_pipe_bwd = on < 0 ? WG_PIPELINE_BWD : on != 0; }
+/* The software-pipelined kernels by default (1) or the plain ones (0): the
+ * forward's (one warpgroup a block, any head size) and the backward's (one
+ * warpgroup a block, head size 64; at 128 the second set of fragments does
+ * not fit the registers and ptxas would serialize the wgmmas). */
+#define WG_PIPELINE_FWD 1
+#define WG_PIPELINE_BWD 1
+static int g_pipe_fwd = WG_PIPELINE_FWD, g_pipe_bwd = WG_PIPELINE_BWD;
+
+void cuda_attention_wgmma_set_pipeline(int on) {
+  g_pipe_fwd = on < 0 ? WG_PIPELINE_FWD : on != 0;
+  g_pipe_bwd = on < 0 ? WG_PIPELINE_BWD : on != 0;
+}
 
 template <typename Kernel>
 static void wg_smem_attr(Kernel k, int bytes) {
@@ -797,28 +1012,39 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
 }
 
 template <typename E, int HD>
-static void wg_forward(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
+static void wg_forward_pipe(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
   const int sm = 1024 + 7 * (HD / 64) * 8192;
   static bool attr;
   if (!attr) {
-    wg_smem_attr(wg_fwd_kernel<E, HD>, sm);
+    wg_smem_attr(wg_fwd_pipe_kernel<E, HD>, sm);
     attr = true;
   }
   const dim3 grid((unsigned)((T + 63) / 64), (unsigned)(B * NH));
-  wg_fwd_kernel<E, HD><<<grid, 128, sm>>>((const E *)qkv, (E *)out, lse, T, NH, NKV);
+  wg_fwd_pipe_kernel<E, HD><<<grid, 128, sm>>>((const E *)qkv, (E *)out, lse, T, NH, NKV);
   ST_CUDA_LAUNCHED();
 }
 
 void cuda_attention_wgmma_forward(void *out, float *lse, const void *qkv, int B, int T, int hs,
                                   int NH, int NKV, st_dtype dt) {
-  if (dt == ST_BF16) (hs == 64 ? wg_forward<__nv_bfloat16, 64> : wg_forward<__nv_bfloat16, 128>)(out, lse, qkv, B, T, NH, NKV);
-  else (hs == 64 ? wg_forward<__half, 64> : wg_forward<__half, 128>)(out, lse, qkv, B, T, NH, NKV);
+  if (g_pipe_fwd && g_groups != 2) {
+    if (dt == ST_BF16) (hs == 64 ? wg_forward_pipe<__nv_bfloat16, 64> : wg_forward_pipe<__nv_bfloat16, 128>)(out, lse, qkv, B, T, NH, NKV);
+    else (hs == 64 ? wg_forward_pipe<__half, 64> : wg_forward_pipe<__half, 128>)(out, lse, qkv, B, T, NH, NKV);
+    return;
+  }
+  const int two = wg_fwd_groups((int64_t)B * NH, T, hs, wg_device_sms()) == 2;
+  if (dt == ST_BF16) {
+    if (hs == 64) (two ? wg_forward<__nv_bfloat16, 64, 2> : wg_forward<__nv_bfloat16, 64, 1>)(out, lse, qkv, B, T, NH, NKV);
+    else (two ? wg_forward<__nv_bfloat16, 128, 2> : wg_forward<__nv_bfloat16, 128, 1>)(out, lse, qkv, B, T, NH, NKV);
+  } else {
+    if (hs == 64) (two ? wg_forward<__half, 64, 2> : wg_forward<__half, 64, 1>)(out, lse, qkv, B, T, NH, NKV);
+    else (two ? wg_forward<__half, 128, 2> : wg_forward<__half, 128, 1>)(out, lse, qkv, B, T, NH, NKV);
+  }
 }
 
 void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout, const void *qkv,
                                    const float *lse, int B, int T, int hs, int NH, int NKV,
                                    st_dtype dt) {
-  const int two = g_groups == 2; /* 1 unless forced: see g_groups */
+  const int two = g_groups == 2; /* 1 unless forced: see wg_fwd_groups */
   if (dt == ST_BF16) {
     if (hs == 64) (two ? wg_backward<__nv_bfloat16, 64, 2> : wg_backward<__nv_bfloat16, 64, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);
     else (two ? wg_backward<__nv_bfloat16, 128, 2> : wg_backward<__nv_bfloat16, 128, 1>)(dqkv, D, dout, qkv, lse, B, T, NH, NKV);

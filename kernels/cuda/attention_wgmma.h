@@ -35,17 +35,20 @@ void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout,
                                    const float *lse, int B, int T, int hs, int NH, int NKV,
                                    st_dtype dt);
 
-/* Warpgroups a block in the backward, each 64 query rows (dQ) or keys
- * (dK/dV) sharing the tiles the block streams: 2 forces two (the plain
- * kernels; measured slower), anything else one (the default). For tests
- * and benchmarks; the results do not depend on it. */
+/* Warpgroups per block, each 64 query rows (forward, dQ) or keys (dK/dV)
+ * sharing the tiles the block streams: 1 or 2 forces it (tests and
+ * benchmarks), anything else restores the default (2 for the forward at
+ * head size 64 where the grid fills two waves of the SMs, else 1). The
+ * results are the same either way (each row's and key's arithmetic does not
+ * depend on it). */
 void cuda_attention_wgmma_set_groups(int groups);
 
-/* The backward at head size 64 with one warpgroup a block: 1 its
- * software-pipelined kernels (the next step's S and dP products overlap
- * this step's gradient products; the default), 0 the plain ones, negative
- * the build's default. The same arithmetic in the same order either way;
- * for tests and benchmarks. (The forward is always pipelined.) */
+/* 1: the software-pipelined kernels (the next tile's S, or S and dP,
+ * products overlap this tile's P V, or gradient, products): the forward
+ * with one warpgroup a block, the backward at head size 64; 0: the plain
+ * ones; negative: the build's defaults. The same arithmetic in the same
+ * order either way; for tests and benchmarks. A forced 2 warpgroups a
+ * block (cuda_attention_wgmma_set_groups) runs the plain forward. */
 void cuda_attention_wgmma_set_pipeline(int on);
 
 #ifdef __cplusplus
