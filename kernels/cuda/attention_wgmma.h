@@ -2,7 +2,8 @@
  * (wgmma.mma_async, sm_90a), bf16 or fp16, head sizes 64 and 128, grouped-
  * query attention, deterministic backward. The same layouts and results as
  * kernels/cuda/attention_tc.h, whose entry points call these on a Hopper GPU
- * (cuda_attention_tc_use_wgmma); see attention_wgmma.cu for the tiling.
+ * (cuda_attention_tc_use_wgmma); see attention_wgmma.cu and the kernels'
+ * headers it names for the tiling.
  *
  * Built for sm_90a only (its own object library in CMakeLists.txt): call
  * nothing here unless cuda_attention_wgmma_takes says yes for the current
@@ -35,20 +36,17 @@ void cuda_attention_wgmma_backward(void *dqkv, const float *D, const void *dout,
                                    const float *lse, int B, int T, int hs, int NH, int NKV,
                                    st_dtype dt);
 
-/* Warpgroups per block, each 64 query rows (forward, dQ) or keys (dK/dV)
- * sharing the tiles the block streams: 1 or 2 forces it (tests and
- * benchmarks), anything else restores the default (2 for the forward at
- * head size 64 where the grid fills two waves of the SMs, else 1). The
- * results are the same either way (each row's and key's arithmetic does not
- * depend on it). */
+/* Warpgroups a block in the backward, each 64 query rows (dQ) or keys
+ * (dK/dV) sharing the tiles the block streams: 2 forces two (the plain
+ * kernels; measured slower), anything else one (the default). For tests
+ * and benchmarks; the results do not depend on it. */
 void cuda_attention_wgmma_set_groups(int groups);
 
-/* 1: the software-pipelined kernels (the next tile's S, or S and dP,
- * products overlap this tile's P V, or gradient, products): the forward
- * with one warpgroup a block, the backward at head size 64; 0: the plain
- * ones; negative: the build's defaults. The same arithmetic in the same
- * order either way; for tests and benchmarks. A forced 2 warpgroups a
- * block (cuda_attention_wgmma_set_groups) runs the plain forward. */
+/* The backward at head size 64 with one warpgroup a block: 1 its
+ * software-pipelined kernels (the next step's S and dP products overlap
+ * this step's gradient products; the default), 0 the plain ones, negative
+ * the build's default. The same arithmetic in the same order either way;
+ * for tests and benchmarks. (The forward has one kernel, pipelined.) */
 void cuda_attention_wgmma_set_pipeline(int on);
 
 #ifdef __cplusplus

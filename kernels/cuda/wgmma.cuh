@@ -1,0 +1,171 @@
+/* wgmma.cuh - device helpers for kernels on Hopper's warpgroup MMA
+ * (wgmma.mma_async, sm_90a), used by the attention kernels
+ * (attention_wgmma_fwd.cuh, attention_wgmma_bwd.cuh): shared-memory matrix
+ * descriptors, wgmma fences and waits, cp.async copies, the 128-byte
+ * swizzle, tile loads and the accumulator-to-fragment packing.
+ *
+ * Primitive: wgmma.mma_async m64nNk16 (wgmma_mma.cuh), one warpgroup (4
+ * warps, 128 threads) computing D[64 x N] += A[64 x 16] B[16 x N] with fp32
+ * accumulators. A comes from shared memory or from registers: the
+ * accumulator layout of a 64 x 64 product (thread t of warp w holds rows
+ * 16w + t/4 and +8, columns 8i + 2(t%4) and +1) packed to 16-bit pairs is
+ * exactly the register A layout of the next product (wg_frags). B comes
+ * from shared memory.
+ *
+ * Shared-memory tiles are 64 rows x 64 columns (128 bytes a row) in the
+ * 128-byte swizzle wgmma reads (16-byte chunk c of row r at c ^ (r % 8)); a
+ * head size of 128 is two such column blocks, 8192 bytes apart. Descriptors
+ * (PTX ISA, "Matrix Descriptor Format"): K-major operands (Q K^T: both
+ * tiles row-major in the reduced dimension) use leading offset 16 and stride
+ * 1024 (8 rows of 128 bytes); MN-major B operands (P V, dS K, P^T dO, dS^T
+ * Q: the row-major tile IS B[k][n]) use stride 1024 between groups of 8
+ * k-rows and leading offset 8192 between 64-column blocks. All were checked
+ * on an H100 against a float64 reference (tests/test_cuda_attention_tc.cu).
+ * Included by one translation unit (attention_wgmma.cu), built for sm_90a.
+ */
+#ifndef ST_WGMMA_CUH
+#define ST_WGMMA_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/wgmma_mma.cuh"
+
+#define WG_LOG2E 1.4426950408889634f
+
+/* ---- PTX helpers */
+
+__device__ __forceinline__ uint32_t wg_saddr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle; lbo and sbo in bytes. */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  uint64_t d = 0;
+  d |= (uint64_t)((saddr & 0x3FFFF) >> 4);
+  d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;
+  d |= (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
+  d |= (uint64_t)1 << 62;
+  return d;
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* Marks the 16 registers of four A fragments as read here: called after
+ * the wait that ends the wgmmas reading them, it keeps their registers
+ * from being reused for other values while those wgmmas run (which ptxas
+ * would answer by serializing every wgmma of the kernel). */
+__device__ __forceinline__ void wg_keep(uint32_t (*a)[4]) {
+#pragma unroll
+  for (int t = 0; t < 4; t++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) asm volatile("" : "+r"(a[t][r])::"memory");
+}
+/* Waits until at most one wgmma commit group (the newest) is in flight. */
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+/* cp.async writes are generic-proxy; wgmma reads through the async proxy. */
+__device__ __forceinline__ void wg_proxy_fence() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* 16 (or 4) bytes global -> shared, zero-filled when !valid (src stays mapped). */
+__device__ __forceinline__ void wg_cp16(void *s, const void *g, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_saddr(s)), "l"(g),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void wg_cp4(void *s, const void *g, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(wg_saddr(s)), "l"(g),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void wg_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* byte offset of 16-byte chunk c of row r in a swizzled [64][64] tile */
+__device__ __forceinline__ int wg_swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+
+/* ---- the storage type: its MMA wrappers and packing */
+template <typename E> struct wg_elem;
+template <> struct wg_elem<__nv_bfloat16> {
+  typedef __nv_bfloat162 E2;
+  static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss(d, a, b, sc); }
+  static __device__ __forceinline__ void rs64(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb(d, a, b, sc); }
+  static __device__ __forceinline__ void rs128(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb_n128(d, a, b, sc); }
+  static __device__ __forceinline__ E2 two(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct wg_elem<__half> {
+  typedef __half2 E2;
+  static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16(d, a, b, sc); }
+  static __device__ __forceinline__ void rs64(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb_f16(d, a, b, sc); }
+  static __device__ __forceinline__ void rs128(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb_n128_f16(d, a, b, sc); }
+  static __device__ __forceinline__ E2 two(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+template <typename E>
+__device__ __forceinline__ uint32_t wg_pack(float a, float b) {
+  typename wg_elem<E>::E2 v = wg_elem<E>::two(a, b);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* O (+)= A B, A one k16 slice in registers, B a row-major tile of 16 k-rows
+ * and HD columns (MN-major): one m64nHDk16 product. */
+template <typename E, int HD>
+__device__ __forceinline__ void wg_rs(float *d, const uint32_t *a, uint32_t b) {
+  if (HD == 64) wg_elem<E>::rs64(d, a, wg_desc(b, 8192, 1024), 1);
+  else wg_elem<E>::rs128(d, a, wg_desc(b, 8192, 1024), 1);
+}
+
+/* S = A B^T, A and B [64][HD] row-major tiles (K-major): m64n64, HD/16 k-steps. */
+template <typename E, int HD>
+__device__ __forceinline__ void wg_qk(float *s, uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
+    wg_elem<E>::ss(s, wg_desc(a + off, 16, 1024), wg_desc(b + off, 16, 1024), kk > 0);
+  }
+}
+
+/* Rows [0, 64) x HD columns of a row-major global matrix (row stride ld
+ * elements) into HD/64 swizzled tiles, NT threads; rows >= nvalid read as 0. */
+template <int HD, int NT>
+__device__ __forceinline__ void wg_load(char *s, const void *g, int ld, int nvalid, int tid) {
+  const char *gb = (const char *)g;
+#pragma unroll
+  for (int i = 0; i < 512 * (HD / 64) / NT; i++) {
+    const int idx = tid + i * NT, cb = idx >> 9, r = (idx >> 3) & 63, c = idx & 7;
+    const bool ok = r < nvalid;
+    wg_cp16(s + cb * 8192 + wg_swz(r, c), gb + (ok ? ((size_t)r * ld + cb * 64 + c * 8) * 2 : 0), ok);
+  }
+}
+
+/* Accumulator element i of a warpgroup's m64nN tile: its row in the 64 and
+ * its column. */
+__device__ __forceinline__ int wg_row(int w, int l, int i) { return 16 * w + (l >> 2) + 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int wg_col(int l, int i) { return (i >> 2) * 8 + (l & 3) * 2 + (i & 1); }
+
+/* A 64 x 64 fp32 accumulator as the register A operand of four k16 slices. */
+template <typename E>
+__device__ __forceinline__ void wg_frags(const float *x, uint32_t (*a)[4]) {
+#pragma unroll
+  for (int t = 0; t < 4; t++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) a[t][r] = wg_pack<E>(x[8 * t + 2 * r], x[8 * t + 2 * r + 1]);
+}
+
+/* The dynamic shared memory a kernel may ask for (host side). */
+template <typename Kernel>
+static void wg_smem_attr(Kernel k, int bytes) {
+  ST_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+#endif
