@@ -82,6 +82,7 @@
 #include "kernels/attention_choice.h"
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/attention_wgmma.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 #define TC_WARPS 4
@@ -91,37 +92,15 @@
 
 /* ---- PTX wrappers */
 
-__device__ __forceinline__ uint32_t tc_saddr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, asynchronously; bytes = 0 writes zeros and reads nothing. */
-__device__ __forceinline__ void tc_cp16(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_saddr(dst)), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void tc_cp4(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tc_saddr(dst)), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* Waits until at most N of this thread's commit groups are still in flight. */
-template <int N>
-__device__ __forceinline__ void tc_cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ void tc_ldsm4(uint32_t r[4], const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(tc_saddr(p)));
+               : "r"(st_saddr(p)));
 }
 __device__ __forceinline__ void tc_ldsm4t(uint32_t r[4], const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(tc_saddr(p)));
+               : "r"(st_saddr(p)));
 }
 
 /* Lane address offsets (row, column) inside a 16 x 16 block of a row-major
@@ -201,7 +180,7 @@ __device__ __forceinline__ void tc_load_rows(E *dst, const E *src, int64_t strid
   for (int i = threadIdx.x; i < ROWS * CH; i += TC_THREADS) {
     const int r = i / CH, c = i % CH, t = row0 + r;
     const E *g = src + (int64_t)(t < T ? t : 0) * stride + c * 8; /* a valid address either way */
-    tc_cp16(dst + r * LDS + c * 8, g, t < T ? 16 : 0);
+    st_cp16(dst + r * LDS + c * 8, g, t < T ? 16 : 0);
   }
 }
 
@@ -210,7 +189,7 @@ template <int N>
 __device__ __forceinline__ void tc_load_vec(float *dst, const float *v, int row0, int T) {
   if (threadIdx.x < N) {
     const int t = row0 + (int)threadIdx.x;
-    tc_cp4(dst + threadIdx.x, v + (t < T ? t : 0), t < T ? 4 : 0);
+    st_cp4(dst + threadIdx.x, v + (t < T ? t : 0), t < T ? 4 : 0);
   }
 }
 
@@ -235,7 +214,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   tc_load_rows<E, HD, BR>(Qs, base, R, q0, T);
   tc_load_rows<E, HD, BC>(Ks, kbase, R, 0, T);
   tc_load_rows<E, HD, BC>(Vs, vbase, R, 0, T);
-  tc_cp_commit();
+  st_cp_commit();
 
   uint32_t qf[MT][KD][4];
   float o[MT][ND][4], m[MT][2], l[MT][2];
@@ -256,10 +235,10 @@ __global__ void __launch_bounds__(TC_THREADS)
       /* that buffer was last read in iteration kt-1, which ended in a barrier */
       tc_load_rows<E, HD, BC>(Ks + ((kt + 1) & 1) * BC * LDS, kbase, R, k0 + BC, T);
       tc_load_rows<E, HD, BC>(Vs + ((kt + 1) & 1) * BC * LDS, vbase, R, k0 + BC, T);
-      tc_cp_commit();
-      tc_cp_wait<1>();
+      st_cp_commit();
+      st_cp_wait<1>();
     } else {
-      tc_cp_wait<0>();
+      st_cp_wait<0>();
     }
     __syncthreads();
     if (kt == 0) {
@@ -427,7 +406,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   tc_load_rows<E, HD, BR>(dOs, dout + (int64_t)b * T * C + h * HD, C, q0, T);
   tc_load_rows<E, HD, BC>(Ks, kbase, R, 0, T);
   tc_load_rows<E, HD, BC>(Vs, vbase, R, 0, T);
-  tc_cp_commit();
+  st_cp_commit();
 
   float L2[2], Dr[2];
 #pragma unroll
@@ -448,10 +427,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (kt + 1 < nk) {
       tc_load_rows<E, HD, BC>(Ks + ((kt + 1) & 1) * BC * LDS, kbase, R, k0 + BC, T);
       tc_load_rows<E, HD, BC>(Vs + ((kt + 1) & 1) * BC * LDS, vbase, R, k0 + BC, T);
-      tc_cp_commit();
-      tc_cp_wait<1>();
+      st_cp_commit();
+      st_cp_wait<1>();
     } else {
-      tc_cp_wait<0>();
+      st_cp_wait<0>();
     }
     __syncthreads();
     if (k0 <= w0 + 15) {
@@ -558,7 +537,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   tc_load_rows<E, HD, BK>(Ks, kbase, R, k0, T);
   tc_load_rows<E, HD, BK>(Vs, vbase, R, k0, T);
   TC_DKV_LOAD(0, 0);
-  tc_cp_commit();
+  st_cp_commit();
 
   float dk[ND][4], dv[ND][4];
 #pragma unroll
@@ -572,10 +551,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float *Lb = Ls + cur * BQ, *Db = Ds + cur * BQ;
     if (i + 1 < count) {
       TC_DKV_LOAD(i + 1, nxt);
-      tc_cp_commit();
-      tc_cp_wait<1>();
+      st_cp_commit();
+      st_cp_wait<1>();
     } else {
-      tc_cp_wait<0>();
+      st_cp_wait<0>();
     }
     __syncthreads();
     if (q0 + BQ - 1 >= w0) { /* else every query of the tile precedes the warp's keys */

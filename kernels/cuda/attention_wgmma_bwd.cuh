@@ -32,7 +32,7 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
              int NH, int NKV) {
   constexpr int NT = 128 * NWG, TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
-  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sQ = sm, *sdO = sm + NWG * TILE, *sK = sdO + NWG * TILE, *sV = sK + 2 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -48,7 +48,7 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
   }
   wg_load<HD, NT>(sK, base + kc, ld, T, tid);
   wg_load<HD, NT>(sV, base + vc, ld, T, tid);
-  wg_cp_commit();
+  st_cp_commit();
   const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
   const int my0 = row0 + 64 * wg, r0 = my0 + 16 * w + (l >> 2);
   float L2[2], Dr[2];
@@ -68,21 +68,21 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
       const size_t k1 = (size_t)(j + 1) * 64;
       wg_load<HD, NT>(sK + (buf ^ 1) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
       wg_load<HD, NT>(sV + (buf ^ 1) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
-      wg_cp_commit();
-      wg_cp_wait<1>();
+      st_cp_commit();
+      st_cp_wait<1>();
     } else {
-      wg_cp_wait<0>();
+      st_cp_wait<0>();
     }
     wg_proxy_fence();
     __syncthreads();
     if (my0 < T && j <= diag) {
-      const uint32_t k0 = wg_saddr(sK + buf * TILE), v0 = wg_saddr(sV + buf * TILE);
+      const uint32_t k0 = st_saddr(sK + buf * TILE), v0 = st_saddr(sV + buf * TILE);
       float s[32], dp[32];
 #pragma unroll
       for (int i = 0; i < 32; i++) s[i] = dp[i] = 0.f;
       wg_fence();
-      wg_qk<E, HD>(s, wg_saddr(sQ + wg * TILE), k0);
-      wg_qk<E, HD>(dp, wg_saddr(sdO + wg * TILE), v0);
+      wg_qk<E, HD>(s, st_saddr(sQ + wg * TILE), k0);
+      wg_qk<E, HD>(dp, st_saddr(sdO + wg * TILE), v0);
       wg_commit();
       wg_wait0();
       if (j == diag) {
@@ -125,8 +125,8 @@ __device__ __forceinline__ void wg_load_stats(float *sL, float *sD, const float 
                                               const float *dr, int q0, int T, int tid) {
   const int q = q0 + (tid & 63);
   const bool ok = q < T;
-  if (tid < 64) wg_cp4(sL + tid, lr + (ok ? q : 0), ok);
-  else if (tid < 128) wg_cp4(sD + tid - 64, dr + (ok ? q : 0), ok);
+  if (tid < 64) st_cp4(sL + tid, lr + (ok ? q : 0), ok ? 4 : 0);
+  else if (tid < 128) st_cp4(sD + tid - 64, dr + (ok ? q : 0), ok ? 4 : 0);
 }
 
 /* ---- backward, dK and dV: NWG warpgroups of 64 keys share each Q/dO tile.
@@ -137,7 +137,7 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
               int NH, int NKV) {
   constexpr int NT = 128 * NWG, TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
-  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sK = sm, *sV = sm + NWG * TILE, *sQ = sV + NWG * TILE, *sdO = sQ + 2 * TILE;
   float *sL = (float *)(sdO + 2 * TILE), *sD = sL + 128; /* [2][64] each */
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
@@ -158,7 +158,7 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
   wg_load<HD, NT>(sQ, base + (size_t)key0 * ld + (kvh * G) * HD, ld, T - key0, tid);
   wg_load<HD, NT>(sdO, ob + (size_t)key0 * C + (kvh * G) * HD, C, T - key0, tid);
   wg_load_stats(sL, sD, lb + (size_t)(kvh * G) * T, db + (size_t)(kvh * G) * T, key0, T, tid);
-  wg_cp_commit();
+  st_cp_commit();
   const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
   float dk[HD / 2], dv[HD / 2];
 #pragma unroll
@@ -173,22 +173,22 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
       wg_load<HD, NT>(sdO + nb * TILE, ob + (size_t)q1 * C + h1 * HD, C, T - q1, tid);
       wg_load_stats(sL + nb * 64, sD + nb * 64, lb + (size_t)h1 * T, db + (size_t)h1 * T, q1, T,
                     tid);
-      wg_cp_commit();
-      wg_cp_wait<1>();
+      st_cp_commit();
+      st_cp_wait<1>();
     } else {
-      wg_cp_wait<0>();
+      st_cp_wait<0>();
     }
     wg_proxy_fence();
     __syncthreads();
     if (wk0 < T && qi >= diag) {
-      const uint32_t q0 = wg_saddr(sQ + buf * TILE), o0 = wg_saddr(sdO + buf * TILE);
+      const uint32_t q0 = st_saddr(sQ + buf * TILE), o0 = st_saddr(sdO + buf * TILE);
       const float *L = sL + buf * 64, *Dd = sD + buf * 64;
       float s[32], dp[32];
 #pragma unroll
       for (int i = 0; i < 32; i++) s[i] = dp[i] = 0.f;
       wg_fence();
-      wg_qk<E, HD>(s, wg_saddr(sK + wg * TILE), q0);
-      wg_qk<E, HD>(dp, wg_saddr(sV + wg * TILE), o0);
+      wg_qk<E, HD>(s, st_saddr(sK + wg * TILE), q0);
+      wg_qk<E, HD>(dp, st_saddr(sV + wg * TILE), o0);
       wg_commit();
       wg_wait0();
       if (qi == diag) {
@@ -250,7 +250,7 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
                   int NH, int NKV) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
-  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sQ = sm, *sdO = sm + TILE, *sK = sdO + TILE, *sV = sK + 3 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -262,7 +262,7 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
     const size_t k1 = (size_t)j * 64;
     wg_load<HD, 128>(sK + (j % 3) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
     wg_load<HD, 128>(sV + (j % 3) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
-    wg_cp_commit();
+    st_cp_commit();
   };
   wg_load<HD, 128>(sQ, base + (size_t)row0 * ld + h * HD, ld, T - row0, tid);
   wg_load<HD, 128>(sdO, ob + (size_t)row0 * C + h * HD, C, T - row0, tid);
@@ -281,8 +281,8 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
   for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
   auto issue_sdp = [&](int j) {
     wg_fence();
-    wg_qk<E, HD>(s, wg_saddr(sQ), wg_saddr(sK + (j % 3) * TILE));
-    wg_qk<E, HD>(dp, wg_saddr(sdO), wg_saddr(sV + (j % 3) * TILE));
+    wg_qk<E, HD>(s, st_saddr(sQ), st_saddr(sK + (j % 3) * TILE));
+    wg_qk<E, HD>(dp, st_saddr(sdO), st_saddr(sV + (j % 3) * TILE));
     wg_commit();
   };
   auto ds_step = [&](int j, uint32_t (*a)[4]) {
@@ -303,22 +303,22 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
     wg_frags<E>(dp, a);
   };
   uint32_t a[4][4];
-  if (steps > 1) wg_cp_wait<1>();
-  else wg_cp_wait<0>();
+  if (steps > 1) st_cp_wait<1>();
+  else st_cp_wait<0>();
   wg_proxy_fence();
   __syncthreads();
   issue_sdp(0);
   wg_wait0();
   ds_step(0, a);
   auto issue_dq = [&](int j) {
-    const uint32_t k0 = wg_saddr(sK + (j % 3) * TILE);
+    const uint32_t k0 = st_saddr(sK + (j % 3) * TILE);
     wg_fence();
 #pragma unroll
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
     wg_commit();
   };
   for (int j = 0; j + 1 < steps; j++) {
-    wg_cp_wait<0>();
+    st_cp_wait<0>();
     wg_proxy_fence();
     /* tile j+1 visible to all; every thread's step j-1 products are done,
      * so buffer (j+2) % 3 is free */
@@ -356,7 +356,7 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
                    int T, int NH, int NKV) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
-  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sK = sm, *sV = sm + TILE, *sQ = sV + TILE, *sdO = sQ + 3 * TILE;
   float *sL = (float *)(sdO + 3 * TILE), *sD = sL + 192; /* [3][64] each */
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
@@ -372,7 +372,7 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     wg_load<HD, 128>(sQ + bf * TILE, base + (size_t)q * ld + hm * HD, ld, T - q, tid);
     wg_load<HD, 128>(sdO + bf * TILE, ob + (size_t)q * C + hm * HD, C, T - q, tid);
     wg_load_stats(sL + bf * 64, sD + bf * 64, lb + (size_t)hm * T, db + (size_t)hm * T, q, T, tid);
-    wg_cp_commit();
+    st_cp_commit();
   };
   wg_load<HD, 128>(sK, base + (size_t)key0 * ld + kc, ld, T - key0, tid);
   wg_load<HD, 128>(sV, base + (size_t)key0 * ld + vc, ld, T - key0, tid);
@@ -385,8 +385,8 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   const int kr0 = key0 + 16 * w + (l >> 2); /* this thread's keys: kr0, kr0 + 8 */
   auto issue_sdp = [&](int m) {
     wg_fence();
-    wg_qk<E, HD>(s, wg_saddr(sK), wg_saddr(sQ + (m % 3) * TILE));
-    wg_qk<E, HD>(dp, wg_saddr(sV), wg_saddr(sdO + (m % 3) * TILE));
+    wg_qk<E, HD>(s, st_saddr(sK), st_saddr(sQ + (m % 3) * TILE));
+    wg_qk<E, HD>(dp, st_saddr(sV), st_saddr(sdO + (m % 3) * TILE));
     wg_commit();
   };
   auto p_ds_step = [&](int m, uint32_t (*pa)[4], uint32_t (*sa)[4]) {
@@ -413,15 +413,15 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     wg_frags<E>(dp, sa);
   };
   uint32_t ap[4][4], as[4][4];
-  if (steps > 1) wg_cp_wait<1>();
-  else wg_cp_wait<0>();
+  if (steps > 1) st_cp_wait<1>();
+  else st_cp_wait<0>();
   wg_proxy_fence();
   __syncthreads();
   issue_sdp(0);
   wg_wait0();
   p_ds_step(0, ap, as);
   auto issue_dkv = [&](int n) {
-    const uint32_t q0 = wg_saddr(sQ + (n % 3) * TILE), o0 = wg_saddr(sdO + (n % 3) * TILE);
+    const uint32_t q0 = st_saddr(sQ + (n % 3) * TILE), o0 = st_saddr(sdO + (n % 3) * TILE);
     wg_fence();
 #pragma unroll
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(dv, ap[t], o0 + t * 2048);
@@ -432,7 +432,7 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   /* the last step peeled off: ptxas serializes the wgmmas when the issue
    * of the next step's products and the wait for them sit in branches */
   for (int n = 0; n + 1 < steps; n++) {
-    wg_cp_wait<0>();
+    st_cp_wait<0>();
     wg_proxy_fence();
     __syncthreads(); /* as in wg_dq_pipe_kernel */
     if (n + 2 < steps) load_step(n + 2);

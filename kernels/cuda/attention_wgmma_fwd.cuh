@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(128)
 wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
-  char *sm = smem_raw + ((1024 - (wg_saddr(smem_raw) & 1023)) & 1023);
+  char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sQ = sm, *sK = sm + TILE, *sV = sK + 3 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -37,7 +37,7 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
     const size_t k1 = (size_t)j * 64;
     wg_load<HD, 128>(sK + (j % 3) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
     wg_load<HD, 128>(sV + (j % 3) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
-    wg_cp_commit();
+    st_cp_commit();
   };
   wg_load<HD, 128>(sQ, base + (size_t)row0 * ld + h * HD, ld, T - row0, tid);
   load_step(0);
@@ -48,7 +48,7 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
   for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
   auto issue_s = [&](int j) {
     wg_fence();
-    wg_qk<E, HD>(s, wg_saddr(sQ), wg_saddr(sK + (j % 3) * TILE));
+    wg_qk<E, HD>(s, st_saddr(sQ), st_saddr(sK + (j % 3) * TILE));
     wg_commit();
   };
   /* tile j's softmax on s: the running maximum and sum, corr, P into a */
@@ -95,15 +95,15 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
     for (int i = 0; i < HD / 2; i++) o[i] *= corr[(i >> 1) & 1];
   };
   auto issue_pv = [&](int j, uint32_t (*a)[4]) {
-    const uint32_t v0 = wg_saddr(sV + (j % 3) * TILE);
+    const uint32_t v0 = st_saddr(sV + (j % 3) * TILE);
     wg_fence();
 #pragma unroll
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(o, a[t], v0 + t * 2048);
     wg_commit();
   };
   uint32_t a[4][4];
-  if (steps > 1) wg_cp_wait<1>();
-  else wg_cp_wait<0>();
+  if (steps > 1) st_cp_wait<1>();
+  else st_cp_wait<0>();
   wg_proxy_fence();
   __syncthreads();
   issue_s(0);
@@ -113,7 +113,7 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
   /* the last tile peeled off: ptxas serializes the wgmmas when the issue of
    * the next tile's product and the wait for it sit in branches */
   for (int j = 0; j + 1 < steps; j++) {
-    wg_cp_wait<0>();
+    st_cp_wait<0>();
     wg_proxy_fence();
     /* tile j+1 visible to all; every thread's products of tile j-1 are
      * done, so buffer (j+2) % 3 is free */

@@ -33,16 +33,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/wgmma_mma.cuh"
 
 #define WG_LOG2E 1.4426950408889634f
 
 /* ---- PTX helpers */
-
-__device__ __forceinline__ uint32_t wg_saddr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
 
 /* Shared-memory matrix descriptor, 128-byte swizzle; lbo and sbo in bytes. */
 __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
@@ -72,23 +69,6 @@ __device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync
 /* cp.async writes are generic-proxy; wgmma reads through the async proxy. */
 __device__ __forceinline__ void wg_proxy_fence() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/* 16 (or 4) bytes global -> shared, zero-filled when !valid (src stays mapped). */
-__device__ __forceinline__ void wg_cp16(void *s, const void *g, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_saddr(s)), "l"(g),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void wg_cp4(void *s, const void *g, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(wg_saddr(s)), "l"(g),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void wg_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* byte offset of 16-byte chunk c of row r in a swizzled [64][64] tile */
@@ -144,7 +124,8 @@ __device__ __forceinline__ void wg_load(char *s, const void *g, int ld, int nval
   for (int i = 0; i < 512 * (HD / 64) / NT; i++) {
     const int idx = tid + i * NT, cb = idx >> 9, r = (idx >> 3) & 63, c = idx & 7;
     const bool ok = r < nvalid;
-    wg_cp16(s + cb * 8192 + wg_swz(r, c), gb + (ok ? ((size_t)r * ld + cb * 64 + c * 8) * 2 : 0), ok);
+    st_cp16(s + cb * 8192 + wg_swz(r, c), gb + (ok ? ((size_t)r * ld + cb * 64 + c * 8) * 2 : 0),
+            ok ? 16 : 0);
   }
 }
 
