@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int st_attention_tc_takes(int C, int NH, st_dtype dt) {
   if (dt != ST_BF16 && dt != ST_FP16) return 0;
@@ -16,6 +17,37 @@ int st_attention_simt_tile(int C, int NH) {
   if (C <= 0 || NH <= 0 || C % NH != 0) return 0;
   const int hs = C / NH;
   return hs <= 32 ? 32 : hs <= 64 ? 64 : hs <= 128 ? 128 : 0;
+}
+
+int st_attention_ours_takes(int C, int NH, st_dtype dt) {
+  return st_attention_simt_tile(C, NH) > 0 || st_attention_tc_takes(C, NH, dt);
+}
+
+int st_attention_cudnn_takes_head(int hs) { return hs > 0 && hs % 8 == 0 && hs <= 128; }
+
+int st_attention_head_refusal(const char *asked, int C, int NH, st_dtype dt, char *msg,
+                              unsigned long cap) {
+  const int hs = NH > 0 ? C / NH : 0;
+  const char *heads = NH == 1 ? "head" : "heads";
+  const int flash = strcmp(asked, "flash") == 0, cudnn = strcmp(asked, "cudnn") == 0;
+  if (!st_attention_ours_takes(C, NH, dt)) {
+    /* cuDNN's sizes lie inside ours, so another --attention never helps */
+    if (flash || dt == ST_FP32)
+      snprintf(msg, cap, "--heads/--dim: head size %d (width %d / %d %s) has no attention "
+               "kernel of ours (head sizes 1 to 128); use more heads", hs, C, NH, heads);
+    else
+      snprintf(msg, cap, "--heads/--dim: head size %d (width %d / %d %s): cuDNN's fused "
+               "attention takes multiples of 8 up to 128 and our kernels 1 to 128; use more "
+               "heads", hs, C, NH, heads);
+    return 1;
+  }
+  if (cudnn && dt != ST_FP32 && !st_attention_cudnn_takes_head(hs)) {
+    snprintf(msg, cap, "--attention cudnn: cuDNN's fused attention needs a head size that is a "
+             "multiple of 8 and at most 128, got %d (width %d / %d %s); use --attention "
+             "flash or auto (ours run it)", hs, C, NH, heads);
+    return 1;
+  }
+  return 0;
 }
 
 /* ST_ATTENTION_CUDNN_SEQS as a positive int, or 0 when unset; a value that

@@ -23,6 +23,25 @@ int st_attention_tc_takes(int C, int NH, st_dtype dt);
  * C/NH; 0 when C/NH is not a whole number from 1 to 128 (no kernel). */
 int st_attention_simt_tile(int C, int NH);
 
+/* 1 when one of our own kernels takes width C with NH heads in dtype dt on
+ * the CUDA backend (the tensor-core ones or the fp32-arithmetic ones: any
+ * whole head size from 1 to 128), else 0. train refuses the rest at setup
+ * (attention.cu) and plan at plan time, with the same words. */
+int st_attention_ours_takes(int C, int NH, st_dtype dt);
+
+/* 1 when cuDNN 9's fused attention takes head size hs: a multiple of 8, at
+ * most 128 (the backward's documented support surface on Hopper), else 0. */
+int st_attention_cudnn_takes_head(int hs);
+
+/* The refusal train's setup (attention.cu) and plan share for a head size
+ * that nothing on the CUDA backend would run with --attention asked
+ * ("auto", "cudnn" or "flash") in dtype dt: ours take whole head sizes 1
+ * to 128, cuDNN multiples of 8 up to 128 (bf16/fp16 only; fp32 runs ours).
+ * 1 with one line naming --heads/--dim or --attention and the fix in
+ * msg[cap]; 0 when something runs (msg untouched). */
+int st_attention_head_refusal(const char *asked, int C, int NH, st_dtype dt, char *msg,
+                              unsigned long cap);
+
 /* Sequences per cuDNN attention backward call. cuDNN's deterministic
  * backward keeps dP for every sequence of a call in its workspace, NH x T'^2
  * x 2 bytes a sequence (T' = T rounded up to 64;

@@ -453,6 +453,13 @@ int st_cmd_plan(int argc, char **argv) {
                     "fp16 only; use --precision bf16|fp16, or --attention auto|flash with fp32");
     return st_cli_fail(ST_EXIT_USAGE);
   }
+  char why[256];
+  if (in.backend == ST_BACKEND_CUDA && st_attention_head_refusal(rc->attention, rc->model.n_embd,
+                                                                 rc->model.n_head, in.dtype, why,
+                                                                 sizeof why)) {
+    st_error_setc(ST_EXIT_USAGE, "%s", why); /* train's setup refuses it so */
+    return st_cli_fail(ST_EXIT_USAGE);
+  }
   if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
     cudnn_ws = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
   default_note(&in, rc->attention);

@@ -12,6 +12,8 @@
  *    largest divisor of it at or below a cap (given, or else from
  *    ST_ATTENTION_CUDNN_SEQS; a bad value is ignored); and the smallest
  *    group --attention auto considers (768 tiles of 128 rows a call).
+ * 4. The head sizes nothing runs, refused by plan and train's setup in the
+ *    same words.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -20,6 +22,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/attention_choice.h"
 
@@ -101,9 +104,47 @@ static void test_cudnn_min_group(void **state) {
   assert_int_equal(st_attention_cudnn_min_group(4, 1024, 0), 1);
 }
 
+/* The refusal plan and train's setup share: what runs nothing, by asked
+ * mode and dtype, and one line naming the flag and the fix. */
+static void test_head_refusal(void **state) {
+  (void)state;
+  char m[256];
+  static const char *const modes[] = {"auto", "cudnn", "flash"};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(st_attention_head_refusal(modes[i], 768, 12, ST_BF16, m, sizeof m), 0);
+    assert_int_equal(st_attention_head_refusal(modes[i], 2048, 16, ST_FP16, m, sizeof m), 0);
+    m[0] = 0;
+    assert_int_equal(st_attention_head_refusal(modes[i], 2048, 8, ST_BF16, m, sizeof m), 1);
+    assert_non_null(strstr(m, "head size 256 (width 2048 / 8 heads)"));
+    assert_non_null(strstr(m, "use more heads"));
+    assert_null(strchr(m, '\n'));
+  }
+  /* ours take any whole head size to 128; cuDNN only multiples of 8 */
+  assert_int_equal(st_attention_head_refusal("auto", 72, 2, ST_BF16, m, sizeof m), 0);
+  assert_int_equal(st_attention_head_refusal("flash", 72, 2, ST_BF16, m, sizeof m), 0);
+  assert_int_equal(st_attention_head_refusal("cudnn", 72, 2, ST_BF16, m, sizeof m), 1);
+  assert_non_null(strstr(m, "--attention cudnn"));
+  assert_non_null(strstr(m, "got 36"));
+  /* fp32 runs ours whatever was asked: 36 is fine, 256 names ours only */
+  assert_int_equal(st_attention_head_refusal("cudnn", 72, 2, ST_FP32, m, sizeof m), 0);
+  assert_int_equal(st_attention_head_refusal("auto", 2048, 8, ST_FP32, m, sizeof m), 1);
+  assert_non_null(strstr(m, "no attention kernel of ours"));
+  assert_int_equal(st_attention_head_refusal("flash", 2048, 8, ST_BF16, m, sizeof m), 1);
+  assert_null(strstr(m, "--attention")); /* no other mode runs it either */
+  /* the cuDNN head-size rule itself */
+  assert_int_equal(st_attention_cudnn_takes_head(64), 1);
+  assert_int_equal(st_attention_cudnn_takes_head(128), 1);
+  assert_int_equal(st_attention_cudnn_takes_head(136), 0);
+  assert_int_equal(st_attention_cudnn_takes_head(36), 0);
+  assert_int_equal(st_attention_cudnn_takes_head(0), 0);
+  assert_int_equal(st_attention_ours_takes(2048, 16, ST_FP32), 1);
+  assert_int_equal(st_attention_ours_takes(2048, 8, ST_BF16), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_tc), cmocka_unit_test(test_simt),
                                      cmocka_unit_test(test_cudnn_group),
-                                     cmocka_unit_test(test_cudnn_min_group)};
+                                     cmocka_unit_test(test_cudnn_min_group),
+                                     cmocka_unit_test(test_head_refusal)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -487,14 +487,16 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
                      : cuda_attention_tc_runs_wgmma(B, C, NH, dt)
                          ? "our flash attention on Hopper's warpgroup MMA (attention_wgmma.cu)"
                          : "our tensor-core FlashAttention-2 (attention_tc.cu)";
-  /* Where ours run, a head size they lack is refused here, at setup, not by
-   * st_cuda_fail inside the first step. */
-  const int ours_take = st_attention_simt_tile(C, NH) > 0 || st_attention_tc_takes(C, NH, dt);
+  /* A head size nothing runs is refused here, at setup, not by
+   * st_cuda_fail inside the first step; plan says the same words. */
+  const int ours_take = st_attention_ours_takes(C, NH, dt);
   const int hs = NH > 0 ? C / NH : 0;
-  if (!ours_take && (want == ST_ATTENTION_FLASH || dt == ST_FP32))
-    return st_error_setc(ST_EXIT_USAGE, "--heads/--dim: head size %d (width %d / %d heads) has "
-                         "no attention kernel of ours (head sizes 1 to 128); use more heads%s",
-                         hs, C, NH, dt == ST_FP32 ? "" : ", or --attention auto|cudnn");
+  char why[256];
+  if (st_attention_head_refusal(want == ST_ATTENTION_FLASH   ? "flash"
+                                : want == ST_ATTENTION_CUDNN ? "cudnn"
+                                                             : "auto",
+                                C, NH, dt, why, sizeof why))
+    return st_error_setc(ST_EXIT_USAGE, "%s", why);
   if (want == ST_ATTENTION_FLASH) {
     /* --attention auto settling on ours comes here too: cuDNN's plans for
      * the shape it gave up are of no further use */

@@ -504,9 +504,7 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
   if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || NKV < 1 || NH % NKV != 0)
     return fail("cuDNN attention: bad shape B=%d T=%d C=%d NH=%d NKV=%d", B, T, C, NH, NKV);
   const int hs = C / NH;
-  /* cuDNN 9's fused attention engines: head size a multiple of 8, at most
-   * 128 for the backward on Hopper (its documented support surface). */
-  if (hs % 8 != 0 || hs > 128)
+  if (!st_attention_cudnn_takes_head(hs))
     return fail("cuDNN attention needs a head size that is a multiple of 8 and at most 128, "
                 "got %d (C=%d / NH=%d)", hs, C, NH);
   entry *e = find(B, T, C, NH, NKV, dt);

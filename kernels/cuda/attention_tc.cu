@@ -71,6 +71,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +85,7 @@
 #include "kernels/cuda/attention_wgmma.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "util/envparse.h"
 
 #define TC_WARPS 4
 #define TC_THREADS (32 * TC_WARPS)
@@ -707,14 +709,18 @@ int cuda_attention_tc_supported(int C, int NH, st_dtype dt) {
   return st_attention_tc_takes(C, NH, dt); /* the rule, unit-tested on the CPU */
 }
 
-/* -1 until the first call reads ST_ATTENTION_WGMMA (unset or anything but
- * "0": on). */
+/* -1 until the first call reads ST_ATTENTION_WGMMA: unset, "" or "1" on,
+ * "0" off; anything else is reported once and leaves them on. */
 static int g_use_wgmma = -1;
 
 static int use_wgmma(void) {
   if (g_use_wgmma < 0) {
     const char *e = getenv("ST_ATTENTION_WGMMA");
-    g_use_wgmma = !(e && strcmp(e, "0") == 0);
+    const int k = st_envparse_switch(e);
+    if (k < 0)
+      fprintf(stderr, "shardtrain: warning: ST_ATTENTION_WGMMA=%s is not 0 or 1; the "
+              "warpgroup-MMA kernels stay on where they run\n", e);
+    g_use_wgmma = !(e && *e) || k != 0;
   }
   return g_use_wgmma;
 }

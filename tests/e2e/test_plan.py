@@ -217,6 +217,26 @@ r = plan(["--model", "gpt2-124m", "--device", "cpu", "--attention", "cudnn", "--
          None)
 check(r.returncode == 2 and "needs the CUDA backend" in r.stderr,
       "--attention cudnn on the CPU: exit 2, as train")
+# a head size nothing on the GPU runs: refused as train's setup refuses it
+# (exit 2, the same words), while the CPU's reference takes any
+wide = ["--model", "tiny", "--layers", 2, "--heads", 1, "--dim", 256, "--global-batch", 8]
+for att in ("flash", "auto", "cudnn"):
+    r = plan(wide + ["--device", "cuda", "--precision", "bf16", "--attention", att], None)
+    check(r.returncode == 2 and "head size 256" in r.stderr and "more heads" in r.stderr
+          and r.stderr.count("\n") == 1,
+          f"head size 256, --attention {att}: one line, exit 2 ({r.stderr.strip()[:120]})")
+r = plan(wide + ["--device", "cuda", "--precision", "fp32"], None)
+check(r.returncode == 2 and "no attention kernel of ours" in r.stderr,
+      "head size 256 in fp32 on CUDA: exit 2, our kernels named")
+r = plan(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--global-batch", 8,
+          "--device", "cuda", "--precision", "bf16", "--attention", "cudnn"], None)
+check(r.returncode == 2 and "multiple of 8" in r.stderr and "--attention flash" in r.stderr,
+      "head size 36 with --attention cudnn: exit 2, the fix named")
+r = plan(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--global-batch", 8,
+          "--device", "cuda", "--precision", "bf16", "--attention", "auto"], None)
+check(r.returncode in (0, 6), "head size 36 with --attention auto: ours plan it")
+r = plan(wide + ["--device", "cpu"], None)
+check(r.returncode in (0, 6), "head size 256 on the CPU: the reference plans it")
 # --fit at T=65536 under 24 GiB: the workspace (24 GiB per sequence) never
 # crowds out the search, which finds micro-batch 1 with ours
 d = plan_json(["--model", "gpt2-124m", "--seq-len", 65536, "--global-batch", 1, "--device", "cuda",
