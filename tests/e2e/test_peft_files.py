@@ -29,7 +29,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import bf16_round, read_st, soft_check, soft_finish  # noqa: E402
+from common import bf16_round, oracle_cache, read_st, soft_check, soft_finish  # noqa: E402
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GPT2_MODULES = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
@@ -66,23 +66,11 @@ def fixtures():
 
 def safetensors_module():
     """The safetensors package (imported, or pip-installed into .cache/oracle), or None."""
-    cache = os.path.join(REPO, ".cache", "oracle")
-    sys.path.insert(0, cache)
-    try:
-        import safetensors  # noqa: F401
-        return safetensors
-    except ImportError:
-        pass
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                        "--disable-pip-version-check", "--break-system-packages",
-                        "--root-user-action=ignore", "--no-deps", "--target", cache,
-                        "safetensors"], capture_output=True, text=True)
-    if r.returncode != 0:
-        print("note: pip could not install safetensors into", cache, "(" +
-              (r.stderr.strip().splitlines() or ["no message"])[-1] + "); reading by the header")
+    err = oracle_cache(["safetensors"], python=sys.executable, no_deps=True)
+    if err:
+        print("note: pip could not install safetensors into .cache/oracle (" + err +
+              "); reading by the header")
         return None
-    import importlib
-    importlib.invalidate_caches()
     import safetensors
     return safetensors
 

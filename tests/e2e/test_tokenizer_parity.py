@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tokenizer"))
-from common import gpt2_tokenizer, parse_args  # noqa: E402
+from common import gpt2_tokenizer, oracle_cache, parse_args  # noqa: E402
 from common import soft_check as check, soft_finish  # noqa: E402
 import oracle  # noqa: E402
 
@@ -123,36 +123,20 @@ bad("unknown_merge_token", {"vocab.json": vocab, "merges.txt": merges + b"\xc4\x
 bad("vocab_not_json", {"vocab.json": b"{\"a\": ", "merges.txt": merges}, "vocab.json")
 
 # ---- live oracles ----
-cache = os.path.join(REPO, ".cache", "oracle")
-sys.path.insert(0, cache)
-
-
-def have_oracles():
-    try:
-        import tiktoken  # noqa: F401
-        import tokenizers  # noqa: F401
-        import transformers  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
+live = ""
 if os.environ.get("ST_TEST_SANITIZER"):
     # The live part repeats the golden checks against the oracles, over
     # every code point: in the sanitizer stage that doubled the test's
     # minutes and ran no C path the golden part did not.
     print("SKIP live oracles under the sanitizers (tests/sanitizers/env.sh); "
           "the golden-file checks above ran")
-elif not have_oracles():
-    r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--quiet",
-                        "--disable-pip-version-check", "--break-system-packages",
-                        "--root-user-action=ignore", "--target", cache,
-                        "tiktoken", "tokenizers", "transformers"], capture_output=True, text=True)
-    if r.returncode != 0:
-        print("SKIP live oracles: pip could not install tiktoken/tokenizers/transformers into",
-              cache, "(" + (r.stderr.strip().splitlines() or ["no message"])[-1] + ");",
-              "the golden-file checks above ran")
-if not os.environ.get("ST_TEST_SANITIZER") and have_oracles():
+    live = "sanitizers"
+else:
+    live = oracle_cache(["tiktoken", "tokenizers", "transformers"])
+    if live:
+        print("SKIP live oracles: pip could not install tiktoken/tokenizers/transformers into "
+              ".cache/oracle (" + live + "); the golden-file checks above ran")
+if not live:
     import tiktoken
     import transformers
     print(f"live oracles: tiktoken {tiktoken.__version__}, transformers {transformers.__version__}")
