@@ -489,8 +489,6 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
                          : "our tensor-core FlashAttention-2 (attention_tc.cu)";
   /* A head size nothing runs is refused here, at setup, not by
    * st_cuda_fail inside the first step; plan says the same words. */
-  const int ours_take = st_attention_ours_takes(C, NH, dt);
-  const int hs = NH > 0 ? C / NH : 0;
   char why[256];
   if (st_attention_head_refusal(want == ST_ATTENTION_FLASH   ? "flash"
                                 : want == ST_ATTENTION_CUDNN ? "cudnn"
@@ -519,10 +517,6 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
     if (want == ST_ATTENTION_CUDNN)
       return st_error_set("--attention cudnn: %s; use --attention flash (or auto, which falls "
                           "back to it)", cuda_attention_cudnn_error());
-    if (!ours_take)
-      return st_error_setc(ST_EXIT_USAGE, "--heads/--dim: head size %d (width %d / %d heads): "
-                           "cuDNN has no plan (%.120s) and our kernels take head sizes 1 to "
-                           "128; use more heads", hs, C, NH, cuda_attention_cudnn_error());
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: cuDNN has no "
              "plan here: %.120s)", ours, cuda_attention_cudnn_error());
     cuda_attention_cudnn_release(); /* the handle (and any plan) the failed prepare left */
