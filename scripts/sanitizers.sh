@@ -55,6 +55,8 @@ werror=OFF
 if [ ! -f build-asan/CMakeCache.txt ]; then
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDTRAIN_CUDA=OFF \
         -DSHARDTRAIN_SANITIZE=ON -DSHARDTRAIN_WERROR=$werror
+elif [ $werror = ON ] && ! grep -q '^SHARDTRAIN_WERROR:BOOL=ON' build-asan/CMakeCache.txt; then
+  cmake -S . -B build-asan -DSHARDTRAIN_WERROR=ON   # as in build.sh
 fi
 cmake --build build-asan -j "$(nproc)"
 # The run-time options (abort on any finding, leak check at exit with Open
