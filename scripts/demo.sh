@@ -31,7 +31,7 @@ TRAIN=("${MPIRUN[@]}" $BIN train --data data/kjv.h5 --out runs/demo --model smal
 start=$(date +%s)
 echo "== leg 1: train to step $((STEPS / 2)), then stop (as a preempted job would)"
 "${TRAIN[@]}" --stop-after $((STEPS / 2))
-echo "== leg 2: resume from runs/demo/ckpt/latest and finish"
+echo "== leg 2 (leg 1 took $(( $(date +%s) - start )) s; this leg's step lines count their time from 0): resume from runs/demo/ckpt/latest and finish"
 "${TRAIN[@]}"
 end=$(date +%s)
 
