@@ -65,7 +65,7 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
                         const float *lse, int B, int T, int NH, int NKV) {
   constexpr int TILE = (HD / 64) * 8192;
   const int sq = 1024 + (2 * NWG + 4) * TILE, skv = sq + 1024;
-  const int sq3 = 1024 + 8 * TILE, skv3 = sq3 + 1536; /* pipelined: three buffers */
+  const int sq3 = 1024 + 7 * TILE, skv3 = 1024 + 6 * TILE + 1536; /* pipelined */
   static bool attr;
   if (!attr) {
     wg_smem_attr(wg_dq_kernel<E, HD, NWG>, sq);
@@ -103,7 +103,7 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
 
 template <typename E, int HD>
 static void wg_forward(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
-  const int sm = 1024 + 7 * (HD / 64) * 8192;
+  const int sm = 1024 + 6 * (HD / 64) * 8192;
   static bool attr;
   if (!attr) {
     wg_smem_attr(wg_fwd_kernel<E, HD>, sm);

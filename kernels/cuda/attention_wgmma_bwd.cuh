@@ -11,7 +11,9 @@
  *     dK += dS^T Q. The lse and D of each query tile are staged in shared
  *     memory with the tile (read per accumulator column).
  * Two forms: software-pipelined (wg_dq_pipe_kernel, wg_dkv_pipe_kernel;
- * one warpgroup a block, head size 64, triple-buffered: 8 HD/64 8 KiB of
+ * one warpgroup a block, head size 64, the block's own Q (dq) or K and V
+ * (dkv) as register A operands of the score products, the streamed tiles
+ * triple-buffered: 7 (dq: dO stays a tile) or 6 (dkv) HD/64 8 KiB of
  * shared memory, +1.5 KiB for dkv's lse and D), the default there; plain
  * (wg_dq_kernel, wg_dkv_kernel; double-buffered, (2 NWG + 4) HD/64 8 KiB,
  * +1 KiB), for head size 128, where the second set of fragments the
@@ -89,14 +91,15 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
 #pragma unroll
         for (int i = 0; i < 32; i++) {
           const int hi = (i >> 1) & 1;
-          const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
+          const float p =
+              j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : wg_exp2(fmaf(s[i], sl2, -L2[hi]));
           dp[i] = p * (dp[i] - Dr[hi]); /* dS */
         }
       } else {
 #pragma unroll
         for (int i = 0; i < 32; i++) {
           const int hi = (i >> 1) & 1;
-          dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
+          dp[i] = wg_exp2(fmaf(s[i], sl2, -L2[hi])) * (dp[i] - Dr[hi]);
         }
       }
       uint32_t a[4][4];
@@ -195,7 +198,7 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
 #pragma unroll
         for (int i = 0; i < 32; i++) {
           const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
-          const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+          const float p = qi * 64 + c < key ? 0.f : wg_exp2(fmaf(s[i], sl2, -L[c] * WG_LOG2E));
           s[i] = p;                    /* P^T */
           dp[i] = p * (dp[i] - Dd[c]); /* dS^T */
         }
@@ -203,7 +206,7 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
 #pragma unroll
         for (int i = 0; i < 32; i++) {
           const int c = wg_col(l, i);
-          const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+          const float p = wg_exp2(fmaf(s[i], sl2, -L[c] * WG_LOG2E));
           s[i] = p;
           dp[i] = p * (dp[i] - Dd[c]);
         }
@@ -251,7 +254,7 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
-  char *sQ = sm, *sdO = sm + TILE, *sK = sdO + TILE, *sV = sK + 3 * TILE;
+  char *sdO = sm, *sK = sm + TILE, *sV = sK + 3 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
@@ -264,10 +267,13 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
     wg_load<HD, 128>(sV + (j % 3) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
     st_cp_commit();
   };
-  wg_load<HD, 128>(sQ, base + (size_t)row0 * ld + h * HD, ld, T - row0, tid);
   wg_load<HD, 128>(sdO, ob + (size_t)row0 * C + h * HD, C, T - row0, tid);
   load_step(0);
   if (steps > 1) load_step(1);
+  /* this block's Q rows: the A operand of every S (dO's too would cost the
+   * registers of a third block an SM) */
+  uint32_t qa[HD / 16][4];
+  wg_load_frags<HD>(qa, base + (size_t)row0 * ld + h * HD, ld, T - row0, w, l);
   const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
   const int r0 = row0 + 16 * w + (l >> 2);
   float L2[2], Dr[2];
@@ -281,7 +287,7 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
   for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
   auto issue_sdp = [&](int j) {
     wg_fence();
-    wg_qk<E, HD>(s, st_saddr(sQ), st_saddr(sK + (j % 3) * TILE));
+    wg_qk_rs<E, HD>(s, qa, st_saddr(sK + (j % 3) * TILE));
     wg_qk<E, HD>(dp, st_saddr(sdO), st_saddr(sV + (j % 3) * TILE));
     wg_commit();
   };
@@ -290,14 +296,15 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
 #pragma unroll
       for (int i = 0; i < 32; i++) {
         const int hi = (i >> 1) & 1;
-        const float p = j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : exp2f(s[i] * sl2 - L2[hi]);
+        const float p =
+            j * 64 + wg_col(l, i) > r0 + 8 * hi ? 0.f : wg_exp2(fmaf(s[i], sl2, -L2[hi]));
         dp[i] = p * (dp[i] - Dr[hi]);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < 32; i++) {
         const int hi = (i >> 1) & 1;
-        dp[i] = exp2f(s[i] * sl2 - L2[hi]) * (dp[i] - Dr[hi]);
+        dp[i] = wg_exp2(fmaf(s[i], sl2, -L2[hi])) * (dp[i] - Dr[hi]);
       }
     }
     wg_frags<E>(dp, a);
@@ -357,7 +364,7 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
-  char *sK = sm, *sV = sm + TILE, *sQ = sV + TILE, *sdO = sQ + 3 * TILE;
+  char *sQ = sm, *sdO = sQ + 3 * TILE;
   float *sL = (float *)(sdO + 3 * TILE), *sD = sL + 192; /* [3][64] each */
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int kt = blockIdx.x, bk = blockIdx.y, b = bk / NKV, kvh = bk % NKV;
@@ -374,10 +381,12 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     wg_load_stats(sL + bf * 64, sD + bf * 64, lb + (size_t)hm * T, db + (size_t)hm * T, q, T, tid);
     st_cp_commit();
   };
-  wg_load<HD, 128>(sK, base + (size_t)key0 * ld + kc, ld, T - key0, tid);
-  wg_load<HD, 128>(sV, base + (size_t)key0 * ld + vc, ld, T - key0, tid);
   load_step(0);
   if (steps > 1) load_step(1);
+  /* this block's keys and values: the A operands of every S^T and dP^T */
+  uint32_t ka[HD / 16][4], va[HD / 16][4];
+  wg_load_frags<HD>(ka, base + (size_t)key0 * ld + kc, ld, T - key0, w, l);
+  wg_load_frags<HD>(va, base + (size_t)key0 * ld + vc, ld, T - key0, w, l);
   const float scale = 1.f / sqrtf((float)HD), sl2 = scale * WG_LOG2E;
   float dk[HD / 2], dv[HD / 2], s[32], dp[32];
 #pragma unroll
@@ -385,8 +394,8 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   const int kr0 = key0 + 16 * w + (l >> 2); /* this thread's keys: kr0, kr0 + 8 */
   auto issue_sdp = [&](int m) {
     wg_fence();
-    wg_qk<E, HD>(s, st_saddr(sK), st_saddr(sQ + (m % 3) * TILE));
-    wg_qk<E, HD>(dp, st_saddr(sV), st_saddr(sdO + (m % 3) * TILE));
+    wg_qk_rs<E, HD>(s, ka, st_saddr(sQ + (m % 3) * TILE));
+    wg_qk_rs<E, HD>(dp, va, st_saddr(sdO + (m % 3) * TILE));
     wg_commit();
   };
   auto p_ds_step = [&](int m, uint32_t (*pa)[4], uint32_t (*sa)[4]) {
@@ -396,7 +405,7 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
 #pragma unroll
       for (int i = 0; i < 32; i++) {
         const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
-        const float p = qi * 64 + c < key ? 0.f : exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+        const float p = qi * 64 + c < key ? 0.f : wg_exp2(fmaf(s[i], sl2, -L[c] * WG_LOG2E));
         s[i] = p;
         dp[i] = p * (dp[i] - Dd[c]);
       }
@@ -404,7 +413,7 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
 #pragma unroll
       for (int i = 0; i < 32; i++) {
         const int c = wg_col(l, i);
-        const float p = exp2f(s[i] * sl2 - L[c] * WG_LOG2E);
+        const float p = wg_exp2(fmaf(s[i], sl2, -L[c] * WG_LOG2E));
         s[i] = p;
         dp[i] = p * (dp[i] - Dd[c]);
       }

@@ -1,12 +1,13 @@
 /* attention_wgmma_fwd.cuh - the causal attention forward on Hopper's
  * warpgroup MMA (included by attention_wgmma.cu, which launches it).
  *
- * S = Q K^T (HD/16 k-steps), online softmax in the log2 domain, O += P V
- * with P rounded to the storage type; lse = (m + log2 l) ln 2. Shared
- * memory: Q and three K/V buffers, 7 HD/64 8 KiB (+1 KiB for the
- * alignment). It replaced a plain (unpipelined) forward with one or two
- * warpgroups a block, 7% slower over the four shapes timed on an H100
- * (2026-12-05).
+ * S = Q K^T (HD/16 k-steps, Q's fragments in registers for the whole
+ * block), online softmax in the log2 domain (the scale folded into the
+ * exponent's argument, one FFMA an element), O += P V with P rounded to the
+ * storage type; lse = (m + log2 l) ln 2. Shared memory: three K/V buffers,
+ * 6 HD/64 8 KiB (+1 KiB for the alignment). It replaced a plain
+ * (unpipelined) forward with one or two warpgroups a block, 7% slower over
+ * the four shapes timed on an H100 (2026-12-05).
  */
 #ifndef ST_ATTENTION_WGMMA_FWD_CUH
 #define ST_ATTENTION_WGMMA_FWD_CUH
@@ -25,7 +26,7 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
-  char *sQ = sm, *sK = sm + TILE, *sV = sK + 3 * TILE;
+  char *sK = sm, *sV = sK + 3 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
@@ -39,51 +40,53 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
     wg_load<HD, 128>(sV + (j % 3) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
     st_cp_commit();
   };
-  wg_load<HD, 128>(sQ, base + (size_t)row0 * ld + h * HD, ld, T - row0, tid);
   load_step(0);
   if (steps > 1) load_step(1);
+  uint32_t qa[HD / 16][4]; /* Q's rows of this block, the A operand of every S */
+  wg_load_frags<HD>(qa, base + (size_t)row0 * ld + h * HD, ld, T - row0, w, l);
   const float sl2 = WG_LOG2E / sqrtf((float)HD);
   float o[HD / 2], s[32], m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f}, corr[2];
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
   auto issue_s = [&](int j) {
     wg_fence();
-    wg_qk<E, HD>(s, st_saddr(sQ), st_saddr(sK + (j % 3) * TILE));
+    wg_qk_rs<E, HD>(s, qa, st_saddr(sK + (j % 3) * TILE));
     wg_commit();
   };
-  /* tile j's softmax on s: the running maximum and sum, corr, P into a */
+  /* tile j's softmax on s: the running maximum and sum, corr, P into a.
+   * The maximum is taken over the unscaled scores: rounding x sl2 (> 0)
+   * keeps order, so max(s) sl2 is the maximum of the scaled ones. */
   auto softmax_step = [&](int j, uint32_t (*a)[4]) {
-    float mx[2] = {m[0], m[1]};
+    float mx[2] = {-INFINITY, -INFINITY};
     if (j == qt) {
 #pragma unroll
       for (int i = 0; i < 32; i++) {
         const int hi = (i >> 1) & 1;
-        s[i] = j * 64 + wg_col(l, i) > r0 + 8 * hi ? -INFINITY : s[i] * sl2;
+        s[i] = j * 64 + wg_col(l, i) > r0 + 8 * hi ? -INFINITY : s[i];
         mx[hi] = fmaxf(mx[hi], s[i]);
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < 32; i++) {
-        s[i] *= sl2;
-        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-      }
+      for (int i = 0; i < 32; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     }
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
       mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffff, mx[hi], 1));
       mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffff, mx[hi], 2));
     }
-    float ps[2] = {0.f, 0.f};
+    float ps[2] = {0.f, 0.f}, nmn[2];
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-      const float nm = mx[hi] == -INFINITY ? 0.f : mx[hi]; /* rows past T: finite */
-      corr[hi] = exp2f(m[hi] - nm);
+      float nm = fmaxf(m[hi], mx[hi] * sl2);
+      nm = nm == -INFINITY ? 0.f : nm; /* rows past T: finite */
+      corr[hi] = wg_exp2(m[hi] - nm);
       m[hi] = nm;
+      nmn[hi] = -nm;
     }
 #pragma unroll
     for (int i = 0; i < 32; i++) {
       const int hi = (i >> 1) & 1;
-      s[i] = exp2f(s[i] - m[hi]);
+      s[i] = wg_exp2(fmaf(s[i], sl2, nmn[hi]));
       ps[hi] += s[i];
     }
 #pragma unroll

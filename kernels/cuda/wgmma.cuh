@@ -79,6 +79,7 @@ template <typename E> struct wg_elem;
 template <> struct wg_elem<__nv_bfloat16> {
   typedef __nv_bfloat162 E2;
   static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss(d, a, b, sc); }
+  static __device__ __forceinline__ void rsk(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs(d, a, b, sc); }
   static __device__ __forceinline__ void rs64(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb(d, a, b, sc); }
   static __device__ __forceinline__ void rs128(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb_n128(d, a, b, sc); }
   static __device__ __forceinline__ E2 two(float a, float b) { return __floats2bfloat162_rn(a, b); }
@@ -86,6 +87,7 @@ template <> struct wg_elem<__nv_bfloat16> {
 template <> struct wg_elem<__half> {
   typedef __half2 E2;
   static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16(d, a, b, sc); }
+  static __device__ __forceinline__ void rsk(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_f16(d, a, b, sc); }
   static __device__ __forceinline__ void rs64(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb_f16(d, a, b, sc); }
   static __device__ __forceinline__ void rs128(float *d, const uint32_t *a, uint64_t b, int sc) { wgmma_rs_tb_n128_f16(d, a, b, sc); }
   static __device__ __forceinline__ E2 two(float a, float b) { return __floats2half2_rn(a, b); }
@@ -113,6 +115,48 @@ __device__ __forceinline__ void wg_qk(float *s, uint32_t a, uint32_t b) {
     const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
     wg_elem<E>::ss(s, wg_desc(a + off, 16, 1024), wg_desc(b + off, 16, 1024), kk > 0);
   }
+}
+
+/* S = A B^T with A's HD/16 k16 slices in registers (wg_load_frags) and B a
+ * [64][HD] row-major tile (K-major): m64n64, HD/16 k-steps. Reads half the
+ * shared memory of wg_qk, whose A comes from a tile too. */
+template <typename E, int HD>
+__device__ __forceinline__ void wg_qk_rs(float *s, const uint32_t (*a)[4], uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
+    wg_elem<E>::rsk(s, a[kk], wg_desc(b + off, 16, 1024), kk > 0);
+  }
+}
+
+/* The register A operand of S = A B^T for rows [0, 64) x HD columns of a
+ * row-major global matrix of 16-bit elements (row stride ld elements), read
+ * straight from global memory once a block: warp w's thread l holds rows
+ * 16w + l/4 and +8 (the m64k16 A layout, the one wg_frags packs), k16
+ * slice kk in a[kk]; rows >= nvalid read as 0, as wg_load zero-fills them. */
+template <int HD>
+__device__ __forceinline__ void wg_load_frags(uint32_t (*a)[4], const void *g, int ld, int nvalid,
+                                              int w, int l) {
+  const uint16_t *gb = (const uint16_t *)g;
+  const int rlo = 16 * w + (l >> 2), c0 = 2 * (l & 3);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int row = rlo + 8 * (r & 1), col = 16 * kk + 8 * (r >> 1) + c0;
+      a[kk][r] = row < nvalid ? __ldg((const unsigned int *)(gb + (size_t)row * ld + col)) : 0u;
+    }
+}
+
+/* 2^x on the special-function unit, results below 2^-126 flushed to zero.
+ * exp2f's non-flushing form costs about three more instructions an element
+ * to keep such results; here they are attention probabilities in a row
+ * whose largest term is 1 (forward) or whose terms sum to 1 (backward), so
+ * what is flushed is below 2^-126 of the row's total. */
+__device__ __forceinline__ float wg_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 /* Rows [0, 64) x HD columns of a row-major global matrix (row stride ld
