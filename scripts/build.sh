@@ -10,6 +10,7 @@ werror=OFF
 if [ ! -f build/CMakeCache.txt ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSHARDTRAIN_WERROR=$werror
 elif [ $werror = ON ] && ! grep -q '^SHARDTRAIN_WERROR:BOOL=ON' build/CMakeCache.txt; then
+  echo "build.sh: build/ was configured without warnings-as-errors; reconfiguring it with them (CI=true or WERROR=1)"
   cmake -S . -B build -DSHARDTRAIN_WERROR=ON
 fi
 cmake --build build -j "$(nproc)"

@@ -56,6 +56,7 @@ if [ ! -f build-asan/CMakeCache.txt ]; then
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDTRAIN_CUDA=OFF \
         -DSHARDTRAIN_SANITIZE=ON -DSHARDTRAIN_WERROR=$werror
 elif [ $werror = ON ] && ! grep -q '^SHARDTRAIN_WERROR:BOOL=ON' build-asan/CMakeCache.txt; then
+  echo "sanitizers.sh: build-asan/ was configured without warnings-as-errors; reconfiguring it with them (CI=true or WERROR=1)"
   cmake -S . -B build-asan -DSHARDTRAIN_WERROR=ON   # as in build.sh
 fi
 cmake --build build-asan -j "$(nproc)"
