@@ -29,7 +29,9 @@ int st_attention_head_refusal(const char *asked, int C, int NH, st_dtype dt, cha
                               unsigned long cap) {
   const int hs = NH > 0 ? C / NH : 0;
   const char *heads = NH == 1 ? "head" : "heads";
-  const int flash = strcmp(asked, "flash") == 0, cudnn = strcmp(asked, "cudnn") == 0;
+  const int flash = strcmp(asked, "flash") == 0;
+  /* mixed runs cuDNN's forward: its head sizes */
+  const int cudnn = strcmp(asked, "cudnn") == 0 || strcmp(asked, "mixed") == 0;
   if (!st_attention_ours_takes(C, NH, dt)) {
     /* cuDNN's sizes lie inside ours, so another --attention never helps */
     if (flash || dt == ST_FP32)
@@ -42,9 +44,9 @@ int st_attention_head_refusal(const char *asked, int C, int NH, st_dtype dt, cha
     return 1;
   }
   if (cudnn && dt != ST_FP32 && !st_attention_cudnn_takes_head(hs)) {
-    snprintf(msg, cap, "--attention cudnn: cuDNN's fused attention needs a head size that is a "
+    snprintf(msg, cap, "--attention %s: cuDNN's fused attention needs a head size that is a "
              "multiple of 8 and at most 128, got %d (width %d / %d %s); use --attention "
-             "flash or auto (ours run it)", hs, C, NH, heads);
+             "flash or auto (ours run it)", asked, hs, C, NH, heads);
     return 1;
   }
   return 0;

@@ -35,7 +35,7 @@ int st_attention_cudnn_takes_head(int hs);
 
 /* The refusal train's setup (attention.cu) and plan share for a head size
  * that nothing on the CUDA backend would run with --attention asked
- * ("auto", "cudnn" or "flash") in dtype dt: ours take whole head sizes 1
+ * ("auto", "cudnn", "mixed" or "flash") in dtype dt: ours take whole head sizes 1
  * to 128, cuDNN multiples of 8 up to 128 (bf16/fp16 only; fp32 runs ours).
  * 1 with one line naming --heads/--dim or --attention and the fix in
  * msg[cap]; 0 when something runs (msg untouched). */

@@ -37,10 +37,16 @@ int st_cuda_bind_device(int local_rank, char *name, size_t cap);
 int st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* Attention implementations of the CUDA tables (--attention). */
-typedef enum { ST_ATTENTION_AUTO = 0, ST_ATTENTION_CUDNN = 1, ST_ATTENTION_FLASH = 2 } st_attention_impl;
+/* MIXED: cuDNN's forward, our O(T) backward (see st_cuda_attention_select). */
+typedef enum {
+  ST_ATTENTION_AUTO = 0,
+  ST_ATTENTION_CUDNN = 1,
+  ST_ATTENTION_FLASH = 2,
+  ST_ATTENTION_MIXED = 3
+} st_attention_impl;
 
 typedef struct {
-  st_attention_impl impl;  /* what runs: ST_ATTENTION_CUDNN or ST_ATTENTION_FLASH */
+  st_attention_impl impl;  /* what runs: ST_ATTENTION_CUDNN, _FLASH or _MIXED */
   size_t workspace_bytes;  /* cuDNN's device workspace (0 for ours), made by reserve */
   int deterministic;       /* cuDNN: its backward engine has no nondeterminism note */
   char note[256];          /* one line for the configuration block */
@@ -69,8 +75,12 @@ void st_cuda_attention_group_cap(int cap);
  * width C, NH heads, storage dt, at setup (builds cuDNN's plans; allocates
  * no device memory: the table's reserve makes the workspace afterwards).
  * FLASH: our kernels. CUDNN: cuDNN's fused flash attention, or -1 with
- * st_error (usage class for fp32) when it cannot run the shape. AUTO:
- * cuDNN for bf16/fp16 when it builds a plan, else ours; fp32 always ours.
+ * st_error (usage class for fp32) when it cannot run the shape. MIXED:
+ * cuDNN's forward and our O(T) deterministic backward (no O(T^2)
+ * workspace), or -1 as CUDNN. AUTO: cuDNN for bf16/fp16 when it builds
+ * both plans, MIXED when only its forward builds, else ours; fp32 always
+ * ours. (The trainer's pre-flight turns AUTO's cuDNN into MIXED when the
+ * backward's workspace does not fit: memory_preflight.c.)
  * Shapes other than the selected one run our kernels. 0 or -1. */
 int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
                              st_attention_choice *out);

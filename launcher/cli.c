@@ -172,7 +172,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   }
   if (strcmp(f, "--gpu-mem") == 0) return st_plan_parse_size(f, v, &rc->gpu_mem) ? -1 : 1;
   if (strcmp(f, "--attention") == 0) {
-    static const char *const k_att[] = {"auto", "cudnn", "flash", NULL};
+    static const char *const k_att[] = {"auto", "cudnn", "flash", "mixed", NULL};
     if (one_of(f, v, k_att)) return -1;
     return copy_str(rc->attention, sizeof rc->attention, f, v) ? -1 : 1;
   }
@@ -572,12 +572,13 @@ void st_cli_print_train_usage(void) {
       "            gradient accumulation = G / (B * ranks))\n"
       "  system  --zero 0|1|2|3 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
       "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
-      "          --attention auto|cudnn|flash (CUDA bf16/fp16; default auto) flash: ours, O(T)\n"
-      "            memory, deterministic (warpgroup MMA on Hopper, mma.sync elsewhere); cudnn:\n"
-      "            cuDNN's fused attention, deterministic backward with an O(T^2) workspace, in\n"
-      "            groups of sequences where the whole micro-batch's does not fit; auto: plans\n"
+      "          --attention auto|cudnn|mixed|flash (CUDA bf16/fp16; default auto) flash: ours,\n"
+      "            O(T) memory, deterministic (warpgroup MMA on Hopper, mma.sync elsewhere);\n"
+      "            cudnn: cuDNN's fused attention, deterministic backward with an O(T^2)\n"
+      "            workspace, in groups of sequences where the whole micro-batch's does not fit;\n"
+      "            mixed: cuDNN's forward (faster than ours) and our O(T) backward; auto: plans\n"
       "            with ours, then takes cuDNN (faster) only where its workspace still fits the\n"
-      "            budget; the configuration block names the kernel (docs/memory.md)\n"
+      "            budget, else mixed; the configuration block names the kernels (docs/memory.md)\n"
       "          --offload none|optimizer (default none; optimizer: fp32 master weights, Adam m\n"
       "            and v in pinned host memory, AdamW on the host cores, the device keeps the\n"
       "            working weights, gradients and activations; host memory per rank is checked\n"
@@ -690,7 +691,7 @@ void st_cli_print_plan_usage(void) {
       "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"
       "          --offload none|optimizer (optimizer: master weights, Adam m and v on the host;\n"
       "          their device rows are 0 and a host section lists them)\n"
-      "          --grad-dtype fp32|bf16 (bf16: the gradient shard in bf16; ZeRO 2|3, no accumulation)\n"      "          --attention auto|cudnn|flash (default auto; as train: auto adds cuDNN's\n"
+      "          --grad-dtype fp32|bf16 (bf16: the gradient shard in bf16; ZeRO 2|3, no accumulation)\n"      "          --attention auto|cudnn|mixed|flash (default auto; as train: auto adds cuDNN's\n"
       "          workspace only where it fits the budget, the attention line says which runs)\n"
       "          --nccl-buffsize BYTES  --nccl-max-ctas N  --nccl-overlap-ctas N\n"
       "          (inputs of the NCCL estimate)\n"

@@ -82,6 +82,15 @@ static const char *memory_what(int cuda) { return cuda ? "GPU memory" : "memory 
 /* What --attention runs, for the table and --json ("attention"). */
 static char attn_note[400];
 
+/* cuDNN's forward takes the shape: --attention mixed runs it, and auto runs
+ * it with our backward where cuDNN's backward does not fit (train's
+ * memory_preflight.c; a GPU whose cuDNN builds no plan runs ours). */
+static int cudnn_forward_runs(const st_plan_input *in) {
+  return in->backend == ST_BACKEND_CUDA && in->dtype != ST_FP32 &&
+         in->model.n_head > 0 && in->model.n_embd % in->model.n_head == 0 &&
+         st_attention_cudnn_takes_head(in->model.n_embd / in->model.n_head);
+}
+
 /* cuDNN's workspace against the budget (st_plan_attention_groups, the rule
  * train applies in memory_preflight.c): *in and *p were planned without it;
  * they take it (ws per sequence) for the whole micro-batch where it fits
@@ -134,9 +143,10 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws, i
              "then); --attention auto|flash runs ours, O(T): a plan of %s, %s", who, h, over,
              ours, ours_over);
   } else {
-    snprintf(attn_note, sizeof attn_note, "auto: ours, O(T); cuDNN's deterministic backward "
-             "would need %s of O(T^2) workspace (%d sequence%s a call), which %s", h, least,
-             least == 1 ? "" : "s",
+    snprintf(attn_note, sizeof attn_note, "auto: %s, O(T); cuDNN's deterministic backward "
+             "would need %s of O(T^2) workspace (%d sequence%s a call), which %s",
+             cudnn_forward_runs(in) ? "cuDNN's forward and our backward (mixed)" : "ours", h,
+             least, least == 1 ? "" : "s",
              in->gpu_mem ? "does not fit beside the rest" : "only a budget (--gpu-mem) can allow");
   }
   return 0;
@@ -152,6 +162,9 @@ static void default_note(const st_plan_input *in, const char *attention) {
     snprintf(attn_note, sizeof attn_note, "ours, O(T) (fp32 runs ours)");
   else if (strcmp(attention, "flash") == 0)
     snprintf(attn_note, sizeof attn_note, "flash: ours, O(T), as asked");
+  else if (strcmp(attention, "mixed") == 0)
+    snprintf(attn_note, sizeof attn_note, "mixed: cuDNN's forward and our backward, O(T), as "
+             "asked");
   else if (strcmp(attention, "cudnn") == 0)
     snprintf(attn_note, sizeof attn_note, "cudnn: cuDNN's fused attention, as asked; its "
              "deterministic backward in one call for the micro-batch (O(T^2) workspace)");
@@ -372,8 +385,11 @@ static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
    * backward call (0 with ours) */
   if (j) {
     const int cudnn = in->backend == ST_BACKEND_CUDA && in->attn_workspace_per_seq > 0;
-    cJSON_AddStringToObject(j, "attention_kernel",
-                            in->backend != ST_BACKEND_CUDA ? "cpu" : cudnn ? "cudnn" : "ours");
+    const int mixed = !cudnn && cudnn_forward_runs(in) && strcmp(o->rc.attention, "flash") != 0;
+    cJSON_AddStringToObject(j, "attention_kernel", in->backend != ST_BACKEND_CUDA ? "cpu"
+                                                   : cudnn                        ? "cudnn"
+                                                   : mixed                        ? "mixed"
+                                                                                  : "ours");
     cJSON_AddNumberToObject(j, "cudnn_seqs_per_call",
                             cudnn ? st_attention_cudnn_group(in->micro_batch, in->attn_group) : 0);
   }
@@ -443,14 +459,16 @@ int st_cmd_plan(int argc, char **argv) {
    * --attention auto plans without it and adds it after, where it fits
    * (settle_attention). */
   uint64_t cudnn_ws = 0;
-  if (strcmp(rc->attention, "cudnn") == 0 && (in.backend != ST_BACKEND_CUDA || in.dtype == ST_FP32)) {
+  const int wants_cudnn = strcmp(rc->attention, "cudnn") == 0 || strcmp(rc->attention, "mixed") == 0;
+  if (wants_cudnn && (in.backend != ST_BACKEND_CUDA || in.dtype == ST_FP32)) {
     /* train's refusals (memory_preflight.c, attention.cu), at plan time */
     if (in.backend != ST_BACKEND_CUDA)
-      st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or fp16); "
-                    "the CPU runs its fp32 reference: use --attention auto|flash");
+      st_error_setc(ST_EXIT_USAGE, "--attention %s needs the CUDA backend (bf16 or fp16); "
+                    "the CPU runs its fp32 reference: use --attention auto|flash", rc->attention);
     else
-      st_error_setc(ST_EXIT_USAGE, "--attention cudnn: cuDNN's fused attention runs bf16 and "
-                    "fp16 only; use --precision bf16|fp16, or --attention auto|flash with fp32");
+      st_error_setc(ST_EXIT_USAGE, "--attention %s: cuDNN's fused attention runs bf16 and "
+                    "fp16 only; use --precision bf16|fp16, or --attention auto|flash with fp32",
+                    rc->attention);
     return st_cli_fail(ST_EXIT_USAGE);
   }
   char why[256];
@@ -460,7 +478,10 @@ int st_cmd_plan(int argc, char **argv) {
     st_error_setc(ST_EXIT_USAGE, "%s", why); /* train's setup refuses it so */
     return st_cli_fail(ST_EXIT_USAGE);
   }
-  if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 && strcmp(rc->attention, "flash") != 0)
+  /* O(T^2): cuDNN's backward. mixed plans no workspace for cuDNN's forward
+   * (train counts what cuDNN reports for it) */
+  if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 &&
+      (strcmp(rc->attention, "auto") == 0 || strcmp(rc->attention, "cudnn") == 0))
     cudnn_ws = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
   default_note(&in, rc->attention);
   if (strcmp(rc->attention, "cudnn") == 0) in.attn_workspace_per_seq = cudnn_ws;

@@ -109,8 +109,8 @@ static void test_cudnn_min_group(void **state) {
 static void test_head_refusal(void **state) {
   (void)state;
   char m[256];
-  static const char *const modes[] = {"auto", "cudnn", "flash"};
-  for (int i = 0; i < 3; i++) {
+  static const char *const modes[] = {"auto", "cudnn", "flash", "mixed"};
+  for (int i = 0; i < 4; i++) {
     assert_int_equal(st_attention_head_refusal(modes[i], 768, 12, ST_BF16, m, sizeof m), 0);
     assert_int_equal(st_attention_head_refusal(modes[i], 2048, 16, ST_FP16, m, sizeof m), 0);
     m[0] = 0;
@@ -125,6 +125,10 @@ static void test_head_refusal(void **state) {
   assert_int_equal(st_attention_head_refusal("cudnn", 72, 2, ST_BF16, m, sizeof m), 1);
   assert_non_null(strstr(m, "--attention cudnn"));
   assert_non_null(strstr(m, "got 36"));
+  /* mixed runs cuDNN's forward: the same head sizes, its own flag named */
+  assert_int_equal(st_attention_head_refusal("mixed", 72, 2, ST_BF16, m, sizeof m), 1);
+  assert_non_null(strstr(m, "--attention mixed"));
+  assert_int_equal(st_attention_head_refusal("mixed", 768, 12, ST_FP16, m, sizeof m), 0);
   /* fp32 runs ours whatever was asked: 36 is fine, 256 names ours only */
   assert_int_equal(st_attention_head_refusal("cudnn", 72, 2, ST_FP32, m, sizeof m), 0);
   assert_int_equal(st_attention_head_refusal("auto", 2048, 8, ST_FP32, m, sizeof m), 1);

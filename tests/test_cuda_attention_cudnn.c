@@ -144,7 +144,10 @@ static int run_gpu(st_attention_impl impl, const float *qkv, const float *dout, 
                    int *deterministic) {
   st_attention_choice ch;
   if (st_cuda_attention_select(impl, DT, B, T, C, NH, &ch)) {
-    printf("  select %s failed: %s  FAIL\n", impl == ST_ATTENTION_CUDNN ? "cudnn" : "flash",
+    printf("  select %s failed: %s  FAIL\n",
+           impl == ST_ATTENTION_CUDNN   ? "cudnn"
+           : impl == ST_ATTENTION_MIXED ? "mixed"
+                                        : "flash",
            st_error_msg());
     g_checks++, g_failures++;
     return -1;
@@ -226,6 +229,25 @@ static void test_shape(int B, int T) {
       expect_close("cudnn out vs ours", co, fo, N * C, 2 * otol, 2 * otol);
       expect_close("cudnn stats vs ours", cs, fs, (int64_t)B * NH * T, 2e-3, 0);
       check_grads("cudnn vs ours", cg, fg, N, C, 2 * gtol, 2 * grtol);
+      /* mixed: cuDNN's forward feeding our backward through its stats */
+      float *mo, *ms, *mg, *mg2;
+      int mdet = 0;
+      if (run_gpu(ST_ATTENTION_MIXED, qkv, dout, B, T, C, NH, &mo, &ms, &mg, &mg2, &mdet) == 0) {
+        printf("  mixed: cuDNN's forward workspace %zu bytes\n", g_last_ws);
+        expect_close("mixed out vs float64", mo, rout, N * C, otol, otol);
+        expect_close("mixed stats (lse) vs float64", ms, rlse, (int64_t)B * NH * T, 1e-3, 0);
+        expect_close("mixed out vs cudnn", mo, co, N * C, otol, otol);
+        check_grads("mixed vs float64", mg, rdqkv, N, C, gtol, grtol);
+        check_grads("mixed vs ours", mg, fg, N, C, 2 * gtol, 2 * grtol);
+        g_checks++;
+        if (!mdet) {
+          printf("  mixed: the selection does not call itself deterministic  FAIL\n");
+          g_failures++;
+        }
+        expect_identical("mixed backward dqkv, run twice", mg, mg2,
+                         (size_t)N * 3 * C * sizeof(float));
+        free(mo), free(ms), free(mg), free(mg2);
+      }
       free(fo), free(fs), free(fg);
     }
     free(co), free(cs), free(cg), free(cg2);
@@ -240,9 +262,10 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Mean milliseconds of forward and backward over 10 calls. */
-static void timing(st_attention_impl impl, const char *name) {
-  const int B = 32, T = 1024, NH = 12, C = 768, reps = 10;
+/* Mean milliseconds of forward and backward over 10 calls, B sequences of
+ * T tokens, GPT-2 124M's heads. */
+static void timing(st_attention_impl impl, const char *name, int B, int T) {
+  const int NH = 12, C = 768, reps = 10;
   const int64_t N = (int64_t)B * T;
   st_attention_choice ch;
   if (st_cuda_attention_select(impl, DT, B, T, C, NH, &ch) || GPU->reserve(0, 0)) {
@@ -271,8 +294,8 @@ static void timing(st_attention_impl impl, const char *name) {
   }
   /* causal: half of the 4*B*NH*T*T*hs forward FLOPs; backward 2.5x forward */
   const double ff = 4.0 * B * NH * (double)T * T * (C / NH) / 2;
-  printf("  %-6s %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", name,
-         st_dtype_name(DT), tf / reps * 1e3, ff / (tf / reps) / 1e12, tb / reps * 1e3,
+  printf("  %-6s %s B=%d T=%d: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n",
+         name, st_dtype_name(DT), B, T, tf / reps * 1e3, ff / (tf / reps) / 1e12, tb / reps * 1e3,
          2.5 * ff / (tb / reps) / 1e12);
   GPU->free(qkv), GPU->free(dqkv), GPU->free(out), GPU->free(dout), GPU->free(att);
   GPU->free(datt);
@@ -289,11 +312,15 @@ int main(void) {
     use_dtype(dts[d]);
     for (int s = 0; s < 3; s++) test_shape(shapes[s][0], shapes[s][1]);
   }
-  printf("timings B=32 T=1024 NH=12 hs=64 (printed, not checked):\n");
+  printf("timings NH=12 hs=64 (printed, not checked; mixed is cuDNN's forward, ours' backward):\n");
+  const int tshapes[3][2] = {{32, 1024}, {4, 4096}, {1, 8192}};
   for (int d = 0; d < 2; d++) {
     use_dtype(dts[d]);
-    timing(ST_ATTENTION_CUDNN, "cudnn");
-    timing(ST_ATTENTION_FLASH, "ours");
+    for (int t = 0; t < 3; t++) {
+      timing(ST_ATTENTION_CUDNN, "cudnn", tshapes[t][0], tshapes[t][1]);
+      timing(ST_ATTENTION_MIXED, "mixed", tshapes[t][0], tshapes[t][1]);
+      timing(ST_ATTENTION_FLASH, "ours", tshapes[t][0], tshapes[t][1]);
+    }
   }
   printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures ? 1 : 0;

@@ -428,14 +428,20 @@ static int use_tc(int C, int NH) {
 
 /* The selection and cuDNN's workspace: the size select asked for, made by
  * cuda_attention_reserve (the op table's reserve), at setup. */
-static int g_use_cudnn;
+static int g_cudnn_fwd, g_cudnn_bwd; /* cuDNN runs the forward / the backward */
 static void *g_cudnn_ws;
 static size_t g_cudnn_ws_bytes, g_cudnn_ws_want;
 
 template <typename S>
-static int use_cudnn(int B, int T, int C, int NH, int NKV) {
-  return sizeof(S) == 2 && g_use_cudnn &&
+static int use_cudnn_fwd(int B, int T, int C, int NH, int NKV) {
+  return sizeof(S) == 2 && g_cudnn_fwd &&
          cuda_attention_cudnn_ready(B, T, C, NH, NKV, st_storage_dtype<S>());
+}
+
+template <typename S>
+static int use_cudnn_bwd(int B, int T, int C, int NH, int NKV) {
+  return sizeof(S) == 2 && g_cudnn_bwd &&
+         cuda_attention_cudnn_ready_backward(B, T, C, NH, NKV, st_storage_dtype<S>());
 }
 
 /* A head layout no kernel can index is a caller's bug (the model config is
@@ -473,11 +479,38 @@ int cuda_attention_reserve(void) {
 
 extern "C" void st_cuda_attention_group_cap(int cap) { cuda_attention_cudnn_group_cap(cap); }
 
+/* --attention mixed, and auto where cuDNN's backward is not taken: cuDNN's
+ * forward (faster than ours at every shape timed: docs/benchmarks.md) and
+ * our deterministic O(T) backward, which reads cuDNN's stats as its lse
+ * (the same quantity and layout, attention_cudnn.h). No O(T^2) workspace:
+ * the forward's plan alone is built. -1 with st_error when cuDNN cannot run
+ * the forward. */
+static int select_mixed(st_dtype dt, int B, int T, int C, int NH, int NKV, const char *ours,
+                        const char *why, st_attention_choice *out) {
+  size_t ws = 0;
+  if (cuda_attention_cudnn_prepare_forward(B, T, C, NH, NKV, dt, &ws)) {
+    cuda_attention_cudnn_release();
+    return st_error_set("--attention mixed: %s; use --attention flash (ours, both ways)",
+                        cuda_attention_cudnn_error());
+  }
+  cuda_attention_cudnn_keep_only(B, T, C, NH, NKV, dt);
+  const int v = cuda_attention_cudnn_version();
+  out->impl = ST_ATTENTION_MIXED;
+  out->workspace_bytes = ws;
+  out->deterministic = 1;
+  snprintf(out->note, sizeof out->note, "cuDNN %d.%d.%d fused flash attention forward (workspace "
+           "%.1f MiB), backward by %.90s, deterministic, O(T) (--attention %s%s)", v / 10000,
+           v / 100 % 100, v % 100, ws / 1048576.0, ours, why[0] ? "auto" : "mixed", why);
+  g_cudnn_fwd = 1;
+  g_cudnn_ws_want = ws;
+  return 0;
+}
+
 extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T,
                                             int C, int NH, int NKV, st_attention_choice *out) {
   memset(out, 0, sizeof *out);
   out->impl = ST_ATTENTION_FLASH;
-  g_use_cudnn = 0;
+  g_cudnn_fwd = g_cudnn_bwd = 0;
   g_cudnn_ws_want = 0; /* a selection of ours after cuDNN's reserves no workspace */
   if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
     return st_error_setc(ST_EXIT_USAGE, "--kv-heads: %d key/value heads do not divide %d heads; "
@@ -492,6 +525,7 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
   char why[256];
   if (st_attention_head_refusal(want == ST_ATTENTION_FLASH   ? "flash"
                                 : want == ST_ATTENTION_CUDNN ? "cudnn"
+                                : want == ST_ATTENTION_MIXED ? "mixed"
                                                              : "auto",
                                 C, NH, dt, why, sizeof why))
     return st_error_setc(ST_EXIT_USAGE, "%s", why);
@@ -503,20 +537,27 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
     return 0;
   }
   if (dt == ST_FP32) {
-    if (want == ST_ATTENTION_CUDNN)
-      return st_error_setc(ST_EXIT_USAGE, "--attention cudnn: cuDNN's fused attention runs bf16 "
+    if (want == ST_ATTENTION_CUDNN || want == ST_ATTENTION_MIXED)
+      return st_error_setc(ST_EXIT_USAGE, "--attention %s: cuDNN's fused attention runs bf16 "
                            "and fp16 only; use --precision bf16|fp16, or --attention auto|flash "
-                           "with fp32");
+                           "with fp32", want == ST_ATTENTION_CUDNN ? "cudnn" : "mixed");
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: fp32 runs ours)",
              ours);
     return 0;
   }
   size_t ws = 0;
   int det = 0, bseq = B;
+  if (want == ST_ATTENTION_MIXED) return select_mixed(dt, B, T, C, NH, NKV, ours, "", out);
   if (cuda_attention_cudnn_prepare(B, T, C, NH, NKV, dt, &ws, &det, &bseq)) {
     if (want == ST_ATTENTION_CUDNN)
       return st_error_set("--attention cudnn: %s; use --attention flash (or auto, which falls "
                           "back to it)", cuda_attention_cudnn_error());
+    /* cuDNN's forward may still build where its backward did not */
+    char why_not[200];
+    snprintf(why_not, sizeof why_not, "; cuDNN's backward has no plan here: %.120s",
+             cuda_attention_cudnn_error());
+    if (cuda_attention_cudnn_ready(B, T, C, NH, NKV, dt))
+      return select_mixed(dt, B, T, C, NH, NKV, ours, why_not, out);
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: cuDNN has no "
              "plan here: %.120s)", ours, cuda_attention_cudnn_error());
     cuda_attention_cudnn_release(); /* the handle (and any plan) the failed prepare left */
@@ -535,7 +576,7 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
            "workspace %.1f MiB (--attention %s)", v / 10000, v / 100 % 100, v % 100,
            det ? "deterministic" : "NONDETERMINISTIC", groups, ws / 1048576.0,
            want == ST_ATTENTION_AUTO ? "auto" : "cudnn");
-  g_use_cudnn = 1;
+  g_cudnn_fwd = g_cudnn_bwd = 1;
   g_cudnn_ws_want = ws; /* the latest selection's shape is the one that runs */
   return 0;
 }
@@ -549,7 +590,7 @@ template <typename S>
 void cuda_attention_forward(void *out_, float *att, const void *qkv_, int B, int T, int C,
                             int NH, int NKV) {
   check_heads(C, NH, NKV);
-  if (use_cudnn<S>(B, T, C, NH, NKV)) {
+  if (use_cudnn_fwd<S>(B, T, C, NH, NKV)) {
     cudnn_check(cuda_attention_cudnn_forward(out_, att, qkv_, B, T, C, NH, NKV,
                                              st_storage_dtype<S>(), g_cudnn_ws));
     return;
@@ -574,7 +615,7 @@ void cuda_attention_backward(void *dqkv_, float *datt, const void *dout_, const 
                              const void *out_, const float *att, int B, int T, int C, int NH,
                              int NKV) {
   check_heads(C, NH, NKV);
-  if (use_cudnn<S>(B, T, C, NH, NKV)) {
+  if (use_cudnn_bwd<S>(B, T, C, NH, NKV)) {
     cudnn_check(cuda_attention_cudnn_backward(dqkv_, dout_, qkv_, out_, att, B, T, C, NH, NKV,
                                               st_storage_dtype<S>(), g_cudnn_ws));
     return;

@@ -495,10 +495,17 @@ int cuda_attention_cudnn_ready(int B, int T, int C, int NH, int NKV, st_dtype dt
   return find(B, T, C, NH, NKV, dt) != NULL;
 }
 
-int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
-                                 size_t *workspace_bytes, int *deterministic,
-                                 int *seqs_per_call) {
+int cuda_attention_cudnn_ready_backward(int B, int T, int C, int NH, int NKV, st_dtype dt) {
+  const entry *e = find(B, T, C, NH, NKV, dt);
+  return e && e->bwd;
+}
+
+/* The entry for the shape with its forward plan, and with its backward plan
+ * too when want_bwd; a backward that fails to build leaves the forward's
+ * entry in the cache (--attention mixed runs it). 0 or -1. */
+static int prepare(int B, int T, int C, int NH, int NKV, st_dtype dt, int want_bwd, entry **out) {
   g_err[0] = 0;
+  *out = NULL;
   if (dt != ST_BF16 && dt != ST_FP16)
     return fail("cuDNN attention runs bf16 and fp16 storage, not %s", st_dtype_name(dt));
   if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || NKV < 1 || NH % NKV != 0)
@@ -507,6 +514,7 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
   if (!st_attention_cudnn_takes_head(hs))
     return fail("cuDNN attention needs a head size that is a multiple of 8 and at most 128, "
                 "got %d (C=%d / NH=%d)", hs, C, NH);
+  const shape sh = {B, T, C, NH, NKV, hs, dt == ST_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
   entry *e = find(B, T, C, NH, NKV, dt);
   if (!e) {
     for (int i = 0; i < CACHE_SLOTS && !e; i++)
@@ -520,25 +528,12 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
                     cudnnGetErrorString(s));
       }
     }
-    const shape sh = {B, T, C, NH, NKV, hs, dt == ST_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
     memset(e, 0, sizeof *e);
     e->gf.next_uid = e->gb.next_uid = UID_VIRTUAL;
     int det_f = 0;
     build_forward(&e->gf, &sh);
-    int rc = make_plan(&e->gf, "attention forward", 0, &e->fwd, &e->ws_fwd, &det_f);
-    if (rc == 0) {
-      /* the backward's workspace holds dP for every sequence of a call:
-       * groups of sequences bound it (st_attention_cudnn_group) */
-      shape shb = sh;
-      e->bseq = st_attention_cudnn_group(B, g_group_cap);
-      shb.B = e->bseq;
-      build_backward(&e->gb, &shb);
-      rc = make_plan(&e->gb, "attention backward", 1, &e->bwd, &e->ws_bwd, &e->deterministic);
-    }
-    if (rc) {
+    if (make_plan(&e->gf, "attention forward", 0, &e->fwd, &e->ws_fwd, &det_f)) {
       if (e->fwd) cudnnBackendDestroyDescriptor(e->fwd);
-      if (e->bwd) cudnnBackendDestroyDescriptor(e->bwd);
-      graph_free(&e->gb);
       graph_free(&e->gf);
       memset(e, 0, sizeof *e);
       return -1;
@@ -546,9 +541,42 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
     e->B = B, e->T = T, e->C = C, e->NH = NH, e->NKV = NKV, e->dt = dt, e->cap = g_group_cap;
     e->used = 1;
   }
+  if (want_bwd && !e->bwd) {
+    /* the backward's workspace holds dP for every sequence of a call:
+     * groups of sequences bound it (st_attention_cudnn_group) */
+    shape shb = sh;
+    e->bseq = st_attention_cudnn_group(B, g_group_cap);
+    shb.B = e->bseq;
+    e->gb.next_uid = UID_VIRTUAL;
+    build_backward(&e->gb, &shb);
+    if (make_plan(&e->gb, "attention backward", 1, &e->bwd, &e->ws_bwd, &e->deterministic)) {
+      if (e->bwd) cudnnBackendDestroyDescriptor(e->bwd);
+      graph_free(&e->gb);
+      memset(&e->gb, 0, sizeof e->gb);
+      e->bwd = NULL, e->ws_bwd = 0, e->deterministic = 0, e->bseq = 0;
+      return -1;
+    }
+  }
+  *out = e;
+  return 0;
+}
+
+int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
+                                 size_t *workspace_bytes, int *deterministic,
+                                 int *seqs_per_call) {
+  entry *e;
+  if (prepare(B, T, C, NH, NKV, dt, 1, &e)) return -1;
   *workspace_bytes = (size_t)(e->ws_fwd > e->ws_bwd ? e->ws_fwd : e->ws_bwd);
   *deterministic = e->deterministic;
   *seqs_per_call = e->bseq;
+  return 0;
+}
+
+int cuda_attention_cudnn_prepare_forward(int B, int T, int C, int NH, int NKV, st_dtype dt,
+                                         size_t *workspace_bytes) {
+  entry *e;
+  if (prepare(B, T, C, NH, NKV, dt, 0, &e)) return -1;
+  *workspace_bytes = (size_t)e->ws_fwd;
   return 0;
 }
 
@@ -622,8 +650,10 @@ int cuda_attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv,
                                   const float *stats, int B, int T, int C, int NH, int NKV,
                                   st_dtype dt, void *workspace) {
   entry *e = find(B, T, C, NH, NKV, dt);
-  if (!e) return fail("cuDNN attention backward: shape B=%d T=%d C=%d NH=%d NKV=%d %s was not "
-                      "prepared", B, T, C, NH, NKV, st_dtype_name(dt));
+  if (!e || !e->bwd)
+    return fail("cuDNN attention backward: shape B=%d T=%d C=%d NH=%d NKV=%d %s was not "
+                "prepared%s", B, T, C, NH, NKV, st_dtype_name(dt),
+                e ? " for the backward (its forward only: --attention mixed)" : "");
   float scale = 1.0f / sqrtf((float)(C / NH)), one = 1.0f, neg = -FLT_MAX;
   const int64_t vcol = C + (int64_t)NKV * (C / NH);
   const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK, UID_DV,

@@ -64,13 +64,24 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
                                  size_t *workspace_bytes, int *deterministic,
                                  int *seqs_per_call);
 
+/* The forward's plan alone, for --attention mixed (cuDNN's forward, our
+ * O(T) deterministic backward: its stats are our kernels' lse, above):
+ * *workspace_bytes gets the forward's workspace for B sequences. No
+ * backward plan is built, so none of its O(T^2) workspace is asked for.
+ * 0, or -1 with the reason in cuda_attention_cudnn_error(). Never aborts. */
+int cuda_attention_cudnn_prepare_forward(int B, int T, int C, int NH, int NKV, st_dtype dt,
+                                         size_t *workspace_bytes);
+
 /* The most sequences a backward call takes from now on (0: all of B, or
  * ST_ATTENTION_CUDNN_SEQS); prepare and the calls look plans up with it. */
 void cuda_attention_cudnn_group_cap(int cap);
 
-/* 1 when prepare has succeeded for this shape and dtype (a cache lookup:
- * builds nothing). */
+/* 1 when a forward plan exists for this shape and dtype (prepare or
+ * prepare_forward succeeded; a cache lookup: builds nothing). */
 int cuda_attention_cudnn_ready(int B, int T, int C, int NH, int NKV, st_dtype dt);
+
+/* 1 when a backward plan exists too (prepare succeeded). */
+int cuda_attention_cudnn_ready_backward(int B, int T, int C, int NH, int NKV, st_dtype dt);
 
 /* out [B,T,C] and stats [B,NH,T] written from qkv. workspace: at
  * least prepare's *workspace_bytes of device memory (may be NULL when that

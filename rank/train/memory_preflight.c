@@ -23,9 +23,10 @@
  * workspace is part of the plan. The CPU has only its reference. */
 static int setup_attention_as(trainer *tr, const char *attention) {
   if (tr->device_index < 0) {
-    if (strcmp(attention, "cudnn") == 0)
-      return st_error_setc(ST_EXIT_USAGE, "--attention cudnn needs the CUDA backend (bf16 or "
-                           "fp16); the CPU runs its fp32 reference: use --attention auto|flash");
+    if (strcmp(attention, "cudnn") == 0 || strcmp(attention, "mixed") == 0)
+      return st_error_setc(ST_EXIT_USAGE, "--attention %s needs the CUDA backend (bf16 or "
+                           "fp16); the CPU runs its fp32 reference: use --attention auto|flash",
+                           attention);
     snprintf(tr->attn_note, sizeof tr->attn_note, "the CPU reference (softmax kept, T x T per "
              "head)");
     return 0;
@@ -35,7 +36,8 @@ static int setup_attention_as(trainer *tr, const char *attention) {
   const st_model_config *m = &rc->model;
   const st_attention_impl want = strcmp(attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
                                  : strcmp(attention, "flash") == 0 ? ST_ATTENTION_FLASH
-                                                                        : ST_ATTENTION_AUTO;
+                                 : strcmp(attention, "mixed") == 0 ? ST_ATTENTION_MIXED
+                                                                   : ST_ATTENTION_AUTO;
   st_attention_choice ch;
   st_cuda_attention_group_cap(tr->attn_group);
   /* cuDNN's plans are built per head layout: GQA's K/V have n_kv_head heads */
@@ -43,8 +45,12 @@ static int setup_attention_as(trainer *tr, const char *attention) {
                                    m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head, &ch))
     return -1;
   snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
-  /* the workspace serves one backward call of bseq sequences */
-  const size_t bseq = (size_t)st_attention_cudnn_group(rc->micro_batch, tr->attn_group);
+  tr->attn_cudnn_bwd = ch.impl == ST_ATTENTION_CUDNN;
+  /* the workspace serves one backward call of bseq sequences (mixed: the
+   * forward's, for the micro-batch) */
+  const size_t bseq = tr->attn_cudnn_bwd
+                          ? (size_t)st_attention_cudnn_group(rc->micro_batch, tr->attn_group)
+                          : (size_t)rc->micro_batch;
   tr->attn_ws_per_seq = (ch.workspace_bytes + bseq - 1) / bseq;
   st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * bseq);
 #else
@@ -80,7 +86,7 @@ static int take_groups(trainer *tr, st_plan_input *in, int group) {
 static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
   in->attn_group = tr->attn_group;
-  if (!tr->attn_ws_per_seq) return 0;
+  if (!tr->attn_ws_per_seq || !tr->attn_cudnn_bwd) return 0;
   /* asked for cuDNN, groups go down to one sequence a call, and when none
    * fits the pre-flight reports the whole plan */
   const int asked = strcmp(tr->rc->attention, "cudnn") == 0;
@@ -99,7 +105,15 @@ static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   const uint64_t ws = st_plan_attention_workspace(tr->attn_ws_per_seq, tr->rc->micro_batch, least);
   st_format_bytes(ws, a, sizeof a);
   if (cap) st_format_bytes(with.usable, b, sizeof b);
-  if (setup_attention_as(tr, "flash")) return -1;
+  /* cuDNN's forward with our backward; ours both ways where cuDNN's
+   * forward will not build after all */
+  if (setup_attention_as(tr, "mixed") == 0) {
+    /* auto chose it: the note names the flag the user gave */
+    char *m = strstr(tr->attn_note, "(--attention mixed)");
+    if (m) snprintf(m, sizeof tr->attn_note - (size_t)(m - tr->attn_note), "(--attention auto)");
+  } else if (setup_attention_as(tr, "flash")) {
+    return -1;
+  }
   const size_t n = strlen(tr->attn_note);
   snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; --attention auto: cuDNN's "
            "deterministic backward needs %s of O(T^2) workspace (%d sequence%s a call), which "
@@ -109,7 +123,8 @@ static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
     const size_t k = strlen(tr->attn_note);
     snprintf(tr->attn_note + k, sizeof tr->attn_note - k, " [%s usable]", b);
   }
-  in->attn_workspace_per_seq = 0;
+  in->attn_workspace_per_seq = tr->attn_ws_per_seq; /* cuDNN's forward's, or 0 */
+  in->attn_group = 0;
   return 0;
 }
 

@@ -69,6 +69,7 @@ typedef struct {
   char attn_note[512];     /* the attention that runs, for the configuration block */
   uint64_t attn_ws_per_seq;/* cuDNN attention workspace per sequence (0: ours) */
   int attn_group;          /* most sequences a cuDNN backward call takes (0: all) */
+  int attn_cudnn_bwd;      /* cuDNN runs the backward: its workspace is O(T^2), settle weighs it */
   char *plan_json;         /* the plan as `shardtrain plan --json` prints it (metrics, index.h5) */
   st_arena arena;          /* every buffer of the plan's arena, carved at setup, then sealed */
   void *arena_block;       /* its one raw allocation (ops->alloc), NULL before setup makes it */

@@ -147,8 +147,17 @@ check(d["bytes"]["cudnn_attention_workspace"] == 806879232,
 auto = base[:-2] + ["--attention", "auto", "--global-batch", 32]
 d = plan_json(auto)
 check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e["total"]
-      and "ours, O(T)" in d["attention"],
-      "--attention auto without a budget: ours, no cuDNN workspace")
+      and "cuDNN's forward and our backward (mixed), O(T)" in d["attention"]
+      and d["attention_kernel"] == "mixed",
+      "--attention auto without a budget: cuDNN's forward and our O(T) backward, no cuDNN "
+      "workspace")
+# --attention mixed: as asked, no workspace whatever the budget
+for extra in ([], ["--gpu-mem", "80GiB"]):
+    d = plan_json(base[:-2] + ["--attention", "mixed", "--global-batch", 32] + extra)
+    check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e["total"]
+          and d["attention_kernel"] == "mixed" and "as asked" in d["attention"]
+          and d["cudnn_seqs_per_call"] == 0,
+          f"--attention mixed {' '.join(extra)}: no cuDNN workspace, the kernel named")
 d = plan_json(auto + ["--gpu-mem", "80GiB"])
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and "cuDNN" in d["attention"]
       and d["gpu"]["fits"] is True, "--attention auto, 80 GiB: cuDNN's workspace fits, cuDNN runs")
@@ -217,10 +226,16 @@ r = plan(["--model", "gpt2-124m", "--device", "cpu", "--attention", "cudnn", "--
          None)
 check(r.returncode == 2 and "needs the CUDA backend" in r.stderr,
       "--attention cudnn on the CPU: exit 2, as train")
+for dev, prec, words in (("cpu", "fp32", "--attention mixed needs the CUDA backend"),
+                         ("cuda", "fp32", "--attention mixed: cuDNN's fused attention runs bf16")):
+    r = plan(["--model", "gpt2-124m", "--device", dev, "--precision", prec, "--attention", "mixed",
+              "--global-batch", 32], None)
+    check(r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1,
+          f"--attention mixed, {dev} {prec}: exit 2, one line ({r.stderr.strip()[:100]})")
 # a head size nothing on the GPU runs: refused as train's setup refuses it
 # (exit 2, the same words), while the CPU's reference takes any
 wide = ["--model", "tiny", "--layers", 2, "--heads", 1, "--dim", 256, "--global-batch", 8]
-for att in ("flash", "auto", "cudnn"):
+for att in ("flash", "auto", "cudnn", "mixed"):
     r = plan(wide + ["--device", "cuda", "--precision", "bf16", "--attention", att], None)
     check(r.returncode == 2 and "head size 256" in r.stderr and "more heads" in r.stderr
           and r.stderr.count("\n") == 1,
@@ -233,8 +248,16 @@ r = plan(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--global
 check(r.returncode == 2 and "multiple of 8" in r.stderr and "--attention flash" in r.stderr,
       "head size 36 with --attention cudnn: exit 2, the fix named")
 r = plan(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--global-batch", 8,
+          "--device", "cuda", "--precision", "bf16", "--attention", "mixed"], None)
+check(r.returncode == 2 and "--attention mixed" in r.stderr and "multiple of 8" in r.stderr,
+      "head size 36 with --attention mixed: exit 2 (cuDNN runs its forward), the fix named")
+r = plan(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--global-batch", 8,
           "--device", "cuda", "--precision", "bf16", "--attention", "auto"], None)
 check(r.returncode in (0, 6), "head size 36 with --attention auto: ours plan it")
+d = plan_json(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--global-batch", 8,
+               "--device", "cuda", "--precision", "bf16", "--attention", "auto"], rc=None)
+check(d is not None and d["attention_kernel"] == "ours",
+      "head size 36 with --attention auto: ours both ways (cuDNN takes no head size 36)")
 r = plan(wide + ["--device", "cpu"], None)
 check(r.returncode in (0, 6), "head size 256 on the CPU: the reference plans it")
 # --fit at T=65536 under 24 GiB: the workspace (24 GiB per sequence) never

@@ -9,11 +9,11 @@
 # 2. runs the CUDA ctest (every test whose name has "cuda"), in the
 #    background beside 3-5, its verdict reported last;
 # 3. trains a few steps for every precision (bf16, fp16, fp32) x attention
-#    (cudnn, flash) x ZeRO stage (0, 1, 2) at the tiny shape, each recompute
+#    (cudnn, mixed, flash) x ZeRO stage (0, 1, 2) at the tiny shape, each recompute
 #    policy more than once (full's losses identical to none's), and a subset
 #    at gpt2-124m; each run must exit 0 with finite losses that fall; fp32
-#    with --attention cudnn must be refused with exit 2 (cuDNN's fused
-#    attention is bf16/fp16 only);
+#    with --attention cudnn or mixed must be refused with exit 2 (cuDNN's
+#    fused attention is bf16/fp16 only);
 #    ST_GEMM_SEARCH's choices through ST_GEMM_CACHE (a second run reads
 #    them and its losses are bit-identical to the first's);
 #    --attention auto under a budget running cuDNN's backward in groups of
@@ -216,10 +216,10 @@ TINY=(--data "$DATA" --model tiny --seq-len 64 --micro-batch 4 --global-batch 8 
 
 # 3. The matrix at the tiny shape.
 for p in bf16 fp16 fp32; do
-  for a in cudnn flash; do
+  for a in cudnn mixed flash; do
     for z in 0 1 2; do
       name=tiny-$p-$a-z$z
-      if [ $p = fp32 ] && [ $a = cudnn ]; then
+      if [ $p = fp32 ] && [ $a != flash ]; then
         [ $z = 0 ] && refuse "$name" 2 "$B" train "${TINY[@]}" --precision $p --attention $a \
           --zero $z --resume none --out "$W/$name"
         continue
@@ -314,24 +314,40 @@ else
   bad attn-groups-equal "no 'in groups of 8 sequences' in attn-groups.log, or the losses differ"
 fi
 # A budget with room for 4 sequences' workspace, below auto's smallest group
-# here (8: st_attention_cudnn_min_group): ours runs, cuDNN's plans and handle
-# are released (cuda_attention_cudnn_release), and the losses are those of
-# --attention flash, bit for bit.
+# here (8: st_attention_cudnn_min_group): cuDNN's forward runs with our
+# backward, and the losses are those of --attention mixed, bit for bit.
 budget4=$(python3 - "$W/attn-whole/metrics.jsonl" <<'PY' 2>/dev/null
 import json, sys
 b = json.loads(open(sys.argv[1]).readline())["memory_plan"]["bytes"]
 print(int((b["total"] - b["cudnn_attention_workspace"] * 3 // 4 + (16 << 20)) / 0.95) // 1024)
 PY
 )
-check attn-flash 4 "$B" train "${G16[@]}" --attention flash --resume none --out "$W/attn-flash"
-check attn-auto-ours 4 "$B" train "${G16[@]}" --attention auto --gpu-mem "${budget4:-0}KiB" \
-  --resume none --out "$W/attn-auto-ours"
-if grep -q "attention auto: cuDNN's deterministic backward needs" "$W/attn-auto-ours.log" &&
-   [ -s "$W/attn-flash/metrics.jsonl" ] &&
-   [ "$(losses "$W/attn-flash")" = "$(losses "$W/attn-auto-ours")" ]; then
-  ok attn-auto-ours-equal "auto at --gpu-mem ${budget4}KiB ran ours, losses identical to flash's"
+check attn-mixed 4 "$B" train "${G16[@]}" --attention mixed --resume none --out "$W/attn-mixed"
+check attn-auto-mixed 4 "$B" train "${G16[@]}" --attention auto --gpu-mem "${budget4:-0}KiB" \
+  --resume none --out "$W/attn-auto-mixed"
+if grep -q "attention auto: cuDNN's deterministic backward needs" "$W/attn-auto-mixed.log" &&
+   grep -q "fused flash attention forward" "$W/attn-auto-mixed.log" &&
+   [ -s "$W/attn-mixed/metrics.jsonl" ] &&
+   [ "$(losses "$W/attn-mixed")" = "$(losses "$W/attn-auto-mixed")" ]; then
+  ok attn-auto-mixed-equal "auto at --gpu-mem ${budget4}KiB ran cuDNN's forward and ours' backward, losses identical to mixed's"
 else
-  bad attn-auto-ours-equal "auto did not say it fell back to ours, or the losses differ from flash's"
+  bad attn-auto-mixed-equal "auto did not say it fell back to mixed, or the losses differ from mixed's"
+fi
+# mixed against ours both ways: the same model to bf16 rounding (the
+# forward's kernels differ), every loss within 1%
+if [ -s "$W/attn-mixed/metrics.jsonl" ] &&
+   python3 - "$W/attn-mixed" "$W/attn-whole" <<'PY'
+import json, sys
+def losses(d):
+    rows = (json.loads(l) for l in open(d + "/metrics.jsonl"))
+    return [j["loss"] for j in rows if "step" in j and "loss" in j]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 0.01 * abs(y) for x, y in zip(a, b)) else 1)
+PY
+then
+  ok attn-mixed-close "mixed's losses within 1% of cuDNN's both ways"
+else
+  bad attn-mixed-close "mixed's losses are not within 1% of --attention cudnn's"
 fi
 
 # ZeRO 3 on one GPU: the block gathers and the head's, bit-identical losses
