@@ -502,30 +502,40 @@ int cuda_attention_cudnn_ready_backward(int B, int T, int C, int NH, int NKV, st
 
 /* The entry for the shape with its forward plan, and with its backward plan
  * too when want_bwd; a backward that fails to build leaves the forward's
- * entry in the cache (--attention mixed runs it). 0 or -1. */
-static int prepare(int B, int T, int C, int NH, int NKV, st_dtype dt, int want_bwd, entry **out) {
+ * entry in the cache (--attention mixed runs it). NULL with the reason in
+ * g_err on failure. */
+static entry *prepare(int B, int T, int C, int NH, int NKV, st_dtype dt, int want_bwd) {
   g_err[0] = 0;
-  *out = NULL;
-  if (dt != ST_BF16 && dt != ST_FP16)
-    return fail("cuDNN attention runs bf16 and fp16 storage, not %s", st_dtype_name(dt));
-  if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || NKV < 1 || NH % NKV != 0)
-    return fail("cuDNN attention: bad shape B=%d T=%d C=%d NH=%d NKV=%d", B, T, C, NH, NKV);
+  if (dt != ST_BF16 && dt != ST_FP16) {
+    fail("cuDNN attention runs bf16 and fp16 storage, not %s", st_dtype_name(dt));
+    return NULL;
+  }
+  if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || NKV < 1 || NH % NKV != 0) {
+    fail("cuDNN attention: bad shape B=%d T=%d C=%d NH=%d NKV=%d", B, T, C, NH, NKV);
+    return NULL;
+  }
   const int hs = C / NH;
-  if (!st_attention_cudnn_takes_head(hs))
-    return fail("cuDNN attention needs a head size that is a multiple of 8 and at most 128, "
-                "got %d (C=%d / NH=%d)", hs, C, NH);
+  if (!st_attention_cudnn_takes_head(hs)) {
+    fail("cuDNN attention needs a head size that is a multiple of 8 and at most 128, got %d "
+         "(C=%d / NH=%d)", hs, C, NH);
+    return NULL;
+  }
   const shape sh = {B, T, C, NH, NKV, hs, dt == ST_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
   entry *e = find(B, T, C, NH, NKV, dt);
   if (!e) {
     for (int i = 0; i < CACHE_SLOTS && !e; i++)
       if (!g_cache[i].used) e = &g_cache[i];
-    if (!e) return fail("cuDNN attention: the plan cache holds %d shapes already", CACHE_SLOTS);
+    if (!e) {
+      fail("cuDNN attention: the plan cache holds %d shapes already", CACHE_SLOTS);
+      return NULL;
+    }
     if (!g_handle) {
       cudnnStatus_t s = cudnnCreate(&g_handle);
       if (s != CUDNN_STATUS_SUCCESS) {
         g_handle = NULL;
-        return fail("cudnnCreate failed: %s (is libcudnn 9 installed and a GPU visible?)",
-                    cudnnGetErrorString(s));
+        fail("cudnnCreate failed: %s (is libcudnn 9 installed and a GPU visible?)",
+             cudnnGetErrorString(s));
+        return NULL;
       }
     }
     memset(e, 0, sizeof *e);
@@ -536,7 +546,7 @@ static int prepare(int B, int T, int C, int NH, int NKV, st_dtype dt, int want_b
       if (e->fwd) cudnnBackendDestroyDescriptor(e->fwd);
       graph_free(&e->gf);
       memset(e, 0, sizeof *e);
-      return -1;
+      return NULL;
     }
     e->B = B, e->T = T, e->C = C, e->NH = NH, e->NKV = NKV, e->dt = dt, e->cap = g_group_cap;
     e->used = 1;
@@ -554,18 +564,17 @@ static int prepare(int B, int T, int C, int NH, int NKV, st_dtype dt, int want_b
       graph_free(&e->gb);
       memset(&e->gb, 0, sizeof e->gb);
       e->bwd = NULL, e->ws_bwd = 0, e->deterministic = 0, e->bseq = 0;
-      return -1;
+      return NULL;
     }
   }
-  *out = e;
-  return 0;
+  return e;
 }
 
 int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype dt,
                                  size_t *workspace_bytes, int *deterministic,
                                  int *seqs_per_call) {
-  entry *e;
-  if (prepare(B, T, C, NH, NKV, dt, 1, &e)) return -1;
+  const entry *e = prepare(B, T, C, NH, NKV, dt, 1);
+  if (!e) return -1;
   *workspace_bytes = (size_t)(e->ws_fwd > e->ws_bwd ? e->ws_fwd : e->ws_bwd);
   *deterministic = e->deterministic;
   *seqs_per_call = e->bseq;
@@ -574,8 +583,8 @@ int cuda_attention_cudnn_prepare(int B, int T, int C, int NH, int NKV, st_dtype 
 
 int cuda_attention_cudnn_prepare_forward(int B, int T, int C, int NH, int NKV, st_dtype dt,
                                          size_t *workspace_bytes) {
-  entry *e;
-  if (prepare(B, T, C, NH, NKV, dt, 0, &e)) return -1;
+  const entry *e = prepare(B, T, C, NH, NKV, dt, 0);
+  if (!e) return -1;
   *workspace_bytes = (size_t)e->ws_fwd;
   return 0;
 }
