@@ -594,7 +594,8 @@ hf_import_cuda
 
 # The Llama family: llama-tiny imported from Hugging Face (GQA 4/2, RoPE with
 # Llama 3 scaling, SwiGLU, untied head; byte tokens fit its 300-token
-# vocabulary) across precision x attention x ZeRO, a wider GQA Llama and an
+# vocabulary) across precision x attention x ZeRO, a wider GQA Llama (cuDNN, ours
+# and mixed: cuDNN's GQA forward feeding our GQA backward) and an
 # MQA Qwen2 (q/k/v biases) from flags; then greedy ids and eval on CUDA
 # against the CPU for the imported family model.
 LT=$R/tests/data/hf/llama-tiny
@@ -610,7 +611,7 @@ done
 LW=(--data "$DATA" --arch llama --layers 4 --heads 8 --kv-heads 2 --dim 512 --ffn-dim 1376
     --tied 0 --seq-len 256 --micro-batch 8 --global-batch 8 --steps 8 --lr 1e-3 --warmup 2
     --val-every 4 --val-seqs 8 --log-every 1 --device cuda)
-for spec in "llama bf16 cudnn" "llama fp16 flash"; do
+for spec in "llama bf16 cudnn" "llama fp16 flash" "llama bf16 mixed"; do
   set -- $spec
   check "wide-$1-$2-$3" 8 "$B" train "${LW[@]}" --precision $2 --attention $3 --zero 1 \
     --resume none --out "$W/wide-$1-$2-$3"
