@@ -2,7 +2,7 @@
  * (kernels/cuda/attention_cudnn.c, reached through the CUDA op table after
  * st_cuda_attention_select) against a float64 CPU reference and against our
  * tensor-core flash kernels, run-to-run bit-identity of its backward, and
- * timings at GPT-2 124M shapes (harness: cuda_check.c).
+ * timings at GPT-2 124M shapes and at head size 128 (harness: cuda_check.c).
  *
  * Shapes: NH=12, hs=64 (C=768), (B,T) = (2,64), (3,256), (4,1024), bf16 and
  * fp16. qkv and dout are random N(0,1) values representable in the dtype;
@@ -263,9 +263,9 @@ static double now_s(void) {
 }
 
 /* Mean milliseconds of forward and backward over 10 calls, B sequences of
- * T tokens, GPT-2 124M's heads. */
-static void timing(st_attention_impl impl, const char *name, int B, int T) {
-  const int NH = 12, C = 768, reps = 10;
+ * T tokens, NH heads of C / NH. */
+static void timing(st_attention_impl impl, const char *name, int B, int T, int C, int NH) {
+  const int reps = 10;
   const int64_t N = (int64_t)B * T;
   st_attention_choice ch;
   if (st_cuda_attention_select(impl, DT, B, T, C, NH, &ch) || GPU->reserve(0, 0)) {
@@ -294,8 +294,8 @@ static void timing(st_attention_impl impl, const char *name, int B, int T) {
   }
   /* causal: half of the 4*B*NH*T*T*hs forward FLOPs; backward 2.5x forward */
   const double ff = 4.0 * B * NH * (double)T * T * (C / NH) / 2;
-  printf("  %-6s %s B=%d T=%d: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n",
-         name, st_dtype_name(DT), B, T, tf / reps * 1e3, ff / (tf / reps) / 1e12, tb / reps * 1e3,
+  printf("  %-6s %s B=%d T=%d hs=%d: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms "
+         "(%.0f TFLOP/s)\n", name, st_dtype_name(DT), B, T, C / NH, tf / reps * 1e3, ff / (tf / reps) / 1e12, tb / reps * 1e3,
          2.5 * ff / (tb / reps) / 1e12);
   GPU->free(qkv), GPU->free(dqkv), GPU->free(out), GPU->free(dout), GPU->free(att);
   GPU->free(datt);
@@ -312,14 +312,17 @@ int main(void) {
     use_dtype(dts[d]);
     for (int s = 0; s < 3; s++) test_shape(shapes[s][0], shapes[s][1]);
   }
-  printf("timings NH=12 hs=64 (printed, not checked; mixed is cuDNN's forward, ours' backward):\n");
-  const int tshapes[3][2] = {{32, 1024}, {4, 4096}, {1, 8192}};
+  printf("timings (printed, not checked; mixed is cuDNN's forward, ours' backward):\n");
+  /* GPT-2 124M's heads at three lengths; head size 128 (Llama 3 8B's) */
+  const int tshapes[4][4] = {{32, 1024, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12},
+                             {2, 4096, 2048, 16}};
   for (int d = 0; d < 2; d++) {
     use_dtype(dts[d]);
-    for (int t = 0; t < 3; t++) {
-      timing(ST_ATTENTION_CUDNN, "cudnn", tshapes[t][0], tshapes[t][1]);
-      timing(ST_ATTENTION_MIXED, "mixed", tshapes[t][0], tshapes[t][1]);
-      timing(ST_ATTENTION_FLASH, "ours", tshapes[t][0], tshapes[t][1]);
+    for (int t = 0; t < 4; t++) {
+      const int *sh = tshapes[t];
+      timing(ST_ATTENTION_CUDNN, "cudnn", sh[0], sh[1], sh[2], sh[3]);
+      timing(ST_ATTENTION_MIXED, "mixed", sh[0], sh[1], sh[2], sh[3]);
+      timing(ST_ATTENTION_FLASH, "ours", sh[0], sh[1], sh[2], sh[3]);
     }
   }
   printf("%d checks, %d failed\n", g_checks, g_failures);

@@ -237,23 +237,27 @@ static void *dev_alloc_guarded(size_t bytes) {
 
 /* ---- one shape, one dtype */
 
-/* Kernel configurations: 0-2 the wgmma family (Hopper; one forward) with
- * the pipelined backward (head size 64; the plain one at 128), the plain
- * backward, and the plain backward with 2 warpgroups a block; 3 the
+/* Kernel configurations: 0-3 the wgmma family (Hopper; one forward) with
+ * the pipelined backward (head size 64; the plain one at 128), its dQ on a
+ * second stream beside dK/dV (the default) and after it on one stream, the
+ * plain backward, and the plain backward with 2 warpgroups a block; 4 the
  * mma.sync family (everywhere). */
-#define N_CONF 4
+#define N_CONF 5
 static int g_conf = N_CONF - 1;
 
 static void use_conf(int k) {
   g_conf = k;
-  cuda_attention_tc_use_wgmma(k < 3);
-  cuda_attention_wgmma_set_groups(k == 2 ? 2 : 1);
-  cuda_attention_wgmma_set_pipeline(k == 0);
+  cuda_attention_tc_use_wgmma(k < 4);
+  cuda_attention_wgmma_set_groups(k == 3 ? 2 : 1);
+  cuda_attention_wgmma_set_pipeline(k <= 1);
+  cuda_attention_wgmma_set_streams(k != 1);
 }
 
 /* the kernels the calls run now, for the printed lines */
 static const char *family(int B, int C, int NH, st_dtype dt) {
-  static const char *names[3] = {"wgmma, pipelined backward", "wgmma, plain backward",
+  static const char *names[4] = {"wgmma, pipelined backward, dQ beside dK/dV",
+                                 "wgmma, pipelined backward, one stream",
+                                 "wgmma, plain backward",
                                  "wgmma, plain backward, 2 warpgroups a block"};
   if (!cuda_attention_tc_runs_wgmma(B, C, NH, dt)) return "mma.sync";
   return names[g_conf];

@@ -60,6 +60,33 @@ static int g_pipe_bwd = WG_PIPELINE_BWD;
 
 void cuda_attention_wgmma_set_pipeline(int on) { g_pipe_bwd = on < 0 ? WG_PIPELINE_BWD : on != 0; }
 
+/* dQ's kernel on a second stream beside dK/dV's (1, the default), or after
+ * it on the caller's (0). The two read the same inputs and write disjoint
+ * parts of dqkv, so running them at once changes no result; it lets each
+ * kernel's short last blocks share the SMs with the other's instead of
+ * leaving them idle at the boundary between the two launches. */
+static int g_two_streams = 1;
+
+void cuda_attention_wgmma_set_streams(int two) { g_two_streams = two != 0; }
+
+/* The side stream and its two events, made once; 0 when any of them could
+ * not be (the backward then runs on the caller's stream alone). */
+static int side_stream(cudaStream_t *s, cudaEvent_t *fork, cudaEvent_t *join) {
+  static cudaStream_t st;
+  static cudaEvent_t ef, ej;
+  static int state; /* 0 not tried, 1 ready, -1 failed */
+  if (!state) {
+    state = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+                    cudaEventCreateWithFlags(&ef, cudaEventDisableTiming) == cudaSuccess &&
+                    cudaEventCreateWithFlags(&ej, cudaEventDisableTiming) == cudaSuccess
+                ? 1
+                : -1;
+    if (state < 0) (void)cudaGetLastError(); /* not sticky: clear it */
+  }
+  *s = st, *fork = ef, *join = ej;
+  return state > 0;
+}
+
 template <typename E, int HD, int NWG>
 static void wg_backward(void *dqkv, const float *D, const void *dout, const void *qkv,
                         const float *lse, int B, int T, int NH, int NKV) {
@@ -79,8 +106,18 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
   const unsigned tiles = (unsigned)((T + 64 * NWG - 1) / (64 * NWG));
   const dim3 kvgrid(tiles, (unsigned)(B * NKV)), qgrid(tiles, (unsigned)(B * NH));
   const int pipe = NWG == 1 && HD == 64 && g_pipe_bwd;
+  /* dQ waits for what came before on the caller's stream (D, the forward's
+   * lse and output), and the caller's stream for dQ */
+  cudaStream_t qs = 0, side = 0;
+  cudaEvent_t fork = 0, join = 0;
+  const int two = g_two_streams && side_stream(&side, &fork, &join);
+  if (two) {
+    ST_CUDA_CHECK(cudaEventRecord(fork, 0));
+    ST_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+    qs = side;
+  }
   /* dK/dV first: its blocks walk the most query tiles (the longest first),
-   * and dQ's, longest first too, fill the tail behind them */
+   * and dQ's, longest first too, fill the tail behind (or beside) them */
   if constexpr (NWG == 1 && HD == 64) {
     if (pipe)
       wg_dkv_pipe_kernel<E, HD><<<kvgrid, 128, skv3>>>((E *)dqkv, (const E *)qkv,
@@ -92,13 +129,17 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
   ST_CUDA_LAUNCHED();
   if constexpr (NWG == 1 && HD == 64) {
     if (pipe)
-      wg_dq_pipe_kernel<E, HD><<<qgrid, 128, sq3>>>((E *)dqkv, (const E *)qkv, (const E *)dout,
-                                                    lse, D, T, NH, NKV);
+      wg_dq_pipe_kernel<E, HD><<<qgrid, 128, sq3, qs>>>((E *)dqkv, (const E *)qkv,
+                                                        (const E *)dout, lse, D, T, NH, NKV);
   }
   if (!pipe)
-    wg_dq_kernel<E, HD, NWG><<<qgrid, 128 * NWG, sq>>>((E *)dqkv, (const E *)qkv,
-                                                       (const E *)dout, lse, D, T, NH, NKV);
+    wg_dq_kernel<E, HD, NWG><<<qgrid, 128 * NWG, sq, qs>>>((E *)dqkv, (const E *)qkv,
+                                                           (const E *)dout, lse, D, T, NH, NKV);
   ST_CUDA_LAUNCHED();
+  if (two) {
+    ST_CUDA_CHECK(cudaEventRecord(join, side));
+    ST_CUDA_CHECK(cudaStreamWaitEvent(0, join, 0));
+  }
 }
 
 template <typename E, int HD>

@@ -7,7 +7,9 @@
  *
  * Built for sm_90a only (its own object library in CMakeLists.txt): call
  * nothing here unless cuda_attention_wgmma_takes says yes for the current
- * device. Launches on the legacy default stream; pointers 16-byte aligned.
+ * device. Launches on the legacy default stream (the backward's dQ kernel on
+ * a second stream of its own, joined back before it returns: see
+ * cuda_attention_wgmma_set_streams); pointers 16-byte aligned.
  */
 #ifndef ST_ATTENTION_WGMMA_H
 #define ST_ATTENTION_WGMMA_H
@@ -48,6 +50,13 @@ void cuda_attention_wgmma_set_groups(int groups);
  * the build's default. The same arithmetic in the same order either way;
  * for tests and benchmarks. (The forward has one kernel, pipelined.) */
 void cuda_attention_wgmma_set_pipeline(int on);
+
+/* The backward's two kernels at once: 1 (the default) runs dQ's on a
+ * second stream beside dK/dV's, with events ordering it after the work
+ * before the call and the legacy default stream after it; 0 runs them one
+ * after the other on the default stream. The same results either way (the
+ * kernels write disjoint parts of dqkv); for tests and benchmarks. */
+void cuda_attention_wgmma_set_streams(int two);
 
 #ifdef __cplusplus
 }
