@@ -23,15 +23,32 @@ int st_attention_ours_takes(int C, int NH, st_dtype dt) {
   return st_attention_simt_tile(C, NH) > 0 || st_attention_tc_takes(C, NH, dt);
 }
 
+static const char *const k_names[] = {"auto", "cudnn", "flash", "mixed"};
+
+int st_attention_parse(const char *word, st_attention_impl *out) {
+  for (int i = 0; i < (int)(sizeof k_names / sizeof *k_names); i++)
+    if (word && strcmp(word, k_names[i]) == 0) {
+      *out = (st_attention_impl)i;
+      return 0;
+    }
+  return -1;
+}
+
+const char *st_attention_name(st_attention_impl impl) {
+  return (unsigned)impl < sizeof k_names / sizeof *k_names ? k_names[impl] : "auto";
+}
+
+int st_attention_auto_mixed(int hs, int hopper) { return hopper && hs == 64; }
+
 int st_attention_cudnn_takes_head(int hs) { return hs > 0 && hs % 8 == 0 && hs <= 128; }
 
-int st_attention_head_refusal(const char *asked, int C, int NH, st_dtype dt, char *msg,
+int st_attention_head_refusal(st_attention_impl asked, int C, int NH, st_dtype dt, char *msg,
                               unsigned long cap) {
   const int hs = NH > 0 ? C / NH : 0;
   const char *heads = NH == 1 ? "head" : "heads";
-  const int flash = strcmp(asked, "flash") == 0;
+  const int flash = asked == ST_ATTENTION_FLASH;
   /* mixed runs cuDNN's forward: its head sizes */
-  const int cudnn = strcmp(asked, "cudnn") == 0 || strcmp(asked, "mixed") == 0;
+  const int cudnn = asked == ST_ATTENTION_CUDNN || asked == ST_ATTENTION_MIXED;
   if (!st_attention_ours_takes(C, NH, dt)) {
     /* cuDNN's sizes lie inside ours, so another --attention never helps */
     if (flash || dt == ST_FP32)
@@ -46,7 +63,7 @@ int st_attention_head_refusal(const char *asked, int C, int NH, st_dtype dt, cha
   if (cudnn && dt != ST_FP32 && !st_attention_cudnn_takes_head(hs)) {
     snprintf(msg, cap, "--attention %s: cuDNN's fused attention needs a head size that is a "
              "multiple of 8 and at most 128, got %d (width %d / %d %s); use --attention "
-             "flash or auto (ours run it)", asked, hs, C, NH, heads);
+             "flash or auto (ours run it)", st_attention_name(asked), hs, C, NH, heads);
     return 1;
   }
   return 0;

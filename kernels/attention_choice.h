@@ -13,6 +13,34 @@
 extern "C" {
 #endif
 
+/* Attention implementations of the CUDA tables (--attention). AUTO picks
+ * one of the others at setup (st_attention_auto_mixed, memory_preflight.c);
+ * MIXED is cuDNN's forward with our O(T) backward. */
+typedef enum {
+  ST_ATTENTION_AUTO = 0,
+  ST_ATTENTION_CUDNN = 1,
+  ST_ATTENTION_FLASH = 2,
+  ST_ATTENTION_MIXED = 3
+} st_attention_impl;
+
+/* --attention's word ("auto", "cudnn", "flash", "mixed") into *out: 0, or
+ * -1 for any other word (*out untouched; the CLI has refused it before). */
+int st_attention_parse(const char *word, st_attention_impl *out);
+
+/* The --attention word of impl ("auto" for anything unknown). */
+const char *st_attention_name(st_attention_impl impl);
+
+/* 1 when --attention auto runs cuDNN's forward with our backward (mixed)
+ * from the start, not cuDNN's deterministic backward: at head size 64 where
+ * our software-pipelined Hopper backward runs (hopper: the wgmma kernels
+ * run on this GPU; plan assumes they do). Measured on an H100 (2026-12-06,
+ * test_cuda_attention_cudnn's timings, bf16, 12 heads): our backward 0.634
+ * ms against cuDNN's 0.664 at B=32 T=1024, 0.905 against 1.049 at B=4
+ * T=4096, 0.872 against 1.039 at B=1 T=8192, and no O(T^2) workspace; at
+ * head size 128 cuDNN's is the faster (0.908 against 1.099 ms at B=2
+ * T=4096, 16 heads), so auto keeps it there where it fits. */
+int st_attention_auto_mixed(int hs, int hopper);
+
 /* 1 when the tensor-core FlashAttention-2 kernels (attention_tc.cu) take
  * width C with NH heads in dtype dt: bf16 or fp16, C a positive multiple of
  * NH, head size C/NH of 32, 64 or 128. Else 0. */
@@ -34,12 +62,12 @@ int st_attention_ours_takes(int C, int NH, st_dtype dt);
 int st_attention_cudnn_takes_head(int hs);
 
 /* The refusal train's setup (attention.cu) and plan share for a head size
- * that nothing on the CUDA backend would run with --attention asked
- * ("auto", "cudnn", "mixed" or "flash") in dtype dt: ours take whole head sizes 1
- * to 128, cuDNN multiples of 8 up to 128 (bf16/fp16 only; fp32 runs ours).
- * 1 with one line naming --heads/--dim or --attention and the fix in
+ * that nothing on the CUDA backend would run with --attention asked in
+ * dtype dt: ours take whole head sizes 1 to 128, cuDNN (cudnn, and mixed's
+ * forward) multiples of 8 up to 128 (bf16/fp16 only; fp32 runs ours). 1
+ * with one line naming --heads/--dim or --attention and the fix in
  * msg[cap]; 0 when something runs (msg untouched). */
-int st_attention_head_refusal(const char *asked, int C, int NH, st_dtype dt, char *msg,
+int st_attention_head_refusal(st_attention_impl asked, int C, int NH, st_dtype dt, char *msg,
                               unsigned long cap);
 
 /* Sequences per cuDNN attention backward call. cuDNN's deterministic

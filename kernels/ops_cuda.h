@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 
+#include "kernels/attention_choice.h"
 #include "kernels/ops.h"
 
 #ifdef __cplusplus
@@ -36,20 +37,13 @@ int st_cuda_bind_device(int local_rank, char *name, size_t cap);
  * when it cannot be read. Never aborts. */
 int st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
-/* Attention implementations of the CUDA tables (--attention). */
-/* MIXED: cuDNN's forward, our O(T) backward (see st_cuda_attention_select). */
-typedef enum {
-  ST_ATTENTION_AUTO = 0,
-  ST_ATTENTION_CUDNN = 1,
-  ST_ATTENTION_FLASH = 2,
-  ST_ATTENTION_MIXED = 3
-} st_attention_impl;
-
+/* Attention implementations of the CUDA tables (--attention):
+ * st_attention_impl, kernels/attention_choice.h. */
 typedef struct {
   st_attention_impl impl;  /* what runs: ST_ATTENTION_CUDNN, _FLASH or _MIXED */
   size_t workspace_bytes;  /* cuDNN's device workspace (0 for ours), made by reserve */
   int deterministic;       /* cuDNN: its backward engine has no nondeterminism note */
-  char note[256];          /* one line for the configuration block */
+  char note[512];          /* one line for the configuration block */
 } st_attention_choice;
 
 /* Make the workspace the table's reserve will make at least bytes (the
@@ -77,10 +71,12 @@ void st_cuda_attention_group_cap(int cap);
  * FLASH: our kernels. CUDNN: cuDNN's fused flash attention, or -1 with
  * st_error (usage class for fp32) when it cannot run the shape. MIXED:
  * cuDNN's forward and our O(T) deterministic backward (no O(T^2)
- * workspace), or -1 as CUDNN. AUTO: cuDNN for bf16/fp16 when it builds
- * both plans, MIXED when only its forward builds, else ours; fp32 always
- * ours. (The trainer's pre-flight turns AUTO's cuDNN into MIXED when the
- * backward's workspace does not fit: memory_preflight.c.)
+ * workspace), or -1 as CUDNN. AUTO: MIXED where st_attention_auto_mixed
+ * says our backward is the faster (head size 64 on Hopper), else cuDNN for
+ * bf16/fp16 when it builds both plans, MIXED when only its forward builds,
+ * else ours; fp32 always ours. (The trainer's pre-flight turns AUTO's
+ * cuDNN into MIXED when the backward's workspace does not fit:
+ * memory_preflight.c.)
  * Shapes other than the selected one run our kernels. 0 or -1. */
 int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
                              st_attention_choice *out);
@@ -90,6 +86,11 @@ int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, 
  * divide NH. */
 int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T, int C, int NH,
                                  int NKV, st_attention_choice *out);
+/* The same, the note naming --attention asked (what the user gave) while
+ * want runs: the trainer's pre-flight selecting MIXED or FLASH after AUTO's
+ * cuDNN did not fit. */
+int st_cuda_attention_select_as(st_attention_impl want, st_attention_impl asked, st_dtype dt,
+                                int B, int T, int C, int NH, int NKV, st_attention_choice *out);
 
 #ifdef __cplusplus
 }

@@ -153,21 +153,30 @@ static int settle_attention(st_plan_input *in, st_memory_plan *p, uint64_t ws, i
 }
 
 /* What runs when nothing below changes it (settle_attention overwrites
- * it): the CPU's reference, ours for fp32 or --attention flash,
- * cuDNN's one call for the micro-batch for --attention cudnn. */
-static void default_note(const st_plan_input *in, const char *attention) {
+ * it): the CPU's reference, ours for fp32 or --attention flash, mixed as
+ * asked or where auto runs it from the start, ours where auto meets a head
+ * size cuDNN does not take, cuDNN's one call for the micro-batch for
+ * --attention cudnn. */
+static void default_note(const st_plan_input *in, st_attention_impl attention, int auto_mixed) {
   if (in->backend != ST_BACKEND_CUDA)
     snprintf(attn_note, sizeof attn_note, "the CPU reference (softmax kept, T x T per head)");
   else if (in->dtype == ST_FP32)
     snprintf(attn_note, sizeof attn_note, "ours, O(T) (fp32 runs ours)");
-  else if (strcmp(attention, "flash") == 0)
+  else if (attention == ST_ATTENTION_FLASH)
     snprintf(attn_note, sizeof attn_note, "flash: ours, O(T), as asked");
-  else if (strcmp(attention, "mixed") == 0)
+  else if (attention == ST_ATTENTION_MIXED)
     snprintf(attn_note, sizeof attn_note, "mixed: cuDNN's forward and our backward, O(T), as "
              "asked");
-  else if (strcmp(attention, "cudnn") == 0)
+  else if (attention == ST_ATTENTION_CUDNN)
     snprintf(attn_note, sizeof attn_note, "cudnn: cuDNN's fused attention, as asked; its "
              "deterministic backward in one call for the micro-batch (O(T^2) workspace)");
+  else if (auto_mixed)
+    snprintf(attn_note, sizeof attn_note, "auto: cuDNN's forward and our backward (mixed), "
+             "O(T): at head size 64 our Hopper backward is faster than cuDNN's deterministic "
+             "one and needs no O(T^2) workspace (plan assumes an H100/H200; docs/memory.md)");
+  else if (!cudnn_forward_runs(in))
+    snprintf(attn_note, sizeof attn_note, "auto: ours, O(T) (cuDNN's fused attention takes "
+             "head sizes that are multiples of 8 up to 128)");
 }
 
 static void row(const char *label, uint64_t bytes, const char *note) {
@@ -285,6 +294,7 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
   row("  backward scratch", p->acts.grad_scratch, "activation gradients, reused by every layer");
   row("  embeddings, ln_f, losses", p->acts.embed + p->acts.head, "");
   row("token buffers", p->tokens, "inputs and targets, int32");
+  if (!cuda && attn_note[0]) printf("  %-28s %s\n", "attention", attn_note);
   if (cuda) {
     row("cuBLASLt workspace", p->cublaslt, "kernels/cuda/matmul.cu");
     if (p->attn_workspace)
@@ -385,7 +395,9 @@ static cJSON *plan_json(const st_plan_options *o, const st_plan_input *in,
    * backward call (0 with ours) */
   if (j) {
     const int cudnn = in->backend == ST_BACKEND_CUDA && in->attn_workspace_per_seq > 0;
-    const int mixed = !cudnn && cudnn_forward_runs(in) && strcmp(o->rc.attention, "flash") != 0;
+    st_attention_impl att = ST_ATTENTION_AUTO;
+    (void)st_attention_parse(o->rc.attention, &att);
+    const int mixed = !cudnn && cudnn_forward_runs(in) && att != ST_ATTENTION_FLASH;
     cJSON_AddStringToObject(j, "attention_kernel", in->backend != ST_BACKEND_CUDA ? "cpu"
                                                    : cudnn                        ? "cudnn"
                                                    : mixed                        ? "mixed"
@@ -459,7 +471,9 @@ int st_cmd_plan(int argc, char **argv) {
    * --attention auto plans without it and adds it after, where it fits
    * (settle_attention). */
   uint64_t cudnn_ws = 0;
-  const int wants_cudnn = strcmp(rc->attention, "cudnn") == 0 || strcmp(rc->attention, "mixed") == 0;
+  st_attention_impl att = ST_ATTENTION_AUTO; /* the CLI took only its words */
+  (void)st_attention_parse(rc->attention, &att);
+  const int wants_cudnn = att == ST_ATTENTION_CUDNN || att == ST_ATTENTION_MIXED;
   if (wants_cudnn && (in.backend != ST_BACKEND_CUDA || in.dtype == ST_FP32)) {
     /* train's refusals (memory_preflight.c, attention.cu), at plan time */
     if (in.backend != ST_BACKEND_CUDA)
@@ -472,22 +486,27 @@ int st_cmd_plan(int argc, char **argv) {
     return st_cli_fail(ST_EXIT_USAGE);
   }
   char why[256];
-  if (in.backend == ST_BACKEND_CUDA && st_attention_head_refusal(rc->attention, rc->model.n_embd,
+  if (in.backend == ST_BACKEND_CUDA && st_attention_head_refusal(att, rc->model.n_embd,
                                                                  rc->model.n_head, in.dtype, why,
                                                                  sizeof why)) {
     st_error_setc(ST_EXIT_USAGE, "%s", why); /* train's setup refuses it so */
     return st_cli_fail(ST_EXIT_USAGE);
   }
-  /* O(T^2): cuDNN's backward. mixed plans no workspace for cuDNN's forward
-   * (train counts what cuDNN reports for it) */
-  if (in.backend == ST_BACKEND_CUDA && in.dtype != ST_FP32 &&
-      (strcmp(rc->attention, "auto") == 0 || strcmp(rc->attention, "cudnn") == 0))
+  /* O(T^2): cuDNN's backward, for --attention cudnn and where auto may
+   * take it: a head size cuDNN runs, other than where auto runs mixed from
+   * the start (st_attention_auto_mixed; plan assumes Hopper, the GPUs it is
+   * measured on). mixed plans no workspace for cuDNN's forward (train
+   * counts what cuDNN reports for it: 256 bytes measured). */
+  const int auto_mixed = att == ST_ATTENTION_AUTO && cudnn_forward_runs(&in) &&
+                         st_attention_auto_mixed(rc->model.n_embd / rc->model.n_head, 1);
+  if (cudnn_forward_runs(&in) &&
+      (att == ST_ATTENTION_CUDNN || (att == ST_ATTENTION_AUTO && !auto_mixed)))
     cudnn_ws = st_plan_cudnn_attention_per_seq(rc->seq_len, &rc->model);
-  default_note(&in, rc->attention);
-  if (strcmp(rc->attention, "cudnn") == 0) in.attn_workspace_per_seq = cudnn_ws;
+  default_note(&in, att, auto_mixed);
+  if (att == ST_ATTENTION_CUDNN) in.attn_workspace_per_seq = cudnn_ws;
   char source[200];
   resolve_gpu_mem(&o, &in, &in.gpu_mem, source, sizeof source);
-  const int settle = strcmp(rc->attention, "auto") == 0 && cudnn_ws;
+  const int settle = att == ST_ATTENTION_AUTO && cudnn_ws;
 
   if (!o.fit) {
     const int G = rc->global_batch, BN = in.micro_batch * in.world;

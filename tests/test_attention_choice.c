@@ -109,7 +109,8 @@ static void test_cudnn_min_group(void **state) {
 static void test_head_refusal(void **state) {
   (void)state;
   char m[256];
-  static const char *const modes[] = {"auto", "cudnn", "flash", "mixed"};
+  static const st_attention_impl modes[] = {ST_ATTENTION_AUTO, ST_ATTENTION_CUDNN,
+                                            ST_ATTENTION_FLASH, ST_ATTENTION_MIXED};
   for (int i = 0; i < 4; i++) {
     assert_int_equal(st_attention_head_refusal(modes[i], 768, 12, ST_BF16, m, sizeof m), 0);
     assert_int_equal(st_attention_head_refusal(modes[i], 2048, 16, ST_FP16, m, sizeof m), 0);
@@ -120,20 +121,20 @@ static void test_head_refusal(void **state) {
     assert_null(strchr(m, '\n'));
   }
   /* ours take any whole head size to 128; cuDNN only multiples of 8 */
-  assert_int_equal(st_attention_head_refusal("auto", 72, 2, ST_BF16, m, sizeof m), 0);
-  assert_int_equal(st_attention_head_refusal("flash", 72, 2, ST_BF16, m, sizeof m), 0);
-  assert_int_equal(st_attention_head_refusal("cudnn", 72, 2, ST_BF16, m, sizeof m), 1);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_AUTO, 72, 2, ST_BF16, m, sizeof m), 0);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_FLASH, 72, 2, ST_BF16, m, sizeof m), 0);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_CUDNN, 72, 2, ST_BF16, m, sizeof m), 1);
   assert_non_null(strstr(m, "--attention cudnn"));
   assert_non_null(strstr(m, "got 36"));
   /* mixed runs cuDNN's forward: the same head sizes, its own flag named */
-  assert_int_equal(st_attention_head_refusal("mixed", 72, 2, ST_BF16, m, sizeof m), 1);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_MIXED, 72, 2, ST_BF16, m, sizeof m), 1);
   assert_non_null(strstr(m, "--attention mixed"));
-  assert_int_equal(st_attention_head_refusal("mixed", 768, 12, ST_FP16, m, sizeof m), 0);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_MIXED, 768, 12, ST_FP16, m, sizeof m), 0);
   /* fp32 runs ours whatever was asked: 36 is fine, 256 names ours only */
-  assert_int_equal(st_attention_head_refusal("cudnn", 72, 2, ST_FP32, m, sizeof m), 0);
-  assert_int_equal(st_attention_head_refusal("auto", 2048, 8, ST_FP32, m, sizeof m), 1);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_CUDNN, 72, 2, ST_FP32, m, sizeof m), 0);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_AUTO, 2048, 8, ST_FP32, m, sizeof m), 1);
   assert_non_null(strstr(m, "no attention kernel of ours"));
-  assert_int_equal(st_attention_head_refusal("flash", 2048, 8, ST_BF16, m, sizeof m), 1);
+  assert_int_equal(st_attention_head_refusal(ST_ATTENTION_FLASH, 2048, 8, ST_BF16, m, sizeof m), 1);
   assert_null(strstr(m, "--attention")); /* no other mode runs it either */
   /* the cuDNN head-size rule itself */
   assert_int_equal(st_attention_cudnn_takes_head(64), 1);
@@ -145,8 +146,32 @@ static void test_head_refusal(void **state) {
   assert_int_equal(st_attention_ours_takes(2048, 8, ST_BF16), 0);
 }
 
+/* --attention's words both ways, and auto's rule for running mixed from the
+ * start: our pipelined Hopper backward at head size 64 only. */
+static void test_names_and_auto(void **state) {
+  (void)state;
+  static const char *const words[] = {"auto", "cudnn", "flash", "mixed"};
+  for (int i = 0; i < 4; i++) {
+    st_attention_impl a = ST_ATTENTION_FLASH;
+    assert_int_equal(st_attention_parse(words[i], &a), 0);
+    assert_int_equal((int)a, i);
+    assert_string_equal(st_attention_name(a), words[i]);
+  }
+  st_attention_impl a = ST_ATTENTION_MIXED;
+  assert_int_equal(st_attention_parse("flash2", &a), -1);
+  assert_int_equal(st_attention_parse("", &a), -1);
+  assert_int_equal(st_attention_parse(NULL, &a), -1);
+  assert_int_equal((int)a, ST_ATTENTION_MIXED); /* untouched */
+  assert_string_equal(st_attention_name((st_attention_impl)7), "auto");
+  assert_int_equal(st_attention_auto_mixed(64, 1), 1);
+  assert_int_equal(st_attention_auto_mixed(64, 0), 0);  /* not Hopper: cuDNN where it fits */
+  assert_int_equal(st_attention_auto_mixed(128, 1), 0); /* cuDNN's backward the faster there */
+  assert_int_equal(st_attention_auto_mixed(32, 1), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_tc), cmocka_unit_test(test_simt),
+                                     cmocka_unit_test(test_names_and_auto),
                                      cmocka_unit_test(test_cudnn_group),
                                      cmocka_unit_test(test_cudnn_min_group),
                                      cmocka_unit_test(test_head_refusal)};

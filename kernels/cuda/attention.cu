@@ -479,35 +479,45 @@ int cuda_attention_reserve(void) {
 
 extern "C" void st_cuda_attention_group_cap(int cap) { cuda_attention_cudnn_group_cap(cap); }
 
+/* "cuDNN X.Y.Z" of the cuDNN that runs, into buf[cap]. */
+static const char *cudnn_version_str(char *buf, size_t cap) {
+  const int v = cuda_attention_cudnn_version();
+  snprintf(buf, cap, "cuDNN %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  return buf;
+}
+
 /* --attention mixed, and auto where cuDNN's backward is not taken: cuDNN's
  * forward (faster than ours at every shape timed: docs/benchmarks.md) and
  * our deterministic O(T) backward, which reads cuDNN's stats as its lse
  * (the same quantity and layout, attention_cudnn.h). No O(T^2) workspace:
- * the forward's plan alone is built. -1 with st_error when cuDNN cannot run
- * the forward. */
+ * the forward's plan alone is built. The note names the flag the user gave
+ * (asked) and why auto came here (why, "" for mixed as asked). -1 with
+ * st_error when cuDNN cannot run the forward. */
 static int select_mixed(st_dtype dt, int B, int T, int C, int NH, int NKV, const char *ours,
-                        const char *why, st_attention_choice *out) {
+                        st_attention_impl asked, const char *why, st_attention_choice *out) {
   size_t ws = 0;
   if (cuda_attention_cudnn_prepare_forward(B, T, C, NH, NKV, dt, &ws)) {
     cuda_attention_cudnn_release();
-    return st_error_set("--attention mixed: %s; use --attention flash (ours, both ways)",
-                        cuda_attention_cudnn_error());
+    return st_error_set("--attention %s: %s; use --attention flash (ours, both ways)",
+                        st_attention_name(asked), cuda_attention_cudnn_error());
   }
-  cuda_attention_cudnn_keep_only(B, T, C, NH, NKV, dt);
-  const int v = cuda_attention_cudnn_version();
+  cuda_attention_cudnn_keep_only(B, T, C, NH, NKV, dt, 0);
+  char ver[32];
   out->impl = ST_ATTENTION_MIXED;
   out->workspace_bytes = ws;
   out->deterministic = 1;
-  snprintf(out->note, sizeof out->note, "cuDNN %d.%d.%d fused flash attention forward (workspace "
-           "%.1f MiB), backward by %.90s, deterministic, O(T) (--attention %s%s)", v / 10000,
-           v / 100 % 100, v % 100, ws / 1048576.0, ours, why[0] ? "auto" : "mixed", why);
+  snprintf(out->note, sizeof out->note, "%s fused flash attention forward (workspace %.1f MiB), "
+           "backward by %.90s, deterministic, O(T) (--attention %s%s)",
+           cudnn_version_str(ver, sizeof ver), ws / 1048576.0, ours, st_attention_name(asked),
+           why);
   g_cudnn_fwd = 1;
   g_cudnn_ws_want = ws;
   return 0;
 }
 
-extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T,
-                                            int C, int NH, int NKV, st_attention_choice *out) {
+extern "C" int st_cuda_attention_select_as(st_attention_impl want, st_attention_impl asked,
+                                           st_dtype dt, int B, int T, int C, int NH, int NKV,
+                                           st_attention_choice *out) {
   memset(out, 0, sizeof *out);
   out->impl = ST_ATTENTION_FLASH;
   g_cudnn_fwd = g_cudnn_bwd = 0;
@@ -515,39 +525,50 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
   if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
     return st_error_setc(ST_EXIT_USAGE, "--kv-heads: %d key/value heads do not divide %d heads; "
                          "use a divisor of --heads", NKV, NH);
+  const int wgmma = dt != ST_FP32 &&
+                    (dt == ST_BF16 ? use_tc<__nv_bfloat16>(C, NH) : use_tc<__half>(C, NH)) &&
+                    cuda_attention_tc_runs_wgmma(B, C, NH, dt);
   const char *ours = dt == ST_FP32 || !cuda_attention_tc_supported(C, NH, dt)
                          ? "our flash attention (fp32 arithmetic, attention.cu)"
-                     : cuda_attention_tc_runs_wgmma(B, C, NH, dt)
-                         ? "our flash attention on Hopper's warpgroup MMA (attention_wgmma.cu)"
-                         : "our tensor-core FlashAttention-2 (attention_tc.cu)";
+                     : wgmma ? "our flash attention on Hopper's warpgroup MMA (attention_wgmma.cu)"
+                             : "our tensor-core FlashAttention-2 (attention_tc.cu)";
   /* A head size nothing runs is refused here, at setup, not by
    * st_cuda_fail inside the first step; plan says the same words. */
   char why[256];
-  if (st_attention_head_refusal(want == ST_ATTENTION_FLASH   ? "flash"
-                                : want == ST_ATTENTION_CUDNN ? "cudnn"
-                                : want == ST_ATTENTION_MIXED ? "mixed"
-                                                             : "auto",
-                                C, NH, dt, why, sizeof why))
+  if (st_attention_head_refusal(want, C, NH, dt, why, sizeof why))
     return st_error_setc(ST_EXIT_USAGE, "%s", why);
   if (want == ST_ATTENTION_FLASH) {
     /* --attention auto settling on ours comes here too: cuDNN's plans for
      * the shape it gave up are of no further use */
     cuda_attention_cudnn_release();
-    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention flash)", ours);
+    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention %s)", ours,
+             st_attention_name(asked));
     return 0;
   }
   if (dt == ST_FP32) {
     if (want == ST_ATTENTION_CUDNN || want == ST_ATTENTION_MIXED)
       return st_error_setc(ST_EXIT_USAGE, "--attention %s: cuDNN's fused attention runs bf16 "
                            "and fp16 only; use --precision bf16|fp16, or --attention auto|flash "
-                           "with fp32", want == ST_ATTENTION_CUDNN ? "cudnn" : "mixed");
+                           "with fp32", st_attention_name(want));
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: fp32 runs ours)",
              ours);
     return 0;
   }
   size_t ws = 0;
   int det = 0, bseq = B;
-  if (want == ST_ATTENTION_MIXED) return select_mixed(dt, B, T, C, NH, NKV, ours, "", out);
+  if (want == ST_ATTENTION_MIXED) return select_mixed(dt, B, T, C, NH, NKV, ours, asked, "", out);
+  /* auto at head size 64 on Hopper: our backward is the faster, and O(T)
+   * (st_attention_auto_mixed); ours both ways where cuDNN's forward cannot
+   * run either */
+  if (want == ST_ATTENTION_AUTO && st_attention_auto_mixed(C / NH, wgmma)) {
+    if (select_mixed(dt, B, T, C, NH, NKV, ours, asked, "; at head size 64 on Hopper our "
+                     "backward is faster than cuDNN's deterministic one and needs no O(T^2) "
+                     "workspace", out) == 0)
+      return 0;
+    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: %.120s)", ours,
+             st_error_msg());
+    return 0;
+  }
   if (cuda_attention_cudnn_prepare(B, T, C, NH, NKV, dt, &ws, &det, &bseq)) {
     if (want == ST_ATTENTION_CUDNN)
       return st_error_set("--attention cudnn: %s; use --attention flash (or auto, which falls "
@@ -557,28 +578,33 @@ extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt,
     snprintf(why_not, sizeof why_not, "; cuDNN's backward has no plan here: %.120s",
              cuda_attention_cudnn_error());
     if (cuda_attention_cudnn_ready(B, T, C, NH, NKV, dt))
-      return select_mixed(dt, B, T, C, NH, NKV, ours, why_not, out);
+      return select_mixed(dt, B, T, C, NH, NKV, ours, asked, why_not, out);
     snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: cuDNN has no "
              "plan here: %.120s)", ours, cuda_attention_cudnn_error());
     cuda_attention_cudnn_release(); /* the handle (and any plan) the failed prepare left */
     return 0;
   }
   /* only this shape's plans run from here on */
-  cuda_attention_cudnn_keep_only(B, T, C, NH, NKV, dt);
-  const int v = cuda_attention_cudnn_version();
+  cuda_attention_cudnn_keep_only(B, T, C, NH, NKV, dt, 1);
+  char ver[32];
   out->impl = ST_ATTENTION_CUDNN;
   out->workspace_bytes = ws;
   out->deterministic = det;
   char groups[64] = "";
   if (bseq < B)
     snprintf(groups, sizeof groups, " in groups of %d sequence%s", bseq, bseq == 1 ? "" : "s");
-  snprintf(out->note, sizeof out->note, "cuDNN %d.%d.%d fused flash attention, %s backward%s, "
-           "workspace %.1f MiB (--attention %s)", v / 10000, v / 100 % 100, v % 100,
+  snprintf(out->note, sizeof out->note, "%s fused flash attention, %s backward%s, workspace "
+           "%.1f MiB (--attention %s)", cudnn_version_str(ver, sizeof ver),
            det ? "deterministic" : "NONDETERMINISTIC", groups, ws / 1048576.0,
-           want == ST_ATTENTION_AUTO ? "auto" : "cudnn");
+           st_attention_name(asked));
   g_cudnn_fwd = g_cudnn_bwd = 1;
   g_cudnn_ws_want = ws; /* the latest selection's shape is the one that runs */
   return 0;
+}
+
+extern "C" int st_cuda_attention_select_gqa(st_attention_impl want, st_dtype dt, int B, int T,
+                                            int C, int NH, int NKV, st_attention_choice *out) {
+  return st_cuda_attention_select_as(want, want, dt, B, T, C, NH, NKV, out);
 }
 
 extern "C" int st_cuda_attention_select(st_attention_impl want, st_dtype dt, int B, int T, int C,

@@ -604,10 +604,18 @@ void cuda_attention_cudnn_release(void) {
   g_handle = NULL;
 }
 
-void cuda_attention_cudnn_keep_only(int B, int T, int C, int NH, int NKV, st_dtype dt) {
-  const entry *keep = find(B, T, C, NH, NKV, dt);
+void cuda_attention_cudnn_keep_only(int B, int T, int C, int NH, int NKV, st_dtype dt,
+                                    int backward) {
+  entry *keep = find(B, T, C, NH, NKV, dt);
   for (int i = 0; i < CACHE_SLOTS; i++)
     if (g_cache[i].used && &g_cache[i] != keep) entry_free(&g_cache[i]);
+  if (keep && !backward && keep->bwd) {
+    /* as a failed backward build leaves it (prepare): the forward alone */
+    cudnnBackendDestroyDescriptor(keep->bwd);
+    graph_free(&keep->gb);
+    memset(&keep->gb, 0, sizeof keep->gb);
+    keep->bwd = NULL, keep->ws_bwd = 0, keep->deterministic = 0, keep->bseq = 0;
+  }
 }
 
 /* ---- execution */

@@ -106,8 +106,11 @@ void cuda_attention_cudnn_release(void);
 /* Destroy every prepared plan except this shape's at the current group cap
  * (the one that will run), keeping the handle: plans prepared for a group
  * cap or micro-batch that setup tried and left (--auto-fit, the budget's
- * groups) hold device memory for nothing. Never fails. */
-void cuda_attention_cudnn_keep_only(int B, int T, int C, int NH, int NKV, st_dtype dt);
+ * groups) hold device memory for nothing. backward 0: this shape's backward
+ * plan goes too (--attention mixed runs cuDNN's forward alone; a later
+ * prepare builds it again). Never fails. */
+void cuda_attention_cudnn_keep_only(int B, int T, int C, int NH, int NKV, st_dtype dt,
+                                    int backward);
 
 /* The last failure's reason ("" when none). */
 const char *cuda_attention_cudnn_error(void);

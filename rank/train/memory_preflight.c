@@ -18,15 +18,16 @@
 #include "util/bytes.h"
 #include "util/error.h"
 
-/* --attention: which attention the CUDA tables run for the training shape.
+/* --attention: which attention the CUDA tables run for the training shape,
+ * want (asked: the --attention the user gave, which the note names).
  * cuDNN's plans are built here, before the memory check, because their
  * workspace is part of the plan. The CPU has only its reference. */
-static int setup_attention_as(trainer *tr, const char *attention) {
+static int setup_attention_as(trainer *tr, st_attention_impl want, st_attention_impl asked) {
   if (tr->device_index < 0) {
-    if (strcmp(attention, "cudnn") == 0 || strcmp(attention, "mixed") == 0)
+    if (want == ST_ATTENTION_CUDNN || want == ST_ATTENTION_MIXED)
       return st_error_setc(ST_EXIT_USAGE, "--attention %s needs the CUDA backend (bf16 or "
                            "fp16); the CPU runs its fp32 reference: use --attention auto|flash",
-                           attention);
+                           st_attention_name(want));
     snprintf(tr->attn_note, sizeof tr->attn_note, "the CPU reference (softmax kept, T x T per "
              "head)");
     return 0;
@@ -34,15 +35,12 @@ static int setup_attention_as(trainer *tr, const char *attention) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   const st_run_config *rc = tr->rc;
   const st_model_config *m = &rc->model;
-  const st_attention_impl want = strcmp(attention, "cudnn") == 0   ? ST_ATTENTION_CUDNN
-                                 : strcmp(attention, "flash") == 0 ? ST_ATTENTION_FLASH
-                                 : strcmp(attention, "mixed") == 0 ? ST_ATTENTION_MIXED
-                                                                   : ST_ATTENTION_AUTO;
   st_attention_choice ch;
   st_cuda_attention_group_cap(tr->attn_group);
   /* cuDNN's plans are built per head layout: GQA's K/V have n_kv_head heads */
-  if (st_cuda_attention_select_gqa(want, tr->ops->dtype, rc->micro_batch, rc->seq_len, m->n_embd,
-                                   m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head, &ch))
+  if (st_cuda_attention_select_as(want, asked, tr->ops->dtype, rc->micro_batch, rc->seq_len,
+                                  m->n_embd, m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head,
+                                  &ch))
     return -1;
   snprintf(tr->attn_note, sizeof tr->attn_note, "%s", ch.note);
   tr->attn_cudnn_bwd = ch.impl == ST_ATTENTION_CUDNN;
@@ -54,17 +52,27 @@ static int setup_attention_as(trainer *tr, const char *attention) {
   tr->attn_ws_per_seq = (ch.workspace_bytes + bseq - 1) / bseq;
   st_cuda_attention_workspace_at_least(tr->attn_ws_per_seq * bseq);
 #else
-  (void)attention;
+  (void)asked;
 #endif
   return 0;
 }
 
-int st_trainer_setup_attention(trainer *tr) { return setup_attention_as(tr, tr->rc->attention); }
+/* The --attention the user gave (the CLI and the config reader accept only
+ * its four words). */
+static st_attention_impl asked_attention(const trainer *tr) {
+  st_attention_impl a = ST_ATTENTION_AUTO;
+  (void)st_attention_parse(tr->rc->attention, &a);
+  return a;
+}
+
+int st_trainer_setup_attention(trainer *tr) {
+  return setup_attention_as(tr, asked_attention(tr), asked_attention(tr));
+}
 
 /* cuDNN's plans again, for backward calls of at most `group` sequences. */
 static int take_groups(trainer *tr, st_plan_input *in, int group) {
   tr->attn_group = group;
-  if (setup_attention_as(tr, tr->rc->attention)) return -1;
+  if (st_trainer_setup_attention(tr)) return -1;
   in->attn_workspace_per_seq = tr->attn_ws_per_seq;
   in->attn_group = group;
   const size_t n = strlen(tr->attn_note);
@@ -89,8 +97,9 @@ static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   if (!tr->attn_ws_per_seq || !tr->attn_cudnn_bwd) return 0;
   /* asked for cuDNN, groups go down to one sequence a call, and when none
    * fits the pre-flight reports the whole plan */
-  const int asked = strcmp(tr->rc->attention, "cudnn") == 0;
-  if (!asked && strcmp(tr->rc->attention, "auto") != 0) return 0;
+  const st_attention_impl given = asked_attention(tr);
+  const int asked = given == ST_ATTENTION_CUDNN;
+  if (!asked && given != ST_ATTENTION_AUTO) return 0;
   const int least = st_plan_attention_least_group(in, asked);
   st_plan_input t = *in;
   t.gpu_mem = cap;
@@ -107,13 +116,9 @@ static int settle_attention(trainer *tr, st_plan_input *in, uint64_t cap) {
   if (cap) st_format_bytes(with.usable, b, sizeof b);
   /* cuDNN's forward with our backward; ours both ways where cuDNN's
    * forward will not build after all */
-  if (setup_attention_as(tr, "mixed") == 0) {
-    /* auto chose it: the note names the flag the user gave */
-    char *m = strstr(tr->attn_note, "(--attention mixed)");
-    if (m) snprintf(m, sizeof tr->attn_note - (size_t)(m - tr->attn_note), "(--attention auto)");
-  } else if (setup_attention_as(tr, "flash")) {
+  if (setup_attention_as(tr, ST_ATTENTION_MIXED, ST_ATTENTION_AUTO) &&
+      setup_attention_as(tr, ST_ATTENTION_FLASH, ST_ATTENTION_AUTO))
     return -1;
-  }
   const size_t n = strlen(tr->attn_note);
   snprintf(tr->attn_note + n, sizeof tr->attn_note - n, "; --attention auto: cuDNN's "
            "deterministic backward needs %s of O(T^2) workspace (%d sequence%s a call), which "
@@ -273,7 +278,7 @@ int st_trainer_memory_check(trainer *tr) {
   const int asked_batch = rc->micro_batch;
   /* everything else is chosen as if ours ran; cuDNN's workspace is added
    * afterwards only where it fits (settle_attention) */
-  if (strcmp(rc->attention, "auto") == 0) in.attn_workspace_per_seq = 0;
+  if (asked_attention(tr) == ST_ATTENTION_AUTO) in.attn_workspace_per_seq = 0;
   if (tr->gpu_mem_held) {
     size_t n = strlen(tr->plan_source);
     snprintf(tr->plan_source + n, sizeof tr->plan_source - n, "; --enforce-gpu-mem holds %s of "

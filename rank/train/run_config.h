@@ -68,7 +68,7 @@ typedef struct {
   char precision[8];        /* fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on CPU) */
   float loss_scale_max;     /* fp16 dynamic loss scale ceiling (2^24) */
   char recompute[16];       /* none on CPU */
-  char attention[8];        /* auto | cudnn | flash (CUDA bf16/fp16; the CPU and fp32 run ours) */
+  char attention[8];        /* auto | cudnn | flash | mixed (st_attention_parse; CUDA bf16/fp16: the CPU and fp32 run ours) */
   char device[8];           /* cpu | cuda | auto */
   char data[1024];          /* train tokens (.h5 or .bin) */
   char val_data[1024];      /* validation tokens for .bin data ("" = /val of .h5) */

@@ -142,15 +142,16 @@ d = plan_json(base + ["--global-batch", 32])
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232,
       "--attention cudnn, bf16, B=32, T=1024: cuDNN's 769.5 MiB workspace, as cuDNN 9.14 reported it on an H200")
 
-# --attention auto: cuDNN's O(T^2) workspace only where it fits beside the
-# rest of the plan (st_plan_attention_groups); with no budget, ours.
+# --attention auto at head size 64 (GPT-2's): cuDNN's forward and our
+# backward (mixed) from the start, with or without a budget: on Hopper our
+# backward is the faster there and O(T) (st_attention_auto_mixed)
 auto = base[:-2] + ["--attention", "auto", "--global-batch", 32]
-d = plan_json(auto)
-check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e["total"]
-      and "cuDNN's forward and our backward (mixed), O(T)" in d["attention"]
-      and d["attention_kernel"] == "mixed",
-      "--attention auto without a budget: cuDNN's forward and our O(T) backward, no cuDNN "
-      "workspace")
+for extra in ([], ["--gpu-mem", "80GiB"]):
+    d = plan_json(auto + extra)
+    check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e["total"]
+          and "cuDNN's forward and our backward (mixed), O(T)" in d["attention"]
+          and "head size 64" in d["attention"] and d["attention_kernel"] == "mixed",
+          f"--attention auto {' '.join(extra)}, head size 64: mixed, no cuDNN workspace")
 # --attention mixed: as asked, no workspace whatever the budget
 for extra in ([], ["--gpu-mem", "80GiB"]):
     d = plan_json(base[:-2] + ["--attention", "mixed", "--global-batch", 32] + extra)
@@ -158,32 +159,47 @@ for extra in ([], ["--gpu-mem", "80GiB"]):
           and d["attention_kernel"] == "mixed" and "as asked" in d["attention"]
           and d["cudnn_seqs_per_call"] == 0,
           f"--attention mixed {' '.join(extra)}: no cuDNN workspace, the kernel named")
+# At head size 128 (the same model with 6 heads) auto takes cuDNN's O(T^2)
+# workspace only where it fits beside the rest of the plan
+# (st_plan_attention_groups); with no budget, mixed.
+auto = ["--model", "gpt2-124m", "--heads", 6, "--seq-len", 1024, "--micro-batch", 32,
+        "--device", "cuda", "--precision", "bf16", "--attention", "auto", "--global-batch", 32]
+e6 = expected(12, 6, 768, 1024, 50257, 32, 1, 1, "none", cudnn=False)
+WS6 = 806879232 // 2  # 6 heads: half of 12 heads' workspace
+d = plan_json(auto)
+check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["bytes"]["total"] == e6["total"]
+      and "cuDNN's forward and our backward (mixed), O(T)" in d["attention"]
+      and "only a budget" in d["attention"] and d["attention_kernel"] == "mixed",
+      "--attention auto, head size 128, no budget: mixed, no cuDNN workspace")
 d = plan_json(auto + ["--gpu-mem", "80GiB"])
-check(d["bytes"]["cudnn_attention_workspace"] == 806879232 and "cuDNN" in d["attention"]
-      and d["gpu"]["fits"] is True, "--attention auto, 80 GiB: cuDNN's workspace fits, cuDNN runs")
+check(d["bytes"]["cudnn_attention_workspace"] == WS6 and "cuDNN" in d["attention"]
+      and d["attention_kernel"] == "cudnn" and d["gpu"]["fits"] is True,
+      "--attention auto, head size 128, 80 GiB: cuDNN's workspace fits, cuDNN runs")
 # a budget between the plan with ours and the plan with cuDNN's whole
 # workspace: the backward runs in groups of sequences, the largest group
 # whose workspace fits (16 of the 32: half of it)
-tight = (e["total"] + 806879232 // 2 + 65536) / 0.95
+tight = (e6["total"] + WS6 // 2 + 65536) / 0.95
 d = plan_json(auto + ["--gpu-mem", f"{int(tight) // 1024}KiB"])
-check(d["bytes"]["cudnn_attention_workspace"] == 806879232 // 2 and d["gpu"]["fits"] is True
+check(d["bytes"]["cudnn_attention_workspace"] == WS6 // 2 and d["gpu"]["fits"] is True
       and "16 sequences a call" in d["attention"] and d["attention_kernel"] == "cudnn"
       and d["cudnn_seqs_per_call"] == 16,
-      "--attention auto, a budget the whole workspace would overflow: cuDNN in groups of 16 "
-      "sequences, half the workspace, and the plan fits")
+      "--attention auto, head size 128, a budget the whole workspace would overflow: cuDNN in "
+      "groups of 16 sequences, half the workspace, and the plan fits")
+# room for less than the smallest group auto takes (16 sequences at 6
+# heads: 768 tiles of 128 rows a call): mixed
+tight = (e6["total"] + WS6 // 4) / 0.95
+d = plan_json(auto + ["--gpu-mem", f"{int(tight) // 1024}KiB"])
+check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["gpu"]["fits"] is True
+      and "does not fit" in d["attention"] and "16 sequences a call" in d["attention"]
+      and d["attention_kernel"] == "mixed",
+      "--attention auto, head size 128, a budget even 16 sequences' workspace would overflow: "
+      "mixed runs and the plan fits")
+tight = (e["total"] + 806879232 // 2 + 65536) / 0.95
 # --attention cudnn under the same budget: cuDNN still, in groups of 16
 d = plan_json(base + ["--global-batch", 32, "--gpu-mem", f"{int(tight) // 1024}KiB"])
 check(d["bytes"]["cudnn_attention_workspace"] == 806879232 // 2 and d["gpu"]["fits"] is True
       and "16 sequences a call" in d["attention"],
       "--attention cudnn, a budget the whole workspace would overflow: groups of 16 sequences")
-# room for less than the smallest group auto takes (8 sequences: 768 tiles
-# of 128 rows a call): ours
-tight = (e["total"] + 806879232 // 8) / 0.95
-d = plan_json(auto + ["--gpu-mem", f"{int(tight) // 1024}KiB"])
-check(d["bytes"]["cudnn_attention_workspace"] == 0 and d["gpu"]["fits"] is True
-      and "does not fit" in d["attention"] and "8 sequences a call" in d["attention"],
-      "--attention auto, a budget even 8 sequences' workspace would overflow: ours runs and the "
-      "plan fits")
 # --attention cudnn with room for 4 sequences': asked for cuDNN, it takes
 # groups below the smallest auto takes, down to one sequence a call
 tight = (e["total"] + 806879232 // 8 + 65536) / 0.95
@@ -258,8 +274,17 @@ d = plan_json(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--g
                "--device", "cuda", "--precision", "bf16", "--attention", "auto"], rc=None)
 check(d is not None and d["attention_kernel"] == "ours",
       "head size 36 with --attention auto: ours both ways (cuDNN takes no head size 36)")
+# ... under a budget too: no cuDNN workspace planned, the line says why
+d = plan_json(["--model", "tiny", "--layers", 2, "--heads", 2, "--dim", 72, "--global-batch", 8,
+               "--device", "cuda", "--precision", "bf16", "--attention", "auto",
+               "--gpu-mem", "80GiB"], rc=None)
+check(d is not None and d["attention_kernel"] == "ours"
+      and d["bytes"]["cudnn_attention_workspace"] == 0 and "multiples of 8" in d["attention"],
+      "head size 36 with --attention auto and 80 GiB: ours, no cuDNN workspace planned")
 r = plan(wide + ["--device", "cpu"], None)
 check(r.returncode in (0, 6), "head size 256 on the CPU: the reference plans it")
+check(re.search(r"^  attention +the CPU reference", r.stdout, re.M) is not None,
+      "plan --device cpu: the table has the attention line, as --json has")
 # --fit at T=65536 under 24 GiB: the workspace (24 GiB per sequence) never
 # crowds out the search, which finds micro-batch 1 with ours
 d = plan_json(["--model", "gpt2-124m", "--seq-len", 65536, "--global-batch", 1, "--device", "cuda",

@@ -289,13 +289,26 @@ else
   bad gemm-search-cache "timed $n1 then $n2 problems, $lines cache lines, or the losses differ"
 fi
 
-# --attention auto under a budget with room for half of cuDNN's whole
-# workspace and 16 MiB (memory_fit.c, st_plan_attention_groups): the backward
-# runs 8 sequences a call instead of 16, and the losses are those of one
-# call for all 16 (--attention cudnn), bit for bit. The budget comes from
-# the whole run's own plan (the first line of its metrics.jsonl), which
-# `plan` cannot give: train plans for --val-seqs 0, plan for validation.
-G16=(--data "$DATA" --model gpt2-124m --vocab-size 50257 --seq-len 1024 --micro-batch 16
+# --attention auto at head size 64 on Hopper runs cuDNN's forward with our
+# backward from the start (st_attention_auto_mixed): the GPT-2 124M runs
+# above asked for nothing and got it.
+if grep -q "(--attention auto; at head size 64 on Hopper our backward is faster" \
+     "$W/gemm-search-1.log"; then
+  ok attn-auto-64 "auto at GPT-2 124M's head size 64 ran mixed, and said why"
+else
+  bad attn-auto-64 "gemm-search-1.log (--attention auto, head size 64) does not say mixed ran"
+fi
+
+# --attention auto where cuDNN's backward is the faster (head size 128:
+# GPT-2 124M's width in 6 heads) under a budget with room for half of
+# cuDNN's whole workspace and 16 MiB (memory_fit.c,
+# st_plan_attention_groups): the backward runs 8 sequences a call instead
+# of 16, and the losses are those of one call for all 16 (--attention
+# cudnn), bit for bit. T = 2048 so that 8 sequences make a call auto takes
+# (st_attention_cudnn_min_group). The budget comes from the whole run's own
+# plan (the first line of its metrics.jsonl), which `plan` cannot give:
+# train plans for --val-seqs 0, plan for validation.
+G16=(--data "$DATA" --model gpt2-124m --heads 6 --vocab-size 50257 --seq-len 2048 --micro-batch 16
      --global-batch 16 --steps 4 --lr 6e-4 --warmup 2 --val-seqs 0 --device cuda --precision bf16)
 check attn-whole 4 "$B" train "${G16[@]}" --attention cudnn --resume none --out "$W/attn-whole"
 budget=$(python3 - "$W/attn-whole/metrics.jsonl" <<'PY' 2>/dev/null
@@ -336,12 +349,9 @@ fi
 # mixed against ours both ways: the same model to bf16 rounding (the
 # forward's kernels differ), every loss within 1%
 if [ -s "$W/attn-mixed/metrics.jsonl" ] &&
-   python3 - "$W/attn-mixed" "$W/attn-whole" <<'PY'
-import json, sys
-def losses(d):
-    rows = (json.loads(l) for l in open(d + "/metrics.jsonl"))
-    return [j["loss"] for j in rows if "step" in j and "loss" in j]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
+   python3 - "$(losses "$W/attn-mixed")" "$(losses "$W/attn-whole")" <<'PY'
+import sys
+a, b = ([float(w.split()[1]) for w in x.splitlines()] for x in sys.argv[1:3])
 sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 0.01 * abs(y) for x, y in zip(a, b)) else 1)
 PY
 then
