@@ -565,8 +565,8 @@ extern "C" int st_cuda_attention_select_as(st_attention_impl want, st_attention_
                      "backward is faster than cuDNN's deterministic one and needs no O(T^2) "
                      "workspace", out) == 0)
       return 0;
-    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: %.120s)", ours,
-             st_error_msg());
+    snprintf(out->note, sizeof out->note, "%s, deterministic (--attention auto: cuDNN's forward "
+             "has no plan here: %.120s)", ours, cuda_attention_cudnn_error());
     return 0;
   }
   if (cuda_attention_cudnn_prepare(B, T, C, NH, NKV, dt, &ws, &det, &bseq)) {
