@@ -35,7 +35,8 @@ echo "== leg 2 (leg 1 took $(( $(date +%s) - start )) s; this leg's step lines c
 "${TRAIN[@]}"
 end=$(date +%s)
 
-$BIN ckpt verify runs/demo
+# the verify summary without its one-line config JSON (ckpt info prints it)
+$BIN ckpt verify runs/demo | grep -v '^  config '
 /usr/bin/python3 - <<'PY'
 import json, h5py, numpy as np
 with h5py.File("data/kjv.h5") as f:
@@ -48,3 +49,5 @@ print(f"unigram entropy of the byte distribution: {h:.3f} nats/byte")
 print(f"final validation loss:                    {val[-1]:.3f} nats/byte")
 PY
 echo "wall time of both legs: $((end - start)) s; run directory: runs/demo"
+echo "next: $BIN sample --init runs/demo --prompt \"And God said\" --max-new 80   (under a second)"
+echo "      $BIN eval --init runs/demo --data data/kjv.h5 --seq-len 128   (the whole validation split: about a minute)"
