@@ -6,7 +6,7 @@
 # Idempotent: a second run reuses the data and resumes the finished run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh run
 bash scripts/build.sh
 
 BIN=build/shardtrain

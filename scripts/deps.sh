@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install the Debian packages shardtrain builds and tests with. Idempotent:
 # does nothing when every package is already installed.
+#   bash scripts/deps.sh        everything (the tests: scripts/test.sh)
+#   bash scripts/deps.sh run    only what building and training need
+#                               (scripts/demo.sh): no analyzer, Slurm or plots
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config
@@ -9,12 +12,18 @@ PKGS=(build-essential cmake pkg-config
       libcjson-dev libcmocka-dev          # config JSON, unit tests
       libpcre2-dev libssl-dev             # tokenizer: pre-tokenization regex, vocabulary digest
       libicu-dev                          # tokenizer: NFC normalizer (optional to the build)
-      clang-tidy                          # static analysis (scripts/static_analysis.sh)
       python3 python3-h5py python3-numpy  # test oracles read HDF5 like a user would
-      python3-matplotlib                  # benchmark plots (bench/plot_busbw.py)
-      bible-kjv                           # the shipped real corpus
-      iproute2 util-linux                 # network-namespace "two hosts" test
-      slurmctld slurmd slurm-client munge libpmix-dev)  # real-Slurm preemption test
+      bible-kjv)                          # the shipped real corpus
+case "${1:-}" in
+  run) ;;
+  "")
+    PKGS+=(clang-tidy                     # static analysis (scripts/static_analysis.sh)
+           python3-matplotlib             # benchmark plots (bench/plot_busbw.py)
+           iproute2 util-linux            # network-namespace "two hosts" test
+           slurmctld slurmd slurm-client munge libpmix-dev)  # real-Slurm preemption test
+    ;;
+  *) echo "usage: scripts/deps.sh [run]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do
