@@ -23,11 +23,12 @@ int st_attention_ours_takes(int C, int NH, st_dtype dt) {
   return st_attention_simt_tile(C, NH) > 0 || st_attention_tc_takes(C, NH, dt);
 }
 
-static const char *const k_names[] = {"auto", "cudnn", "flash", "mixed"};
+const char *const st_attention_words[] = {"auto", "cudnn", "flash", "mixed", NULL};
+#define N_WORDS ((int)(sizeof st_attention_words / sizeof *st_attention_words) - 1)
 
 int st_attention_parse(const char *word, st_attention_impl *out) {
-  for (int i = 0; i < (int)(sizeof k_names / sizeof *k_names); i++)
-    if (word && strcmp(word, k_names[i]) == 0) {
+  for (int i = 0; i < N_WORDS; i++)
+    if (word && strcmp(word, st_attention_words[i]) == 0) {
       *out = (st_attention_impl)i;
       return 0;
     }
@@ -35,7 +36,7 @@ int st_attention_parse(const char *word, st_attention_impl *out) {
 }
 
 const char *st_attention_name(st_attention_impl impl) {
-  return (unsigned)impl < sizeof k_names / sizeof *k_names ? k_names[impl] : "auto";
+  return (unsigned)impl < (unsigned)N_WORDS ? st_attention_words[impl] : "auto";
 }
 
 int st_attention_auto_mixed(int hs, int hopper) { return hopper && hs == 64; }

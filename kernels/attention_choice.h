@@ -23,6 +23,10 @@ typedef enum {
   ST_ATTENTION_MIXED = 3
 } st_attention_impl;
 
+/* --attention's words, in the enum's order, NULL-terminated (the CLI's
+ * list of what it takes). */
+extern const char *const st_attention_words[];
+
 /* --attention's word ("auto", "cudnn", "flash", "mixed") into *out: 0, or
  * -1 for any other word (*out untouched; the CLI has refused it before). */
 int st_attention_parse(const char *word, st_attention_impl *out);

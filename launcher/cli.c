@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_choice.h"
 #include "rank/memory/memory_plan.h"
 #include "rank/model/config.h"
 #include "util/error.h"
@@ -172,8 +173,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
   }
   if (strcmp(f, "--gpu-mem") == 0) return st_plan_parse_size(f, v, &rc->gpu_mem) ? -1 : 1;
   if (strcmp(f, "--attention") == 0) {
-    static const char *const k_att[] = {"auto", "cudnn", "flash", "mixed", NULL};
-    if (one_of(f, v, k_att)) return -1;
+    if (one_of(f, v, st_attention_words)) return -1;
     return copy_str(rc->attention, sizeof rc->attention, f, v) ? -1 : 1;
   }
   if (strcmp(f, "--headroom") == 0) {

@@ -46,8 +46,8 @@ p = p[p > 0] / p.sum()
 h = -(p * np.log(p)).sum()
 val = [json.loads(l)["val_loss"] for l in open("runs/demo/metrics.jsonl") if "val_loss" in l]
 print(f"unigram entropy of the byte distribution: {h:.3f} nats/byte")
-print(f"final validation loss:                    {val[-1]:.3f} nats/byte")
+print(f"final validation loss (the run's first 256 validation windows, --val-seqs): {val[-1]:.3f} nats/byte")
 PY
 echo "wall time of both legs: $((end - start)) s; run directory: runs/demo"
-echo "next: $BIN sample --init runs/demo --prompt \"And God said\" --max-new 80   (under a second)"
-echo "      $BIN eval --init runs/demo --data data/kjv.h5 --seq-len 128   (the whole validation split: about a minute)"
+echo "next: $BIN sample --init runs/demo --prompt \"And God said\" --max-new 80   (prints the continuation only; under a second)"
+echo "      $BIN eval --init runs/demo --data data/kjv.h5 --seq-len 128   (every window of the validation split, about a minute, so its loss differs from the run's; --max-windows 256 gives the run's)"
