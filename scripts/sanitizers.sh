@@ -50,15 +50,9 @@
 # Usage: scripts/sanitizers.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-werror=OFF
-[ "${CI:-}" = "true" ] || [ "${WERROR:-0}" = "1" ] && werror=ON
-if [ ! -f build-asan/CMakeCache.txt ]; then
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDTRAIN_CUDA=OFF \
-        -DSHARDTRAIN_SANITIZE=ON -DSHARDTRAIN_WERROR=$werror
-elif [ $werror = ON ] && ! grep -q '^SHARDTRAIN_WERROR:BOOL=ON' build-asan/CMakeCache.txt; then
-  echo "sanitizers.sh: build-asan/ was configured without warnings-as-errors; reconfiguring it with them (CI=true or WERROR=1)"
-  cmake -S . -B build-asan -DSHARDTRAIN_WERROR=ON   # as in build.sh
-fi
+source scripts/configure.sh
+st_configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDTRAIN_CUDA=OFF \
+  -DSHARDTRAIN_SANITIZE=ON
 cmake --build build-asan -j "$(nproc)"
 # The run-time options (abort on any finding, leak check at exit with Open
 # MPI's suppressed), shared with the sanitizer_self_test ctest.
