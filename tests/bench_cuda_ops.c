@@ -74,6 +74,36 @@ static void bench(void) {
        GPU->encoder_backward(dw, dwpe, a, d_tok, B, T, C, NULL, 0));
   TIME("encoder_backward, sort", BTC * (es + 8.0), 10,
        GPU->encoder_backward(dw, dwpe, a, d_tok, B, T, C, sort_scratch, sort_bytes));
+  /* text's tokens: runs as long as a corpus makes them. Bytes of English
+   * (the space about a sixth of them) and Zipf's law over GPT-2's ids (the
+   * commonest about 9%): the backward's chains of additions, not its sort,
+   * set the time */
+  {
+    static const char verse[] = "In the beginning God created the heaven and the earth. And the "
+                                "earth was without form, and void; and darkness was upon the "
+                                "face of the deep. ";
+    int *txt = malloc((size_t)BT * sizeof *txt);
+    for (int i = 0; i < BT; i++) txt[i] = (unsigned char)verse[i % (int)(sizeof verse - 1)];
+    int *d_txt = dev_bytes(txt, (size_t)BT * sizeof(int));
+    TIME("encoder_backward, sort, English bytes", BTC * (es + 8.0), 10,
+         GPU->encoder_backward(dw, dwpe, a, d_txt, B, T, C, sort_scratch, sort_bytes));
+    double h = 0; /* harmonic number: Zipf's normaliser */
+    for (int r = 1; r <= V; r++) h += 1.0 / r;
+    uint64_t st = 88172645463325252ull;
+    for (int i = 0; i < BT; i++) {
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      double u = (double)(st >> 11) / 9007199254740992.0 * h, cum = 0;
+      int r = 1;
+      while (r < V && (cum += 1.0 / r) < u) r++;
+      txt[i] = r - 1;
+    }
+    GPU->free(d_txt);
+    d_txt = dev_bytes(txt, (size_t)BT * sizeof(int));
+    TIME("encoder_backward, sort, Zipf ids", BTC * (es + 8.0), 10,
+         GPU->encoder_backward(dw, dwpe, a, d_txt, B, T, C, sort_scratch, sort_bytes));
+    GPU->free(d_txt);
+    free(txt);
+  }
   TIME("layernorm_forward", 2.0 * BTC * es, 10,
        GPU->layernorm_forward(c, stat, stat + BT, a, w, w, BT, C));
   TIME("layernorm_backward", 4.0 * BTC * es, 10,

@@ -53,6 +53,14 @@ static void test_uint(void **state) {
   }
   assert_int_equal(st_envparse_uint(NULL, 10, &v), -1);
   assert_int_equal(st_envparse_uint("11", 10, &v), -1); /* past max */
+  /* one digit past a one-digit max: (max - d) / 10 truncates to 0 in C, and
+   * "9" once passed max 8 (ST_GEMM_SEARCH=9 then overran an 8-slot array) */
+  for (int d = 1; d <= 9; d++) {
+    char b[2] = {(char)('0' + d), 0};
+    assert_int_equal(st_envparse_uint(b, d - 1, &v), -1);
+    assert_int_equal(st_envparse_uint(b, d, &v), 0);
+    assert_int_equal(v, d);
+  }
   assert_int_equal(st_envparse_uint("10", 10, &v), 0);  /* max itself */
   assert_int_equal(v, 10);
 }
@@ -92,6 +100,39 @@ static void test_attention_kernel(void **state) {
   assert_int_equal(st_envparse_attention_kernel("SIMT"), -1);
   assert_int_equal(st_envparse_attention_kernel("flash"), -1);
   assert_int_equal(st_envparse_attention_kernel("simt "), -1);
+}
+
+static void test_gemm_search(void **state) {
+  (void)state;
+  int n = -5, any = -5;
+  const char *exact[] = {NULL, "", "exact"};
+  for (int i = 0; i < 3; i++) {
+    n = any = -5;
+    assert_int_equal(st_envparse_gemm_search(exact[i], &n, &any), 0);
+    assert_int_equal(n, 8);
+    assert_int_equal(any, 0);
+  }
+  assert_int_equal(st_envparse_gemm_search("off", &n, &any), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(any, 0);
+  n = any = -5;
+  assert_int_equal(st_envparse_gemm_search("1", &n, &any), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(any, 0);
+  for (int v = 2; v <= 8; v++) {
+    char b[4];
+    snprintf(b, sizeof b, "%d", v);
+    assert_int_equal(st_envparse_gemm_search(b, &n, &any), 0);
+    assert_int_equal(n, v);
+    assert_int_equal(any, 1);
+  }
+  const char *bad[] = {"0", "9", "08", "-2", " 8", "8 ", "exact8", "EXACT", "any", "2.0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    n = any = -5;
+    assert_int_equal(st_envparse_gemm_search(bad[i], &n, &any), -1);
+    assert_int_equal(n, -5); /* untouched */
+    assert_int_equal(any, -5);
+  }
 }
 
 static void test_switch(void **state) {
@@ -153,7 +194,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uint),          cmocka_unit_test(test_step_range),
       cmocka_unit_test(test_attention_kernel), cmocka_unit_test(test_cuda_visible),
-      cmocka_unit_test(test_switch),        cmocka_unit_test(test_nccl_buffsize),
+      cmocka_unit_test(test_switch),
+      cmocka_unit_test(test_gemm_search),        cmocka_unit_test(test_nccl_buffsize),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

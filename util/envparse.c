@@ -10,8 +10,9 @@ int st_envparse_uint(const char *s, long long max, long long *out) {
   for (const char *p = s; *p; p++) {
     if (*p < '0' || *p > '9') return -1;
     const int d = *p - '0';
-    /* v * 10 + d > max, asked without overflowing */
-    if (v > (max - d) / 10) return -1;
+    /* v * 10 + d > max, asked without overflowing (d > max first: C's
+     * division truncates (max - d) / 10 toward zero, so "9" passed max 8) */
+    if (d > max || v > (max - d) / 10) return -1;
     v = v * 10 + d;
   }
   *out = v;
@@ -47,6 +48,20 @@ int st_envparse_attention_kernel(const char *s) {
 int st_envparse_switch(const char *s) {
   if (!s || !*s || strcmp(s, "0") == 0) return 0;
   return strcmp(s, "1") == 0 ? 1 : -1;
+}
+
+int st_envparse_gemm_search(const char *s, int *count, int *any) {
+  long long v;
+  if (!s || !*s || strcmp(s, "exact") == 0) {
+    *count = 8, *any = 0;
+  } else if (strcmp(s, "off") == 0 || strcmp(s, "1") == 0) {
+    *count = 1, *any = 0;
+  } else if (st_envparse_uint(s, 8, &v) == 0 && v >= 2 && s[0] != '0') {
+    *count = (int)v, *any = 1;
+  } else {
+    return -1;
+  }
+  return 0;
 }
 
 char *st_envparse_cuda_visible(const char *s, char *buf, unsigned long cap) {

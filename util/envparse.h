@@ -31,6 +31,14 @@ int st_envparse_attention_kernel(const char *s);
  * guessed at). */
 int st_envparse_switch(const char *s);
 
+/* ST_GEMM_SEARCH: how many of the cuBLASLt heuristic's algorithms a GEMM
+ * problem's first call times, and which it may keep. NULL, "" or "exact":
+ * *count 8, *any 0 (only algorithms whose output is bit for bit the
+ * heuristic's first; the default). "off" or "1": *count 1 (the heuristic's
+ * first, untimed). "2".."8": *count that, *any 1 (the fastest, whatever
+ * order it sums in). 0, or -1 for anything else (outputs untouched). */
+int st_envparse_gemm_search(const char *s, int *count, int *any);
+
 /* CUDA_VISIBLE_DEVICES as a phrase for a "no CUDA device" message: "unset",
  * "set but empty, which hides every GPU", "'-1', which hides every GPU"
  * (CUDA stops at the first invalid entry), or "'0,1'". Into buf[cap];

@@ -85,15 +85,19 @@ __global__ void encoder_iota_kernel(int *v, int n) {
 }
 
 #define ENC_RUN_WARPS 4 /* sorted positions per block, one warp each */
-#define ENC_RUN_UNROLL 4 /* rows of a run loaded before they are added in order */
+#define ENC_RUN_UNROLL 16 /* rows of a run loaded before they are added in order */
 
 /* tok/pos: the (token, position) pairs sorted by token, positions ascending
  * within a token. Warp w of block x looks at sorted index k = x * 4 + w;
  * only the warp at the start of a run (k == 0 or tok[k-1] != tok[k]) works:
  * its lanes own V consecutive columns each of the band blockIdx.y, and add
- * the run's dout rows into dwte[tok] in ascending position order. Loads of
- * ENC_RUN_UNROLL rows are issued before their additions, which stay in
- * order. One warp owns each (token, band): nothing races. */
+ * the run's dout rows into dwte[tok] in ascending position order. A run is
+ * a chain of dependent additions (a text's commonest token has thousands
+ * of positions in a micro-batch: the space byte about 6,000 of 32,768), so
+ * its speed is how many rows are in flight: the next ENC_RUN_UNROLL pairs
+ * come in one coalesced load (lane u holds pair u, passed round by
+ * shuffles) and their rows are all loaded before the additions, which stay
+ * in order. One warp owns each (token, band): nothing races. */
 template <typename S, int V>
 __global__ void __launch_bounds__(32 * ENC_RUN_WARPS)
     encoder_backward_runs_kernel(float *dwte, const S *dout, const int *tok, const int *pos,
@@ -102,28 +106,32 @@ __global__ void __launch_bounds__(32 * ENC_RUN_WARPS)
   if (k >= BT) return;
   const int t = tok[k];
   if (k > 0 && tok[k - 1] == t) return; /* uniform over the warp */
-  const int c = (blockIdx.y * 32 + threadIdx.x) * V;
-  if (c >= C) return;
+  const int lane = threadIdx.x, c = (blockIdx.y * 32 + lane) * V;
+  const bool mine = c < C; /* lanes past C still take part in the shuffles */
   float *row = dwte + (int64_t)t * C + c;
   float acc[V];
 #pragma unroll
-  for (int j = 0; j < V; j++) acc[j] = row[j];
+  for (int j = 0; j < V; j++) acc[j] = mine ? row[j] : 0.f;
   for (int e = k;; e += ENC_RUN_UNROLL) {
+    int tl = -1, pl = 0;
+    if (lane < ENC_RUN_UNROLL && e + lane < BT) tl = tok[e + lane], pl = pos[e + lane];
     float x[ENC_RUN_UNROLL][V];
     bool in[ENC_RUN_UNROLL];
 #pragma unroll
     for (int u = 0; u < ENC_RUN_UNROLL; u++) {
-      in[u] = e + u < BT && tok[e + u] == t;
-      if (in[u]) st_load<S, V>(x[u], dout + (int64_t)pos[e + u] * C + c);
+      in[u] = __shfl_sync(0xffffffffu, tl, u) == t;
+      const int p = __shfl_sync(0xffffffffu, pl, u);
+      if (in[u] && mine) st_load<S, V>(x[u], dout + (int64_t)p * C + c);
     }
 #pragma unroll
     for (int u = 0; u < ENC_RUN_UNROLL; u++)
-      if (in[u]) {
+      if (in[u] && mine) {
 #pragma unroll
         for (int j = 0; j < V; j++) acc[j] += x[u][j];
       }
-    if (!in[ENC_RUN_UNROLL - 1]) break;
+    if (!in[ENC_RUN_UNROLL - 1]) break; /* uniform: every lane saw the same pairs */
   }
+  if (!mine) return;
 #pragma unroll
   for (int j = 0; j < V; j++) row[j] = acc[j];
 }

@@ -106,24 +106,39 @@ typedef struct {
   uint32_t al_a, al_b, al_c, al_d, al_bias, al_aux;
 } lt_key;
 
-/* ST_GEMM_SEARCH=N (2..8): each problem's first call times the heuristic's
- * first N algorithms on that call's own operands (a warm-up and 5 timed
- * runs each; D is saved before and restored after, so the call's result is
- * what the chosen algorithm alone computes) and keeps the fastest, with one
- * line on stderr per problem. On one H200 (GPT-2 124M bf16, micro-batch
- * 32, T 1024) the fastest of 8 beat the first by up to 8.4% a GEMM and
- * 1.9% a step. Timing noise can pick differently in another process, and a
- * different algorithm sums in another order: with ST_GEMM_CACHE=FILE the
- * choices are written there (kernels/gemm_cache.h) and every later process
- * on the same GPU model and cuBLASLt takes them without timing, so its
- * results are bit-identical to the run that chose. The file is read and
- * written only while searching (cache_path): a later process sets both
- * ST_GEMM_SEARCH and ST_GEMM_CACHE, and ST_GEMM_CACHE alone is ignored.
- * The saved copy of D is outside the memory plan (up to the largest GEMM
- * output, 201 MB at GPT-2 124M micro-batch 32, freed at once) and only
- * while a problem is timed; when the GPU has no room for it, that problem
- * keeps the heuristic's first.
- * Unset or 1: the heuristic's first, as before, deterministic everywhere.
+/* Which algorithm a problem runs (ST_GEMM_SEARCH, util/envparse.h).
+ *
+ * Default ("exact"): the first call of each problem times the heuristic's
+ * first 8 algorithms on that call's own operands and keeps the fastest of
+ * those whose output is bit for bit the heuristic's first's (a 64-bit
+ * digest of D, and of aux where the GELU epilogue writes it, compared).
+ * Algorithms that differ only in tile shape, cluster or pipeline depth walk
+ * k in the same order and agree exactly; a split-K or stream-K one sums in
+ * another order, differs in the last bits, and is not kept. So the result
+ * is the heuristic's first's whatever the timing picks, in every process,
+ * and the run stays bit-reproducible. A problem is timed only when doing so
+ * needs no memory: beta 0 or C apart from D (D is pure output, rewritten
+ * by the real call), or D accumulating in place but all zero (the first
+ * micro-batch's weight gradients: cleared again afterwards). A problem whose
+ * first output is mostly exact zeros (a zero operand: LoRA's B at step 0)
+ * says nothing about the order and keeps the heuristic's first.
+ *
+ * "2".."8": the fastest of the first N, whatever order it sums in (a warm-up
+ * and 5 timed runs each; D is saved before and restored after, so the
+ * call's result is what the chosen algorithm alone computes). On one H200
+ * (GPT-2 124M bf16, micro-batch 32, T 1024) the fastest of 8 beat the first
+ * by up to 8.4% a GEMM and 1.9% a step. Timing noise can pick differently
+ * in another process, and a different algorithm sums in another order:
+ * with ST_GEMM_CACHE=FILE the choices are written there
+ * (kernels/gemm_cache.h) and every later process on the same GPU model and
+ * cuBLASLt takes them without timing, so its results are bit-identical to
+ * the run that chose. The file is read and written only in this mode
+ * (cache_path): ST_GEMM_CACHE alone is ignored. The saved copy of D is
+ * outside the memory plan (up to the largest GEMM output, 201 MB at GPT-2
+ * 124M micro-batch 32, freed at once) and only while a problem is timed;
+ * when the GPU has no room for it, that problem keeps the heuristic's first.
+ *
+ * "off" or "1": the heuristic's first, untimed.
  * Searching, a problem keeps its choice for the life of the process, even
  * when its plan is evicted and rebuilt (g_choices). */
 #define LT_SEARCH_MAX 8
@@ -187,25 +202,36 @@ static void plan_destroy(lt_plan *p) {
   cublasLtMatmulDescDestroy(p->desc);
 }
 
+static int g_search_any; /* set with the count: ST_GEMM_SEARCH=2..8 */
+
+/* Candidates a problem's first call times (1: none, the heuristic's first). */
 static int search_count(void) {
   static int n = -1;
   if (n < 0) {
     const char *e = getenv("ST_GEMM_SEARCH");
-    long long v = 1;
-    if (e && e[0] && (st_envparse_uint(e, LT_SEARCH_MAX, &v) != 0 || v < 1)) {
-      fprintf(stderr, "shardtrain: warning: ST_GEMM_SEARCH=%s is not a whole number from 1 to "
-              "%d; the heuristic's first algorithm is kept\n", e, LT_SEARCH_MAX);
-      v = 1;
+    if (st_envparse_gemm_search(e, &n, &g_search_any) != 0) {
+      fprintf(stderr, "shardtrain: warning: ST_GEMM_SEARCH=%s is not exact, off or a whole "
+              "number from 1 to %d; the default (exact) is kept\n", e, LT_SEARCH_MAX);
+      (void)st_envparse_gemm_search(NULL, &n, &g_search_any);
     }
-    n = (int)v;
   }
   return n;
 }
 
-/* ST_GEMM_CACHE, when searching; NULL otherwise. */
+/* 1 when the problems may keep an algorithm that sums in another order. */
+static int search_any(void) { return search_count() > 1 && g_search_any; }
+
+/* One line per searched problem on stderr only when ST_GEMM_SEARCH is set:
+ * the default search is silent. */
+static int search_verbose(void) {
+  const char *e = getenv("ST_GEMM_SEARCH");
+  return e && e[0];
+}
+
+/* ST_GEMM_CACHE, when searching in any order; NULL otherwise. */
 static const char *cache_path(void) {
   const char *e = getenv("ST_GEMM_CACHE");
-  return search_count() > 1 && e && e[0] ? e : NULL;
+  return search_any() && e && e[0] ? e : NULL;
 }
 
 /* The cache's DEVICE word: GPU model and cuBLASLt version, blanks made '_'
@@ -448,6 +474,130 @@ static void search(lt_plan *p, void *d, const void *a, const void *b, const void
   }
 }
 
+/* out[0] += the sum over the 16-bit units u_i of x of splitmix64(u_i, i),
+ * out[1] += how many are not zero. Integer sums: the same bytes give the
+ * same digest whatever the schedule. */
+__global__ void lt_digest_kernel(const uint16_t *x, size_t n, unsigned long long *out) {
+  unsigned long long h = 0, nz = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    unsigned long long z = ((unsigned long long)x[i] << 44) ^ i;
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    h += z ^ (z >> 31);
+    nz += x[i] != 0;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    h += __shfl_down_sync(0xffffffffu, h, o);
+    nz += __shfl_down_sync(0xffffffffu, nz, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(out, h);
+    atomicAdd(out + 1, nz);
+  }
+}
+
+typedef struct {
+  unsigned long long h, nz;
+} lt_digest;
+
+/* The digest of bytes (even) at x and, when aux is not NULL, of as many at
+ * aux, added; computed in the first 16 bytes of the cuBLASLt workspace,
+ * which the next GEMM on this stream may overwrite after. Synchronises. */
+static lt_digest digest_of(const void *x, const void *aux, size_t bytes) {
+  unsigned long long *dev = (unsigned long long *)g_workspace;
+  ST_CUDA_CHECK(cudaMemsetAsync(dev, 0, 2 * sizeof *dev, 0));
+  const size_t n = bytes / 2;
+  const int threads = 256;
+  const unsigned blocks = (unsigned)(n / threads + 1 < 1024 ? n / threads + 1 : 1024);
+  lt_digest_kernel<<<blocks, threads>>>((const uint16_t *)x, n, dev);
+  if (aux) lt_digest_kernel<<<blocks, threads>>>((const uint16_t *)aux, n, dev);
+  ST_CUDA_LAUNCHED();
+  lt_digest r;
+  unsigned long long host[2];
+  ST_CUDA_CHECK(cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost));
+  r.h = host[0], r.nz = host[1];
+  return r;
+}
+
+/* The default search (ST_GEMM_SEARCH exact; the comment above
+ * search_count): time p's candidates on this call's operands and keep in
+ * p->algo the fastest whose output (D, and aux_out when the epilogue writes
+ * it) is bit for bit the heuristic's first's. Needs no memory: a problem
+ * whose D is accumulated in place (c == d, beta != 0) is timed only when D
+ * is all zero, and D is cleared again after; otherwise it keeps the first. */
+static void search_exact(lt_plan *p, void *d, const void *a, const void *b, const void *c,
+                         float beta, const void *aux_out) {
+  const lt_key *k = &p->key;
+  const size_t dbytes = (size_t)k->ldd * k->n * type_size(k->cd);
+  const int in_place = c == d && beta != 0.0f;
+  const float alpha = 1.0f;
+  int kept = 0, same = 1, besti = 0;
+  float first = -1.0f, best = -1.0f;
+  const char *why = NULL;
+  if (g_workspace_bytes < 16) why = "no workspace for the digest";
+  else if (in_place && digest_of(d, NULL, dbytes).nz != 0)
+    why = "D accumulates in place and is not zero";
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  lt_digest ref = {0, 0};
+  if (!why) {
+    ST_CUDA_CHECK(cudaEventCreate(&e0));
+    ST_CUDA_CHECK(cudaEventCreate(&e1));
+  }
+  for (int i = 0; !why && i < p->ncand; i++) {
+    if (in_place) ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0));
+    /* one run to compare, which is also the warm-up; an algorithm that
+     * fails here is not a candidate (the heuristic's first must not) */
+    if (cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d, p->ld,
+                       &p->cand[i], g_workspace, g_workspace_bytes, 0) != CUBLAS_STATUS_SUCCESS) {
+      if (i == 0) why = "the heuristic's first failed to run";
+      continue;
+    }
+    const lt_digest g = digest_of(d, aux_out, dbytes);
+    if (i == 0) {
+      ref = g;
+      /* mostly exact zeros: a zero operand, which every order agrees on */
+      if (g.nz < (unsigned long long)(dbytes / 2) / (aux_out ? 2 : 4)) why = "its output is mostly zero";
+    } else if (g.h != ref.h || g.nz != ref.nz) {
+      continue;
+    } else {
+      same++;
+    }
+    if (why) break;
+    float ms = 0.0f;
+    ST_CUDA_CHECK(cudaEventRecord(e0, 0));
+    for (int r = 0; r < 5; r++)
+      ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld,
+                                     d, p->ld, &p->cand[i], g_workspace, g_workspace_bytes, 0));
+    ST_CUDA_CHECK(cudaEventRecord(e1, 0));
+    ST_CUDA_CHECK(cudaEventSynchronize(e1));
+    ST_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    ms /= 5;
+    if (i == 0) first = ms;
+    if (best < 0 || ms < best) best = ms, besti = i;
+    kept = 1;
+  }
+  if (in_place) ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0)); /* as it was: zero */
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  p->algo = kept && !why ? p->cand[besti] : p->cand[0];
+  const int ncand = p->ncand;
+  p->ncand = 0;
+  choice_keep(k, &p->algo);
+  if (!search_verbose()) return;
+  if (why || !kept)
+    fprintf(stderr, "gemm search (exact) m=%d n=%d k=%d t%d%d epi=%d beta=%g: not timed (%s); "
+            "the heuristic's first\n", k->m, k->n, k->k, k->ta, k->tb, k->epi, beta,
+            why ? why : "nothing ran");
+  else
+    fprintf(stderr,
+            "gemm search (exact) m=%d n=%d k=%d t%d%d epi=%d beta=%g: %d of %d bit-identical; "
+            "heuristic's first %.4f ms, fastest identical #%d %.4f ms (%.1f%%)\n",
+            k->m, k->n, k->k, k->ta, k->tb, k->epi, beta, same, ncand, first, besti, best,
+            first > 0 ? 100.0 * (first - best) / first : 0.0);
+}
+
 /* D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m]) + beta * C, column-major, with
  * op = transpose when ta/tb. A is stored [m,k] (or [k,m] when ta) with
  * leading dim lda; likewise B. A and B have type ab, D and the bias cd.
@@ -485,7 +635,10 @@ static int lt_matmul_epi(void *d, const void *a, const void *b, const void *bias
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   const float alpha = 1.0f;
-  if (p->ncand) search(p, d, a, b, c, beta);
+  if (p->ncand) {
+    if (search_any()) search(p, d, a, b, c, beta);
+    else search_exact(p, d, a, b, c, beta, epi == EPI_GELU_AUX ? aux : NULL);
+  }
   ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d,
                                  p->ld, &p->algo, g_workspace, g_workspace_bytes, 0));
   return 0;

@@ -14,6 +14,8 @@
 #    at gpt2-124m; each run must exit 0 with finite losses that fall; fp32
 #    with --attention cudnn or mixed must be refused with exit 2 (cuDNN's
 #    fused attention is bf16/fp16 only);
+#    the default GEMM search (exact: only algorithms bit-identical to the
+#    heuristic's first) against none, losses bit-identical;
 #    ST_GEMM_SEARCH's choices through ST_GEMM_CACHE (a second run reads
 #    them and its losses are bit-identical to the first's);
 #    --attention auto under a budget running cuDNN's backward in groups of
@@ -268,6 +270,23 @@ for spec in "bf16 cudnn 1 none" "bf16 flash 2 selective" "fp16 cudnn 0 full" "fp
   check "$name" 6 "$B" train "${G124[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
 done
+
+# The default GEMM search (kernels/cuda/matmul.cu, exact) keeps only
+# algorithms whose output is bit for bit the heuristic's first's, so its
+# losses equal those of no search at all; ST_GEMM_SEARCH=exact makes it say
+# per problem how many of the candidates agreed.
+for mode in off exact; do
+  ST_GEMM_SEARCH=$mode check "gemm-$mode" 6 "$B" train "${G124[@]}" --precision bf16 \
+    --resume none --out "$W/gemm-$mode"
+done
+ne=$(grep -c '^gemm search (exact).*bit-identical' "$W/gemm-exact.log")
+if [ "$ne" -ge 1 ] && [ -s "$W/gemm-off/metrics.jsonl" ] &&
+   [ "$(losses "$W/gemm-off")" = "$(losses "$W/gemm-exact")" ]; then
+  ok gemm-search-exact "$ne problems timed; losses identical to no search"
+else
+  bad gemm-search-exact "$ne problems timed, or the losses differ from ST_GEMM_SEARCH=off's"
+fi
+grep '^gemm search' "$W/gemm-exact.log" >> "$LOG"
 
 # ST_GEMM_SEARCH with ST_GEMM_CACHE (kernels/cuda/matmul.cu): the first run
 # times 8 algorithms per GEMM problem and appends one line per choice; the
