@@ -118,8 +118,10 @@ typedef struct {
  * is the heuristic's first's whatever the timing picks, in every process,
  * and the run stays bit-reproducible. A problem is timed only when doing so
  * needs no memory: beta 0 or C apart from D (D is pure output, rewritten
- * by the real call), or D accumulating in place but all zero (the first
- * micro-batch's weight gradients: cleared again afterwards). A problem whose
+ * by the real call). D accumulating in place (the weight gradients) keeps
+ * the heuristic's first: timing it would need a saved copy of D, and a
+ * zero D (the first micro-batch's) cannot tell apart kernels that add C at
+ * different points, which a nonzero C later would. A problem whose
  * first output is mostly exact zeros (a zero operand: LoRA's B at step 0)
  * says nothing about the order and keeps the heuristic's first.
  *
@@ -504,9 +506,15 @@ typedef struct {
 
 /* The digest of bytes (even) at x and, when aux is not NULL, of as many at
  * aux, added; computed in the first 16 bytes of the cuBLASLt workspace,
- * which the next GEMM on this stream may overwrite after. Synchronises. */
+ * whose content is saved first and put back after: cuBLASLt's split-K and
+ * stream-K kernels may keep state there between calls (on an H100 a
+ * version that left the digest behind made the next weight-gradient GEMM
+ * wrong: test_cuda_ops's matmul_backward dw, first call only). Every GEMM
+ * is on stream 0, as these copies are, so none runs in between.
+ * Synchronises. */
 static lt_digest digest_of(const void *x, const void *aux, size_t bytes) {
-  unsigned long long *dev = (unsigned long long *)g_workspace;
+  unsigned long long *dev = (unsigned long long *)g_workspace, kept[2];
+  ST_CUDA_CHECK(cudaMemcpy(kept, dev, sizeof kept, cudaMemcpyDeviceToHost));
   ST_CUDA_CHECK(cudaMemsetAsync(dev, 0, 2 * sizeof *dev, 0));
   const size_t n = bytes / 2;
   const int threads = 256;
@@ -517,6 +525,7 @@ static lt_digest digest_of(const void *x, const void *aux, size_t bytes) {
   lt_digest r;
   unsigned long long host[2];
   ST_CUDA_CHECK(cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost));
+  ST_CUDA_CHECK(cudaMemcpy(dev, kept, sizeof kept, cudaMemcpyHostToDevice));
   r.h = host[0], r.nz = host[1];
   return r;
 }
@@ -525,20 +534,17 @@ static lt_digest digest_of(const void *x, const void *aux, size_t bytes) {
  * search_count): time p's candidates on this call's operands and keep in
  * p->algo the fastest whose output (D, and aux_out when the epilogue writes
  * it) is bit for bit the heuristic's first's. Needs no memory: a problem
- * whose D is accumulated in place (c == d, beta != 0) is timed only when D
- * is all zero, and D is cleared again after; otherwise it keeps the first. */
+ * whose D is accumulated in place (c == d, beta != 0) keeps the first. */
 static void search_exact(lt_plan *p, void *d, const void *a, const void *b, const void *c,
                          float beta, const void *aux_out) {
   const lt_key *k = &p->key;
   const size_t dbytes = (size_t)k->ldd * k->n * type_size(k->cd);
-  const int in_place = c == d && beta != 0.0f;
   const float alpha = 1.0f;
   int kept = 0, same = 1, besti = 0;
   float first = -1.0f, best = -1.0f;
   const char *why = NULL;
   if (g_workspace_bytes < 16) why = "no workspace for the digest";
-  else if (in_place && digest_of(d, NULL, dbytes).nz != 0)
-    why = "D accumulates in place and is not zero";
+  else if (c == d && beta != 0.0f) why = "D accumulates in place";
   cudaEvent_t e0 = NULL, e1 = NULL;
   lt_digest ref = {0, 0};
   if (!why) {
@@ -546,7 +552,6 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
     ST_CUDA_CHECK(cudaEventCreate(&e1));
   }
   for (int i = 0; !why && i < p->ncand; i++) {
-    if (in_place) ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0));
     /* one run to compare, which is also the warm-up; an algorithm that
      * fails here is not a candidate (the heuristic's first must not) */
     if (cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d, p->ld,
@@ -578,7 +583,6 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
     if (best < 0 || ms < best) best = ms, besti = i;
     kept = 1;
   }
-  if (in_place) ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0)); /* as it was: zero */
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
   p->algo = kept && !why ? p->cand[besti] : p->cand[0];
