@@ -296,13 +296,30 @@ static int plan_heuristic(lt_plan *p, uint32_t schemes) {
   cublasLtMatmulHeuristicResult_t heur[LT_SEARCH_MAX];
   int found = 0;
   const int want = search_count();
+  /* The first is asked for alone, as ST_GEMM_SEARCH=off asks: the library
+   * does not promise that a longer list starts with the same algorithm,
+   * and the exact search must compare against what off would run. */
   cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->la, p->lb, p->ld, p->ld,
-                                                     pref, want, heur, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return 0;
+                                                     pref, 1, heur, &found);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatmulPreferenceDestroy(pref);
+    return 0;
+  }
   p->algo = heur[0].algo;
-  p->ncand = found > 1 ? found : 0;
-  for (int i = 0; i < p->ncand; i++) p->cand[i] = heur[i].algo;
+  p->ncand = 0;
+  if (want > 1) {
+    cublasLtMatmulHeuristicResult_t more[LT_SEARCH_MAX];
+    int nmore = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, want,
+                                       more, &nmore) != CUBLAS_STATUS_SUCCESS)
+      nmore = 0;
+    p->cand[0] = p->algo; /* then the others, the first left out wherever it is */
+    int n = 1;
+    for (int i = 0; i < nmore && n < want; i++)
+      if (memcmp(&more[i].algo, &p->algo, sizeof p->algo) != 0) p->cand[n++] = more[i].algo;
+    p->ncand = n > 1 ? n : 0;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
   if (!p->ncand) return 1;
   const cublasLtMatmulAlgo_t *kept = choice_find(key);
   if (kept) { /* this process's choice for the problem, whose plan was replaced */
