@@ -580,7 +580,8 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
     if (i == 0) {
       ref = g;
       /* mostly exact zeros: a zero operand, which every order agrees on */
-      if (g.nz < (unsigned long long)(dbytes / 2) / (aux_out ? 2 : 4)) why = "its output is mostly zero";
+      const unsigned long long units = (dbytes / 2) * (aux_out ? 2 : 1);
+      if (g.nz < units / 4) why = "its output is mostly zero";
     } else if (g.h != ref.h || g.nz != ref.nz) {
       continue;
     } else {
