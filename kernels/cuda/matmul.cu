@@ -423,6 +423,23 @@ static lt_plan *plan_get(const lt_key *key, const void *bias) {
   return p;
 }
 
+/* ms of one run of algo on p's problem, the mean of 5 after the caller's
+ * warm-up, between events e0 and e1 on stream 0. Synchronises. */
+static float time_algo(const lt_plan *p, const cublasLtMatmulAlgo_t *algo, void *d,
+                       const void *a, const void *b, const void *c, float beta, cudaEvent_t e0,
+                       cudaEvent_t e1) {
+  const float alpha = 1.0f;
+  float ms = 0.0f;
+  ST_CUDA_CHECK(cudaEventRecord(e0, 0));
+  for (int r = 0; r < 5; r++)
+    ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d,
+                                   p->ld, algo, g_workspace, g_workspace_bytes, 0));
+  ST_CUDA_CHECK(cudaEventRecord(e1, 0));
+  ST_CUDA_CHECK(cudaEventSynchronize(e1));
+  ST_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  return ms / 5;
+}
+
 /* ST_GEMM_SEARCH: time p's candidates on this call's operands, keep the
  * fastest in p->algo. D is saved first and restored after, so the real call
  * that follows sees what it would have (with beta 1, C may be D: dw
@@ -454,18 +471,10 @@ static void search(lt_plan *p, void *d, const void *a, const void *b, const void
   float best = -1.0f, first = -1.0f;
   int besti = 0;
   for (int i = 0; i < p->ncand; i++) {
-    float ms = 0.0f;
     if (cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d, p->ld,
                        &p->cand[i], g_workspace, g_workspace_bytes, 0) != CUBLAS_STATUS_SUCCESS)
       continue; /* warm-up; an algorithm that fails here is not a candidate */
-    ST_CUDA_CHECK(cudaEventRecord(e0, 0));
-    for (int r = 0; r < 5; r++)
-      ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld,
-                                     d, p->ld, &p->cand[i], g_workspace, g_workspace_bytes, 0));
-    ST_CUDA_CHECK(cudaEventRecord(e1, 0));
-    ST_CUDA_CHECK(cudaEventSynchronize(e1));
-    ST_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    ms /= 5;
+    const float ms = time_algo(p, &p->cand[i], d, a, b, c, beta, e0, e1);
     if (i == 0) first = ms;
     if (best < 0 || ms < best) best = ms, besti = i;
   }
@@ -588,15 +597,7 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
       same++;
     }
     if (why) break;
-    float ms = 0.0f;
-    ST_CUDA_CHECK(cudaEventRecord(e0, 0));
-    for (int r = 0; r < 5; r++)
-      ST_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld,
-                                     d, p->ld, &p->cand[i], g_workspace, g_workspace_bytes, 0));
-    ST_CUDA_CHECK(cudaEventRecord(e1, 0));
-    ST_CUDA_CHECK(cudaEventSynchronize(e1));
-    ST_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    ms /= 5;
+    const float ms = time_algo(p, &p->cand[i], d, a, b, c, beta, e0, e1);
     if (i == 0) first = ms;
     if (best < 0 || ms < best) best = ms, besti = i;
     kept = 1;
