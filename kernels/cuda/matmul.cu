@@ -532,11 +532,9 @@ typedef struct {
 
 /* The digest of bytes (even) at x and, when aux is not NULL, of as many at
  * aux, added; computed in the first 16 bytes of the cuBLASLt workspace,
- * whose content is saved first and put back after: cuBLASLt's split-K and
- * stream-K kernels may keep state there between calls (on an H100 a
- * version that left the digest behind made the next weight-gradient GEMM
- * wrong: test_cuda_ops's matmul_backward dw, first call only). Every GEMM
- * is on stream 0, as these copies are, so none runs in between.
+ * whose content is saved first and put back after, since cuBLASLt does not
+ * document what its split-K and stream-K kernels leave there between calls.
+ * Every GEMM is on stream 0, as these copies are, so none runs in between.
  * Synchronises. */
 static lt_digest digest_of(const void *x, const void *aux, size_t bytes) {
   unsigned long long *dev = (unsigned long long *)g_workspace, kept[2];
