@@ -637,15 +637,16 @@ static void test_gpt2_124m_activations(void **state) {
   const int64_t X = 50331648, S = 131072, A = 1572864;
   /* Every policy: encoder output 1 X; head = ln_f output X + mean, rstd,
    * losses 3 S; one chunk of the logits: a row is 50,304 x 2 = 100,608
-   * bytes, 256 MiB holds 2,668.1 rows, more than the 2048 the head's
-   * backward wants, so 2,560 of the 32,768 (13 chunks), 2,560 x 100,608
-   * bytes instead of the whole 3,296,722,944 (3.07 GiB); backward scratch: dln
+   * bytes, 256 MiB holds 2,668.1 rows, fewer than the floor, which at
+   * 32,768 rows is an eighth of them up to 4096: so 4,096 of the 32,768 (8
+   * chunks), 4,096 x 100,608 bytes instead of the whole 3,296,722,944
+   * (3.07 GiB); backward scratch: dln
    * (1 X) of its own, and dres (1 X) and one 4 X buffer (dfch in a block's
    * MLP backward, dqkv 3 X beside datty 1 X in its attention backward)
    * inside the logits chunk, which 5 X = 251,658,240 bytes fit; so 1 X,
    * not the 10 X of separate buffers; datt A. */
-  const int64_t logits = 2560LL * 50304 * 2;
-  assert_int_equal(logits, 257556480LL); /* 245.6 MiB, a multiple of 256 */
+  const int64_t logits = 4096LL * 50304 * 2;
+  assert_int_equal(logits, 412090368LL); /* 393 MiB, a multiple of 256 */
   st_memory_plan p;
   st_plan_input in;
   const int64_t L = 12;
@@ -655,7 +656,7 @@ static void test_gpt2_124m_activations(void **state) {
    * 807,403,520 bytes (770 MiB); the projections' outputs have no buffer
    * (they go into the residual stream in the GEMM), so nothing is shared. */
   in = gpt2_124m(1, 0, ST_RECOMPUTE_NONE);
-  assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 2560);
+  assert_int_equal(st_model_head_rows(&in.model, ST_BF16, 32768), 4096);
   assert_int_equal(st_memory_plan_make(&in, &p), 0);
   assert_int_equal(16 * X + 4 * S + A, 807403520LL);
   assert_int_equal(p.acts.blocks, L * (16 * X + 4 * S));
@@ -666,7 +667,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.logits, logits);
   assert_int_equal(p.acts.grad_scratch, X);
   assert_true(5 * X <= logits);
-  assert_int_equal(p.acts.total, 10099359744LL); /* 9.41 GiB */
+  assert_int_equal(p.acts.total, 10253893632LL); /* 9.55 GiB */
   assert_int_equal(p.acts.total,
                    L * (16 * X + 4 * S + A) + X + X + 3 * S + logits + X + A);
 
@@ -678,7 +679,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * (10 * X + 4 * S));
   assert_int_equal(p.acts.recompute, 6 * X);
   assert_int_equal(p.acts.attention, L * A + A);
-  assert_int_equal(p.acts.total, 6777470976LL); /* 6.31 GiB */
+  assert_int_equal(p.acts.total, 6932004864LL); /* 6.46 GiB */
 
   /* full: only the block output (1 X) per layer; everything else (15 X, 4 S,
    * A) once, in the shared block. */
@@ -687,7 +688,7 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.blocks, L * X);
   assert_int_equal(p.acts.recompute, 15 * X + 4 * S);
   assert_int_equal(p.acts.attention, A + A);
-  assert_int_equal(p.acts.total, 1771569152LL); /* 1.65 GiB */
+  assert_int_equal(p.acts.total, 1926103040LL); /* 1.79 GiB */
 
   /* backend internals at B*T = 32,768, C = 768: 256 column-sum chunks;
    * ln_f asks 256 x 1,536 x 4 = 1.5 MiB, the fc bias 256 x 3,072 x 4 = 3 MiB,

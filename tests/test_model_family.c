@@ -644,14 +644,19 @@ static void test_head_chunks(void **state) {
     }
   }
   /* the rule: all rows up to 256 MiB of logits, else the larger of what
-   * fits 256 MiB and 2048 rows (lowered to what fits 2 GiB), in multiples
-   * of 128 */
+   * fits 256 MiB and a floor of 2048 rows, raised to an eighth of the rows
+   * up to 4096 (lowered to what fits 2 GiB), in multiples of 128 */
   unsetenv("ST_HEAD_CHUNK_ROWS");
   st_model_config g = {.n_layer = 1, .n_head = 1, .n_embd = 64, .block_size = 8,
                        .vocab_size = 50257};
   assert_int_equal(st_model_validate(&g), 0);
-  assert_int_equal(st_model_head_rows(&g, ST_BF16, 32768), 2560); /* 100,608 B a row */
-  assert_int_equal(st_model_head_rows(&g, ST_FP32, 32768), 2048); /* 1,334.1 fit */
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 32768), 4096); /* 100,608 B a row; 1/8 */
+  assert_int_equal(st_model_head_rows(&g, ST_FP32, 32768), 4096); /* 1,334.1 fit */
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 16384), 2560); /* 1/8 is 2048 */
+  assert_int_equal(st_model_head_rows(&g, ST_FP32, 16384), 2048); /* 1,334.1 fit */
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 24576), 3072); /* 1/8, over 2,560 */
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 25000), 3072); /* 3,125 rounded to 128 */
+  assert_int_equal(st_model_head_rows(&g, ST_BF16, 100000), 4096); /* 1/8 capped */
   assert_int_equal(st_model_head_rows(&g, ST_BF16, 2668), 2668);  /* 268.4 MB: fits */
   assert_int_equal(st_model_head_rows(&g, ST_BF16, 2669), 2560);  /* 2,668.1 rows fit */
   assert_int_equal(st_model_head_rows(&g, ST_FP32, 2049), 2048);
@@ -661,9 +666,12 @@ static void test_head_chunks(void **state) {
   assert_int_equal(st_model_validate(&l), 0);
   assert_int_equal(st_model_head_rows(&l, ST_BF16, 8192), 2048); /* 1,046.5 fit */
   assert_int_equal(st_model_head_rows(&l, ST_FP32, 8192), 2048); /* 0.98 GiB */
+  assert_int_equal(st_model_head_rows(&l, ST_BF16, 65536), 4096); /* 1 GiB */
+  assert_int_equal(st_model_head_rows(&l, ST_FP32, 65536), 4096); /* 1.96 GiB: fits 2 GiB */
   l.vocab_size = 4 << 20; /* 8 MiB a row in bf16: 256 rows fit 2 GiB */
   assert_int_equal(st_model_validate(&l), 0);
   assert_int_equal(st_model_head_rows(&l, ST_BF16, 8192), 256);
+  assert_int_equal(st_model_head_rows(&l, ST_BF16, 65536), 256); /* 2 GiB caps the floor */
   /* 16 MiB a row in fp32: 16 rows fit 256 MiB, 128 fit 2 GiB */
   assert_int_equal(st_model_head_rows(&l, ST_FP32, 8192), 128);
   assert_int_equal(st_model_head_rows(&l, ST_FP32, 100), 100);

@@ -166,18 +166,21 @@ typedef struct {
 } st_act_bytes;
 
 /* Bytes the LM head's logits may take at once: 256 MiB, raised to at least
- * ST_HEAD_CHUNK_MIN_ROWS rows when those fit ST_HEAD_CHUNK_MAX_BYTES (see
+ * ST_HEAD_CHUNK_MIN_ROWS rows (up to ST_HEAD_CHUNK_WIDE_ROWS when B*T has
+ * eight times as many) when those fit ST_HEAD_CHUNK_MAX_BYTES (see
  * st_model_head_rows). */
 #define ST_HEAD_CHUNK_BYTES ((size_t)256 << 20)
 #define ST_HEAD_CHUNK_MIN_ROWS 2048
+#define ST_HEAD_CHUNK_WIDE_ROWS 4096
 #define ST_HEAD_CHUNK_MAX_BYTES ((size_t)2 << 30)
 
 /* R, the rows of [B*T, Vp] logits the LM head computes at a time, in
  * forward and in st_model_logits: all BT rows when BT x Vp elements of
  * dtype fit in ST_HEAD_CHUNK_BYTES; else the larger of the largest multiple
- * of 128 rows that fits ST_HEAD_CHUNK_BYTES and ST_HEAD_CHUNK_MIN_ROWS
- * (2048) rows, the latter lowered to the largest multiple of 128 that fits
- * ST_HEAD_CHUNK_MAX_BYTES; at least 128, at most BT. Why chunk: the whole
+ * of 128 rows that fits ST_HEAD_CHUNK_BYTES and a floor, the floor being
+ * ST_HEAD_CHUNK_MIN_ROWS (2048) rows, raised to BT / 8 (a multiple of 128)
+ * up to ST_HEAD_CHUNK_WIDE_ROWS (4096), and lowered to the largest multiple
+ * of 128 that fits ST_HEAD_CHUNK_MAX_BYTES; at least 128, at most BT. Why chunk: the whole
  * buffer is 2.1 GB for Llama 3's 128256 columns at B*T = 8192 (bf16), 3.3
  * GB for GPT-2 at 32768 rows, held only to be read once by the
  * cross-entropy and once by the head's backward. Why not small chunks: each
@@ -190,6 +193,11 @@ typedef struct {
  * 512 FLOPs, above an H100's balance of about 295 FLOPs a byte, and GPT-2's
  * chunk is the 2,560 rows that fit 256 MiB, not 4096 (393 MiB): the 147
  * MiB that put GPT-2 774M under 0.9x the PyTorch peer (docs/memory.md).
+ * Where B*T is at least 8 x 4096 rows the floor is 4096 again: a chunk is
+ * then at most an eighth of the logits an unchunked head holds, and at
+ * GPT-2 124M, T 8192, micro-batch 4 (32,768 rows) 4096 rows ran 0.8%
+ * faster than 2,560 in two A/B runs on an H100 (docs/benchmarks.md), for
+ * 147 MiB at a shape using 0.65x the peer's memory.
  * 128-row multiples keep GEMM tiles full and each chunk's rows 256-byte
  * aligned. The environment variable ST_HEAD_CHUNK_ROWS (a whole number >=
  * 1, clamped to BT) forces R, for tests and diagnostics; a value that is

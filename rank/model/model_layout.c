@@ -33,8 +33,11 @@ int st_model_head_rows(const st_model_config *cfg, st_dtype dtype, int64_t BT) {
   const size_t row = (size_t)c.padded_vocab_size * st_dtype_size(dtype);
   if ((size_t)BT * row <= ST_HEAD_CHUNK_BYTES) return (int)BT;
   int64_t r = (int64_t)(ST_HEAD_CHUNK_BYTES / row) / 128 * 128;
+  int64_t want = BT / 8 / 128 * 128; /* an eighth of the rows: at most 1/8 of the whole logits */
+  if (want < ST_HEAD_CHUNK_MIN_ROWS) want = ST_HEAD_CHUNK_MIN_ROWS;
+  if (want > ST_HEAD_CHUNK_WIDE_ROWS) want = ST_HEAD_CHUNK_WIDE_ROWS;
   int64_t floor_rows = (int64_t)(ST_HEAD_CHUNK_MAX_BYTES / row) / 128 * 128;
-  if (floor_rows > ST_HEAD_CHUNK_MIN_ROWS) floor_rows = ST_HEAD_CHUNK_MIN_ROWS;
+  if (floor_rows > want) floor_rows = want;
   if (r < floor_rows) r = floor_rows;
   if (r < 128) r = 128;
   return (int)(r < BT ? r : BT);

@@ -18,13 +18,15 @@ def al(x):
 
 def head_rows(BT, Vp, es):
     """The LM head's chunk (docs/memory.md): every row when [BT, Vp] fits
-    256 MiB, else the more of what fits 256 MiB and 2048 rows (fewer when
-    2048 rows pass 2 GiB), a multiple of 128 and at least 128."""
+    256 MiB, else the more of what fits 256 MiB and a floor of 2048 rows,
+    raised to BT / 8 up to 4096 (fewer when the floor passes 2 GiB), a
+    multiple of 128 and at least 128."""
     budget, cap = 256 << 20, 2 << 30
     if BT * Vp * es <= budget:
         return BT
     r = budget // (Vp * es) // 128 * 128
-    r = max(r, min(2048, cap // (Vp * es) // 128 * 128), 128)
+    floor = min(max(2048, BT // 8 // 128 * 128), 4096)
+    r = max(r, min(floor, cap // (Vp * es) // 128 * 128), 128)
     return min(BT, r)
 
 
@@ -121,8 +123,8 @@ for N, acc in ((1, 1), (2, 1), (2, 2)):
                   d["bytes"]["arena"] == e["arena"],
                   f"124M N={N} ZeRO {z} {rec}: total {d['bytes']['total']} = "
                   f"{d['bytes']['total'] / GiB:.2f} GiB as derived")
-            check(d["activations"]["logits_rows"] == head_rows(32 * 1024, 50304, 2) == 2560,
-                  f"124M N={N} ZeRO {z} {rec}: the logits are a chunk of 2,560 of 32,768 rows")
+            check(d["activations"]["logits_rows"] == head_rows(32 * 1024, 50304, 2) == 4096,
+                  f"124M N={N} ZeRO {z} {rec}: the logits are a chunk of 4,096 of 32,768 rows")
             check(d["gpu"]["fits"] is None or isinstance(d["gpu"]["fits"], bool),
                   f"124M N={N} ZeRO {z} {rec}: gpu.fits is a bool or null")
 # --grad-dtype bf16 at ZeRO 2, one micro-step a step, on 1 and 2 ranks
@@ -462,10 +464,10 @@ t = train(a, 1, ["--data", data, "--out", os.path.join(a.work, "tight"), "--step
                  "--gpu-mem", tight] + [str(x) for x in cpu[:6] + cpu[8:]], expect_rc=6)
 check(f"The smallest change that fits: {named} (plan" in t.stderr,
       f"train's pre-flight names the same change as plan: {named}")
-# 124M at 32 x 1024 needs 12.6 GiB; with full recompute 4.8 GiB (its
-# logits one 246 MiB chunk), which 8 GiB holds at the same micro-batch.
+# 124M at 32 x 1024 needs 12.7 GiB; with full recompute 4.96 GiB (its
+# logits one 393 MiB chunk), which 8 GiB holds at the same micro-batch.
 r = plan(base + ["--global-batch", 32, "--gpu-mem", "8GiB"], rc=6)
-check("The smallest change that fits: --recompute none -> full (plan 4.82 GiB)" in r.stdout and
+check("The smallest change that fits: --recompute none -> full (plan 4.96 GiB)" in r.stdout and
       "Add --fit to these flags" in r.stdout,
       "124M in 8 GiB: names the smallest change (full recompute) and suggests --fit")
 r = plan(["--model", "gpt2-1558m", "--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB"], rc=6)
