@@ -130,7 +130,7 @@ static void test_fit_774m(void **state) {
    * at T=2048 keeps 36 layers x 16 [T,C] bf16 tensors (2048 x 1280 x 2 x 16
    * = 84 MB per layer): 3.0 GB. The logits are one LM-head chunk whatever
    * the batch: all 2,048 rows (206 MB) of one sequence, 2,560 rows (258 MB)
-   * from two on. So 2 sequences fit (6.0 GiB of activations, 20.5 GiB in
+   * from two on, 4,096 (412 MB, inside backward's larger scratch) from 16 on. So 2 sequences fit (6.0 GiB of activations, 20.5 GiB in
    * all) and 4 do not (11.8 GiB, 26.5). Selective keeps 10 per layer
    * (52 MB): 4 sequences fit (7.7 GiB, 22.4), 8 do not (15.1 GiB, 30.5).
    * Full recompute keeps 1 [T,C] per layer (5.2 MB) and the logits one
