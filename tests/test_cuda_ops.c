@@ -567,6 +567,7 @@ static void test_ops(int big) {
   test_encoder(3, 13, 72, 200);
   test_encoder(4, 300, 37, 7); /* many repeats of each token, > 256 positions */
   test_encoder(8, 1024, 64, 3); /* runs of ~2,700 positions: the sort path's long walks */
+  test_encoder(2, 100, 64, 12); /* runs of ~17: both sides of ENC_LONG_RUN (16) */
   if (big) test_encoder(2, 256, 768, 50257); /* GPT-2 width and vocabulary */
   test_layernorm(37, 72);
   test_layernorm(300, 200); /* several row chunks in the dw/db partials */
