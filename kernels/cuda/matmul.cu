@@ -118,10 +118,11 @@ typedef struct {
  * is the heuristic's first's whatever the timing picks, in every process,
  * and the run stays bit-reproducible. A problem is timed only when doing so
  * needs no memory: beta 0 or C apart from D (D is pure output, rewritten
- * by the real call). D accumulating in place (the weight gradients) keeps
- * the heuristic's first: timing it would need a saved copy of D, and a
- * zero D (the first micro-batch's) cannot tell apart kernels that add C at
- * different points, which a nonzero C later would. A problem whose
+ * by the real call), or D accumulating in place (the weight gradients)
+ * while it is all zero, as at the first micro-batch, zeroed again after,
+ * and then only among algorithms that do not split k (search_exact says
+ * why); a D in place that is not zero keeps the heuristic's first, since
+ * timing it would need a saved copy. A problem whose
  * first output is mostly exact zeros (a zero operand: LoRA's B at step 0)
  * says nothing about the order and keeps the heuristic's first.
  *
@@ -554,11 +555,24 @@ static lt_digest digest_of(const void *x, const void *aux, size_t bytes) {
   return r;
 }
 
+/* How many parts algo splits k into (cuBLASLt's CUBLASLT_ALGO_CONFIG_SPLITK_NUM;
+ * 1: none). 0 when the library does not say. */
+static uint32_t splitk_of(const cublasLtMatmulAlgo_t *algo) {
+  uint32_t v = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof v,
+                                           &written) != CUBLAS_STATUS_SUCCESS ||
+      written != sizeof v)
+    return 0;
+  return v;
+}
+
 /* The default search (ST_GEMM_SEARCH exact; the comment above
  * search_count): time p's candidates on this call's operands and keep in
  * p->algo the fastest whose output (D, and aux_out when the epilogue writes
  * it) is bit for bit the heuristic's first's. Needs no memory: a problem
- * whose D is accumulated in place (c == d, beta != 0) keeps the first. */
+ * whose D is accumulated in place (c == d, beta != 0) is timed only while
+ * D is zero, and keeps the first otherwise. */
 static void search_exact(lt_plan *p, void *d, const void *a, const void *b, const void *c,
                          float beta, const void *aux_out) {
   const lt_key *k = &p->key;
@@ -567,8 +581,16 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
   int kept = 0, same = 1, besti = 0;
   float first = -1.0f, best = -1.0f;
   const char *why = NULL;
+  /* D accumulating in place (a weight gradient) is timed only while it is
+   * all zero (the first micro-batch's first call), since then zero is what
+   * to put back, and only among algorithms that do not split k: one that
+   * does not adds C once to the whole accumulator, fl(acc + C), so equal
+   * accumulators (what a zero C compares) give equal results for every C;
+   * one that splits k may add C among its partial sums. */
+  const int in_place = c == d && beta != 0.0f;
   if (g_workspace_bytes < 16) why = "no workspace for the digest";
-  else if (c == d && beta != 0.0f) why = "D accumulates in place";
+  else if (in_place && digest_of(d, NULL, dbytes).nz != 0) why = "D accumulates in place, not zero";
+  else if (in_place && splitk_of(&p->cand[0]) != 1) why = "D accumulates in place, first splits k";
   cudaEvent_t e0 = NULL, e1 = NULL;
   lt_digest ref = {0, 0};
   if (!why) {
@@ -576,6 +598,10 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
     ST_CUDA_CHECK(cudaEventCreate(&e1));
   }
   for (int i = 0; !why && i < p->ncand; i++) {
+    if (in_place) {
+      if (i > 0 && splitk_of(&p->cand[i]) != 1) continue;
+      ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0)); /* the earlier timed runs added into D */
+    }
     /* one run to compare, which is also the warm-up; an algorithm that
      * fails here is not a candidate (the heuristic's first must not) */
     if (cublasLtMatmul(g_lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->ld, d, p->ld,
@@ -602,6 +628,9 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
   }
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
+  /* D was zero before the search (checked above): zero again for the real
+   * call, which adds into it */
+  if (in_place && e0) ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0));
   p->algo = kept && !why ? p->cand[besti] : p->cand[0];
   const int ncand = p->ncand;
   p->ncand = 0;
