@@ -88,6 +88,7 @@ __global__ void encoder_iota_kernel(int *v, int n) {
 #define ENC_SHORT_UNROLL 4  /* rows in flight on a short run */
 #define ENC_LONG_UNROLL 16  /* rows in flight on a long run */
 #define ENC_LONG_RUN 16     /* a run of more positions than this is long */
+#define ENC_SHORT_BLOCKS 9  /* short form: 9 blocks an SM, <= 56 registers (as one form had) */
 
 /* The pairs (tok, pos) sorted by token, positions ascending within a
  * token: 1 when sorted index k starts a run (k == 0 or tok[k-1] != tok[k])
@@ -105,90 +106,64 @@ __device__ __forceinline__ bool enc_run_start(const int *tok, int k, int BT, int
  * columns each of the band blockIdx.y, and add the run's dout rows into
  * dwte[tok] in ascending position order. One warp owns each (token,
  * band): nothing races. A run is a chain of dependent additions, so its
- * speed is how many rows are in flight, and two kernels split the runs:
- * - short runs (the kernel below): ENC_SHORT_UNROLL rows in flight, the
+ * speed is how many rows are in flight, and two forms split the runs:
+ * - short runs (LONG false): ENC_SHORT_UNROLL rows in flight, the
  *   pairs read one at a time, few registers; a batch of uniform random ids
  *   is nearly all runs of one, where occupancy is what counts;
- * - long runs (encoder_backward_long_runs_kernel): a text's commonest token
+ * - long runs (LONG true): a text's commonest token
  *   has thousands of positions in a micro-batch (the space byte about 6,000
  *   of 32,768), so ENC_LONG_UNROLL rows in flight, the next pairs in one
  *   coalesced load (lane u holds pair u, passed round by shuffles).
  * Both add in the same order, so the result does not depend on the split.
- * One kernel with 16 rows in flight for every run took uniform ids from
+ * One form with 16 rows in flight for every run took uniform ids from
  * 0.088 to 0.128 ms at 8,192 positions (one H100, bench_cuda_ops). */
-template <typename S, int V>
-__global__ void __launch_bounds__(32 * ENC_RUN_WARPS)
-    encoder_backward_short_runs_kernel(float *dwte, const S *dout, const int *tok, const int *pos,
-                                       int BT, int C) {
+template <typename S, int V, bool LONG>
+__global__ void __launch_bounds__(32 * ENC_RUN_WARPS, LONG ? 1 : ENC_SHORT_BLOCKS)
+    encoder_backward_runs_kernel(float *dwte, const S *dout, const int *tok, const int *pos,
+                                 int BT, int C) {
+  constexpr int U = LONG ? ENC_LONG_UNROLL : ENC_SHORT_UNROLL;
   const int k = blockIdx.x * ENC_RUN_WARPS + threadIdx.y;
   if (k >= BT) return;
   const int t = tok[k];
-  if (!enc_run_start<false>(tok, k, BT, t)) return;
-  const int c = (blockIdx.y * 32 + threadIdx.x) * V;
-  if (c >= C) return;
-  float *row = dwte + (int64_t)t * C + c;
-  float acc[V];
-#pragma unroll
-  for (int j = 0; j < V; j++) acc[j] = row[j];
-  for (int e = k;; e += ENC_SHORT_UNROLL) {
-    float x[ENC_SHORT_UNROLL][V];
-    bool in[ENC_SHORT_UNROLL];
-#pragma unroll
-    for (int u = 0; u < ENC_SHORT_UNROLL; u++) {
-      in[u] = e + u < BT && tok[e + u] == t;
-      if (in[u]) st_load<S, V>(x[u], dout + (int64_t)pos[e + u] * C + c);
-    }
-#pragma unroll
-    for (int u = 0; u < ENC_SHORT_UNROLL; u++)
-      if (in[u]) {
-#pragma unroll
-        for (int j = 0; j < V; j++) acc[j] += x[u][j];
-      }
-    if (!in[ENC_SHORT_UNROLL - 1]) break;
-  }
-#pragma unroll
-  for (int j = 0; j < V; j++) row[j] = acc[j];
-}
-
-template <typename S, int V>
-__global__ void __launch_bounds__(32 * ENC_RUN_WARPS)
-    encoder_backward_long_runs_kernel(float *dwte, const S *dout, const int *tok, const int *pos,
-                                      int BT, int C) {
-  const int k = blockIdx.x * ENC_RUN_WARPS + threadIdx.y;
-  if (k >= BT) return;
-  const int t = tok[k];
-  if (!enc_run_start<true>(tok, k, BT, t)) return;
+  if (!enc_run_start<LONG>(tok, k, BT, t)) return;
   const int lane = threadIdx.x, c = (blockIdx.y * 32 + lane) * V;
-  const bool mine = c < C; /* lanes past C still take part in the shuffles */
+  const bool mine = c < C;
+  if (!LONG && !mine) return; /* the long form's lanes past C still pass pairs round */
   float *row = dwte + (int64_t)t * C + c;
   float acc[V];
 #pragma unroll
   for (int j = 0; j < V; j++) acc[j] = mine ? row[j] : 0.f;
-  for (int e = k;; e += ENC_LONG_UNROLL) {
+  for (int e = k;; e += U) {
     int tl = -1, pl = 0;
-    if (lane < ENC_LONG_UNROLL && e + lane < BT) tl = tok[e + lane], pl = pos[e + lane];
-    float x[ENC_LONG_UNROLL][V];
-    bool in[ENC_LONG_UNROLL];
+    if (LONG && lane < U && e + lane < BT) tl = tok[e + lane], pl = pos[e + lane];
+    float x[U][V];
+    bool in[U];
 #pragma unroll
-    for (int u = 0; u < ENC_LONG_UNROLL; u++) {
-      in[u] = __shfl_sync(0xffffffffu, tl, u) == t;
-      const int p = __shfl_sync(0xffffffffu, pl, u);
+    for (int u = 0; u < U; u++) {
+      int p = 0;
+      if constexpr (LONG) {
+        in[u] = __shfl_sync(0xffffffffu, tl, u) == t;
+        p = __shfl_sync(0xffffffffu, pl, u);
+      } else {
+        in[u] = e + u < BT && tok[e + u] == t;
+        if (in[u]) p = pos[e + u];
+      }
       if (in[u] && mine) st_load<S, V>(x[u], dout + (int64_t)p * C + c);
     }
 #pragma unroll
-    for (int u = 0; u < ENC_LONG_UNROLL; u++)
+    for (int u = 0; u < U; u++)
       if (in[u] && mine) {
 #pragma unroll
         for (int j = 0; j < V; j++) acc[j] += x[u][j];
       }
-    if (!in[ENC_LONG_UNROLL - 1]) break; /* uniform: every lane saw the same pairs */
+    if (!in[U - 1]) break; /* uniform: every lane saw the same pairs */
   }
   if (!mine) return;
 #pragma unroll
   for (int j = 0; j < V; j++) row[j] = acc[j];
 }
 
-/* Both run kernels over the sorted pairs: short runs, then long ones
+/* The run kernel's two forms over the sorted pairs: short runs, then long ones
  * (disjoint rows of dwte, so the order between them does not matter). */
 template <typename S, int V>
 static void encoder_backward_runs(float *dwte, const S *dout, const int *tok, const int *pos,
@@ -196,9 +171,9 @@ static void encoder_backward_runs(float *dwte, const S *dout, const int *tok, co
   const dim3 block(32, ENC_RUN_WARPS);
   const dim3 grid((unsigned)((BT + ENC_RUN_WARPS - 1) / ENC_RUN_WARPS),
                   (unsigned)((C / V + 31) / 32));
-  encoder_backward_short_runs_kernel<S, V><<<grid, block>>>(dwte, dout, tok, pos, BT, C);
+  encoder_backward_runs_kernel<S, V, false><<<grid, block>>>(dwte, dout, tok, pos, BT, C);
   ST_CUDA_LAUNCHED();
-  encoder_backward_long_runs_kernel<S, V><<<grid, block>>>(dwte, dout, tok, pos, BT, C);
+  encoder_backward_runs_kernel<S, V, true><<<grid, block>>>(dwte, dout, tok, pos, BT, C);
 }
 
 /* Carves scratch into the sorted tokens, the positions before and after the
