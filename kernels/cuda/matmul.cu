@@ -205,24 +205,34 @@ static void plan_destroy(lt_plan *p) {
   cublasLtMatmulDescDestroy(p->desc);
 }
 
-static int g_search_any; /* set with the count: ST_GEMM_SEARCH=2..8 */
+/* ST_GEMM_SEARCH, parsed once: count, the candidates a problem's first call
+ * times (1: none, the heuristic's first); any, 1 when the fastest is kept
+ * whatever its summation order (2..8) rather than only a bit-identical one
+ * (exact). */
+typedef struct {
+  int count, any;
+} lt_search_setting;
 
-/* Candidates a problem's first call times (1: none, the heuristic's first). */
-static int search_count(void) {
-  static int n = -1;
-  if (n < 0) {
+static lt_search_setting search_setting(void) {
+  static lt_search_setting s = {-1, 0};
+  if (s.count < 0) {
     const char *e = getenv("ST_GEMM_SEARCH");
-    if (st_envparse_gemm_search(e, &n, &g_search_any) != 0) {
+    if (st_envparse_gemm_search(e, &s.count, &s.any) != 0) {
       fprintf(stderr, "shardtrain: warning: ST_GEMM_SEARCH=%s is not exact, off or a whole "
               "number from 1 to %d; the default (exact) is kept\n", e, LT_SEARCH_MAX);
-      (void)st_envparse_gemm_search(NULL, &n, &g_search_any);
+      (void)st_envparse_gemm_search(NULL, &s.count, &s.any);
     }
   }
-  return n;
+  return s;
 }
 
+static int search_count(void) { return search_setting().count; }
+
 /* 1 when the problems may keep an algorithm that sums in another order. */
-static int search_any(void) { return search_count() > 1 && g_search_any; }
+static int search_any(void) {
+  const lt_search_setting s = search_setting();
+  return s.count > 1 && s.any;
+}
 
 /* One line per searched problem on stderr only when ST_GEMM_SEARCH is set:
  * the default search is silent. */
