@@ -87,16 +87,22 @@ static void bench(void) {
     int *d_txt = dev_bytes(txt, (size_t)BT * sizeof(int));
     TIME("encoder_backward, sort, English bytes", BTC * (es + 8.0), 10,
          GPU->encoder_backward(dw, dwpe, a, d_txt, B, T, C, sort_scratch, sort_bytes));
-    double h = 0; /* harmonic number: Zipf's normaliser */
-    for (int r = 1; r <= V; r++) h += 1.0 / r;
+    /* cdf[r-1] = 1 + 1/2 + ... + 1/r; cdf[V-1] is Zipf's normaliser */
+    double *cdf = malloc((size_t)V * sizeof *cdf), cum = 0;
+    for (int r = 1; r <= V; r++) cdf[r - 1] = cum += 1.0 / r;
     uint64_t st = 88172645463325252ull;
     for (int i = 0; i < BT; i++) {
       st ^= st << 13, st ^= st >> 7, st ^= st << 17;
-      double u = (double)(st >> 11) / 9007199254740992.0 * h, cum = 0;
-      int r = 1;
-      while (r < V && (cum += 1.0 / r) < u) r++;
-      txt[i] = r - 1;
+      const double u = (double)(st >> 11) / 9007199254740992.0 * cdf[V - 1];
+      int lo = 0, hi = V - 1; /* the first rank whose cdf reaches u (the last if none) */
+      while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (cdf[mid] >= u) hi = mid;
+        else lo = mid + 1;
+      }
+      txt[i] = lo;
     }
+    free(cdf);
     GPU->free(d_txt);
     d_txt = dev_bytes(txt, (size_t)BT * sizeof(int));
     TIME("encoder_backward, sort, Zipf ids", BTC * (es + 8.0), 10,
