@@ -577,8 +577,8 @@ static uint32_t splitk_of(const cublasLtMatmulAlgo_t *algo) {
   return v;
 }
 
-/* The default search (ST_GEMM_SEARCH exact; the comment above
- * search_count): time p's candidates on this call's operands and keep in
+/* The default search (ST_GEMM_SEARCH exact; "Which algorithm a problem
+ * runs" above): time p's candidates on this call's operands and keep in
  * p->algo the fastest whose output (D, and aux_out when the epilogue writes
  * it) is bit for bit the heuristic's first's. Needs no memory: a problem
  * whose D is accumulated in place (c == d, beta != 0) is timed only while
@@ -598,12 +598,14 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
    * accumulators (what a zero C compares) give equal results for every C;
    * one that splits k may add C among its partial sums. */
   const int in_place = c == d && beta != 0.0f;
+  /* the host-side query first: the digest reads D and synchronises */
   if (g_workspace_bytes < 16) why = "no workspace for the digest";
-  else if (in_place && digest_of(d, NULL, dbytes).nz != 0) why = "D accumulates in place, not zero";
   else if (in_place && splitk_of(&p->cand[0]) != 1) why = "D accumulates in place, first splits k";
+  else if (in_place && digest_of(d, NULL, dbytes).nz != 0) why = "D accumulates in place, not zero";
+  const int timing = !why; /* the loop below runs the candidates into D */
   cudaEvent_t e0 = NULL, e1 = NULL;
   lt_digest ref = {0, 0};
-  if (!why) {
+  if (timing) {
     ST_CUDA_CHECK(cudaEventCreate(&e0));
     ST_CUDA_CHECK(cudaEventCreate(&e1));
   }
@@ -640,7 +642,7 @@ static void search_exact(lt_plan *p, void *d, const void *a, const void *b, cons
   if (e1) cudaEventDestroy(e1);
   /* D was zero before the search (checked above): zero again for the real
    * call, which adds into it */
-  if (in_place && e0) ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0));
+  if (in_place && timing) ST_CUDA_CHECK(cudaMemsetAsync(d, 0, dbytes, 0));
   p->algo = kept && !why ? p->cand[besti] : p->cand[0];
   const int ncand = p->ncand;
   p->ncand = 0;
