@@ -237,25 +237,29 @@ static void *dev_alloc_guarded(size_t bytes) {
 
 /* ---- one shape, one dtype */
 
-/* Kernel configurations: 0-3 the wgmma family (Hopper; one forward) with
+/* Kernel configurations: 0-4 the wgmma family (Hopper; one forward) with
  * the pipelined backward (head size 64; the plain one at 128), its dQ on a
- * second stream beside dK/dV (the default) and after it on one stream, the
- * plain backward, and the plain backward with 2 warpgroups a block; 4 the
- * mma.sync family (everywhere). */
-#define N_CONF 5
+ * second stream beside dK/dV (the default), the same with the grid tiles
+ * first (head after head) rather than heads first, dQ after dK/dV on one
+ * stream, the plain backward, and the plain backward with 2 warpgroups a
+ * block; 5 the mma.sync family (everywhere). Configuration 1 must give
+ * configuration 0's bits exactly (the grid order moves no arithmetic). */
+#define N_CONF 6
 static int g_conf = N_CONF - 1;
 
 static void use_conf(int k) {
   g_conf = k;
-  cuda_attention_tc_use_wgmma(k < 4);
-  cuda_attention_wgmma_set_groups(k == 3 ? 2 : 1);
-  cuda_attention_wgmma_set_pipeline(k <= 1);
-  cuda_attention_wgmma_set_streams(k != 1);
+  cuda_attention_tc_use_wgmma(k < 5);
+  cuda_attention_wgmma_set_grid(k != 1);
+  cuda_attention_wgmma_set_groups(k == 4 ? 2 : 1);
+  cuda_attention_wgmma_set_pipeline(k <= 2);
+  cuda_attention_wgmma_set_streams(k != 2);
 }
 
 /* the kernels the calls run now, for the printed lines */
 static const char *family(int B, int C, int NH, st_dtype dt) {
-  static const char *names[4] = {"wgmma, pipelined backward, dQ beside dK/dV",
+  static const char *names[5] = {"wgmma, pipelined backward, dQ beside dK/dV",
+                                 "wgmma, pipelined backward, dQ beside dK/dV, grid tiles first",
                                  "wgmma, pipelined backward, one stream",
                                  "wgmma, plain backward",
                                  "wgmma, plain backward, 2 warpgroups a block"};
@@ -282,6 +286,9 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
   double *rgrad = (double *)calloc(n3, sizeof(double));
   reference(qkv, dout, B, T, C, NH, rout, rlse, rgrad);
 
+  /* configuration 0's results, for configuration 1 to match bit for bit */
+  uint16_t *out0 = NULL, *g0 = NULL;
+  float *lse0 = NULL;
   /* each kernel configuration this GPU runs, against one reference */
   for (int conf = g_first_conf; conf < N_CONF; conf++) {
     use_conf(conf);
@@ -350,12 +357,21 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
     }
     expect_true("backward run twice: bit-identical dqkv", !memcmp(g16[0], g16[1], n3 * 2));
     expect_true("backward wrote nothing past dqkv", guard_intact(d_dqkv, n3 * 2));
+    if (conf == 1 && out0)
+      expect_true("grid tiles first: the heads-first grid's out, lse and dqkv bit for bit",
+                  !memcmp(out16[0], out0, n1 * 2) && !memcmp(lse32[0], lse0, nl * sizeof(float)) &&
+                      !memcmp(g16[0], g0, n3 * 2));
+    if (conf == 0) {
+      out0 = out16[0], lse0 = lse32[0], g0 = g16[0];
+      out16[0] = NULL, lse32[0] = NULL, g16[0] = NULL; /* kept; freed after the loop */
+    }
 
     void *bufs[] = {d_qkv, d_dout, d_scratch, d_out, d_dqkv, d_lse};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) CK(cudaFree(bufs[i]));
     for (int r = 0; r < 2; r++) free(out16[r]), free(lse32[r]), free(g16[r]);
     free(h16), free(outf), free(init16), free(gf), free(rtot);
   }
+  free(out0), free(lse0), free(g0);
   free(qkv), free(dout), free(dinit), free(rout), free(rlse), free(rgrad);
 }
 
@@ -468,7 +484,8 @@ int main(int argc, char **argv) {
   if (timings) printf("timings (no assertions)\n");
   struct {
     int B, T, C, NH;
-  } shapes[] = {{32, 1024, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12}, {2, 4096, 2048, 16}};
+  } shapes[] = {{32, 1024, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12},
+                {4, 8192, 768, 12},  {2, 4096, 2048, 16}};
   for (size_t c = 0; timings && c < sizeof shapes / sizeof *shapes; c++)
     for (int conf = g_first_conf; conf < N_CONF; conf++) {
       use_conf(conf);

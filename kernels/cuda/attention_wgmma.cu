@@ -24,6 +24,10 @@
  * walked in a fixed order, no atomics: bit-identical from run to run.
  */
 #include "kernels/cuda/attention_wgmma.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "kernels/cuda/attention_wgmma_bwd.cuh"
 #include "kernels/cuda/attention_wgmma_fwd.cuh"
 
@@ -69,6 +73,37 @@ static int g_two_streams = 1;
 
 void cuda_attention_wgmma_set_streams(int two) { g_two_streams = two != 0; }
 
+/* Grid order of every kernel here (wg_block_slot): 1 (the default) heads
+ * fastest, so that each head's longest tile is in the first wave of blocks;
+ * 0 tiles fastest, head after head, the order until 2026-12-06. -1 until
+ * the first launch reads ST_ATTENTION_GRID ("heads" or "tiles"; anything
+ * else is reported once and leaves the default). Either order gives the
+ * same bits: each block's work does not depend on when it runs. */
+static int g_heads_x = -1;
+
+static int heads_x(void) {
+  if (g_heads_x < 0) {
+    const char *e = getenv("ST_ATTENTION_GRID");
+    g_heads_x = !(e && strcmp(e, "tiles") == 0);
+    if (e && *e && strcmp(e, "tiles") != 0 && strcmp(e, "heads") != 0)
+      fprintf(stderr, "shardtrain: warning: ST_ATTENTION_GRID=%s is not heads or tiles; "
+              "heads it is\n", e);
+  }
+  return g_heads_x;
+}
+
+void cuda_attention_wgmma_set_grid(int heads_first) {
+  g_heads_x = heads_first < 0 ? -1 : heads_first != 0;
+}
+
+/* The grid of a kernel with `tiles` tiles a head: (heads, tiles) in the
+ * heads-first order unless tiles exceeds a y dimension (T past 4.19M at
+ * 64 rows a tile; takes() keeps heads within one). */
+static dim3 wg_grid(unsigned tiles, unsigned heads, int *hx) {
+  *hx = heads_x() && tiles <= 65535u;
+  return *hx ? dim3(heads, tiles) : dim3(tiles, heads);
+}
+
 /* The side stream and its two events, made once; 0 when any of them could
  * not be (the backward then runs on the caller's stream alone). */
 static int side_stream(cudaStream_t *s, cudaEvent_t *fork, cudaEvent_t *join) {
@@ -104,7 +139,9 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
     attr = true;
   }
   const unsigned tiles = (unsigned)((T + 64 * NWG - 1) / (64 * NWG));
-  const dim3 kvgrid(tiles, (unsigned)(B * NKV)), qgrid(tiles, (unsigned)(B * NH));
+  int hx = 0;
+  const dim3 kvgrid = wg_grid(tiles, (unsigned)(B * NKV), &hx),
+             qgrid = wg_grid(tiles, (unsigned)(B * NH), &hx);
   const int pipe = NWG == 1 && HD == 64 && g_pipe_bwd;
   /* dQ waits for what came before on the caller's stream (D, the forward's
    * lse and output), and the caller's stream for dQ */
@@ -121,20 +158,20 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
   if constexpr (NWG == 1 && HD == 64) {
     if (pipe)
       wg_dkv_pipe_kernel<E, HD><<<kvgrid, 128, skv3>>>((E *)dqkv, (const E *)qkv,
-                                                       (const E *)dout, lse, D, T, NH, NKV);
+                                                       (const E *)dout, lse, D, T, NH, NKV, hx);
   }
   if (!pipe)
     wg_dkv_kernel<E, HD, NWG><<<kvgrid, 128 * NWG, skv>>>((E *)dqkv, (const E *)qkv,
-                                                          (const E *)dout, lse, D, T, NH, NKV);
+                                                          (const E *)dout, lse, D, T, NH, NKV, hx);
   ST_CUDA_LAUNCHED();
   if constexpr (NWG == 1 && HD == 64) {
     if (pipe)
       wg_dq_pipe_kernel<E, HD><<<qgrid, 128, sq3, qs>>>((E *)dqkv, (const E *)qkv,
-                                                        (const E *)dout, lse, D, T, NH, NKV);
+                                                        (const E *)dout, lse, D, T, NH, NKV, hx);
   }
   if (!pipe)
     wg_dq_kernel<E, HD, NWG><<<qgrid, 128 * NWG, sq, qs>>>((E *)dqkv, (const E *)qkv,
-                                                           (const E *)dout, lse, D, T, NH, NKV);
+                                                           (const E *)dout, lse, D, T, NH, NKV, hx);
   ST_CUDA_LAUNCHED();
   if (two) {
     ST_CUDA_CHECK(cudaEventRecord(join, side));
@@ -150,8 +187,9 @@ static void wg_forward(void *out, float *lse, const void *qkv, int B, int T, int
     wg_smem_attr(wg_fwd_kernel<E, HD>, sm);
     attr = true;
   }
-  const dim3 grid((unsigned)((T + 63) / 64), (unsigned)(B * NH));
-  wg_fwd_kernel<E, HD><<<grid, 128, sm>>>((const E *)qkv, (E *)out, lse, T, NH, NKV);
+  int hx = 0;
+  const dim3 grid = wg_grid((unsigned)((T + 63) / 64), (unsigned)(B * NH), &hx);
+  wg_fwd_kernel<E, HD><<<grid, 128, sm>>>((const E *)qkv, (E *)out, lse, T, NH, NKV, hx);
   ST_CUDA_LAUNCHED();
 }
 

@@ -58,6 +58,14 @@ void cuda_attention_wgmma_set_pipeline(int on);
  * kernels write disjoint parts of dqkv); for tests and benchmarks. */
 void cuda_attention_wgmma_set_streams(int two);
 
+/* The order blocks go out in, for every kernel here: 1 heads fastest
+ * (each head's longest tile of 64 rows in the first wave; the default), 0
+ * tiles fastest (head after head, so the last head's longest tile runs
+ * alone at the end), negative back to ST_ATTENTION_GRID ("heads" or
+ * "tiles"; unset is heads). The same bits either way; for tests and
+ * benchmarks. */
+void cuda_attention_wgmma_set_grid(int heads_first);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,20 +15,21 @@
 #include "kernels/cuda/wgmma.cuh"
 
 /* The forward, software-pipelined: one warpgroup a block per (b, h) and 64
- * query rows, longest rows first. Each step issues the next key tile's
+ * query rows, longest rows first (wg_block_slot). Each step issues the next key tile's
  * S = Q K^T, then this tile's O += P V, and waits only for the former, so
  * the next tile's softmax (its maximum, exponentials and the P fragments)
  * runs while the tensor cores do P V; O's rescaling waits for P V. K/V
  * tiles of 64 keys triple-buffered, loaded two tiles ahead. */
 template <typename E, int HD>
 __global__ void __launch_bounds__(128)
-wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV) {
+wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV, int hx) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sK = sm, *sV = sK + 3 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
-  const int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const wg_slot pos = wg_block_slot(hx);
+  const int qt = pos.n - 1 - pos.i, bh = pos.bh, b = bh / NH, h = bh % NH;
   const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
   const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
   const E *base = qkv + (size_t)b * T * ld;

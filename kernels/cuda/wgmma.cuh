@@ -187,6 +187,20 @@ __device__ __forceinline__ void wg_frags(const float *x, uint32_t (*a)[4]) {
     for (int r = 0; r < 4; r++) a[t][r] = wg_pack<E>(x[8 * t + 2 * r], x[8 * t + 2 * r + 1]);
 }
 
+/* A block's place in its launch: i-th of n tiles in the kernel's own
+ * longest-first count, and its batch-head (or batch-kv-head) bh. The grid is
+ * (tiles, heads) when hx is 0 and (heads, tiles) when 1. Blocks go out x
+ * fastest, so with (tiles, heads) the last head's longest tile starts only
+ * after every earlier head's tiles have, and waits out the tail alone; with
+ * (heads, tiles) every head's longest tile goes out in the first wave. */
+struct wg_slot {
+  int i, n, bh;
+};
+__device__ __forceinline__ wg_slot wg_block_slot(int hx) {
+  return hx ? wg_slot{(int)blockIdx.y, (int)gridDim.y, (int)blockIdx.x}
+            : wg_slot{(int)blockIdx.x, (int)gridDim.x, (int)blockIdx.y};
+}
+
 /* The dynamic shared memory a kernel may ask for (host side). */
 template <typename Kernel>
 static void wg_smem_attr(Kernel k, int bytes) {
