@@ -237,29 +237,32 @@ static void *dev_alloc_guarded(size_t bytes) {
 
 /* ---- one shape, one dtype */
 
-/* Kernel configurations: 0-4 the wgmma family (Hopper; one forward) with
+/* Kernel configurations: 0-5 the wgmma family (Hopper; one forward) with
  * the pipelined backward (head size 64; the plain one at 128), its dQ on a
  * second stream beside dK/dV (the default), the same with the grid tiles
- * first (head after head) rather than heads first, dQ after dK/dV on one
- * stream, the plain backward, and the plain backward with 2 warpgroups a
- * block; 5 the mma.sync family (everywhere). Configuration 1 must give
- * configuration 0's bits exactly (the grid order moves no arithmetic). */
-#define N_CONF 6
+ * first (head after head) rather than heads first, the same with 4 tile
+ * buffers rather than 3, dQ after dK/dV on one stream, the plain backward,
+ * and the plain backward with 2 warpgroups a block; 6 the mma.sync family
+ * (everywhere). Configurations 1 and 2 must give configuration 0's bits
+ * exactly (grid order and buffering move no arithmetic). */
+#define N_CONF 7
 static int g_conf = N_CONF - 1;
 
 static void use_conf(int k) {
   g_conf = k;
-  cuda_attention_tc_use_wgmma(k < 5);
+  cuda_attention_tc_use_wgmma(k < 6);
   cuda_attention_wgmma_set_grid(k != 1);
-  cuda_attention_wgmma_set_groups(k == 4 ? 2 : 1);
-  cuda_attention_wgmma_set_pipeline(k <= 2);
-  cuda_attention_wgmma_set_streams(k != 2);
+  cuda_attention_wgmma_set_stages(k == 2 ? 4 : 3);
+  cuda_attention_wgmma_set_groups(k == 5 ? 2 : 1);
+  cuda_attention_wgmma_set_pipeline(k <= 3);
+  cuda_attention_wgmma_set_streams(k != 3);
 }
 
 /* the kernels the calls run now, for the printed lines */
 static const char *family(int B, int C, int NH, st_dtype dt) {
-  static const char *names[5] = {"wgmma, pipelined backward, dQ beside dK/dV",
+  static const char *names[6] = {"wgmma, pipelined backward, dQ beside dK/dV",
                                  "wgmma, pipelined backward, dQ beside dK/dV, grid tiles first",
+                                 "wgmma, pipelined backward, dQ beside dK/dV, 4 tile buffers",
                                  "wgmma, pipelined backward, one stream",
                                  "wgmma, plain backward",
                                  "wgmma, plain backward, 2 warpgroups a block"};
@@ -357,8 +360,9 @@ static void test_case(st_dtype dt, int B, int T, int C, int NH, float qk_scale) 
     }
     expect_true("backward run twice: bit-identical dqkv", !memcmp(g16[0], g16[1], n3 * 2));
     expect_true("backward wrote nothing past dqkv", guard_intact(d_dqkv, n3 * 2));
-    if (conf == 1 && out0)
-      expect_true("grid tiles first: the heads-first grid's out, lse and dqkv bit for bit",
+    if ((conf == 1 || conf == 2) && out0)
+      expect_true(conf == 1 ? "grid tiles first: the default's out, lse and dqkv bit for bit"
+                            : "4 tile buffers: the default's out, lse and dqkv bit for bit",
                   !memcmp(out16[0], out0, n1 * 2) && !memcmp(lse32[0], lse0, nl * sizeof(float)) &&
                       !memcmp(g16[0], g0, n3 * 2));
     if (conf == 0) {

@@ -64,6 +64,15 @@ static int g_pipe_bwd = WG_PIPELINE_BWD;
 
 void cuda_attention_wgmma_set_pipeline(int on) { g_pipe_bwd = on < 0 ? WG_PIPELINE_BWD : on != 0; }
 
+/* Tile buffers of the pipelined backward (3: loaded two steps ahead; 4:
+ * three). The same arithmetic in the same order either way. */
+#define WG_STAGES_BWD 3
+static int g_stages_bwd = WG_STAGES_BWD;
+
+void cuda_attention_wgmma_set_stages(int stages) {
+  g_stages_bwd = stages == 3 || stages == 4 ? stages : WG_STAGES_BWD;
+}
+
 /* dQ's kernel on a second stream beside dK/dV's (1, the default), or after
  * it on the caller's (0). The two read the same inputs and write disjoint
  * parts of dqkv, so running them at once changes no result; it lets each
@@ -127,14 +136,18 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
                         const float *lse, int B, int T, int NH, int NKV) {
   constexpr int TILE = (HD / 64) * 8192;
   const int sq = 1024 + (2 * NWG + 4) * TILE, skv = sq + 1024;
-  const int sq3 = 1024 + 7 * TILE, skv3 = 1024 + 6 * TILE + 1536; /* pipelined */
+  /* pipelined, NS tile buffers: dO and NS K/V, or NS Q/dO and their stats */
+  const int ns = g_stages_bwd;
+  const int sqp = 1024 + (2 * ns + 1) * TILE, skvp = 1024 + 2 * ns * TILE + ns * 512;
   static bool attr;
   if (!attr) {
     wg_smem_attr(wg_dq_kernel<E, HD, NWG>, sq);
     wg_smem_attr(wg_dkv_kernel<E, HD, NWG>, skv);
     if constexpr (NWG == 1 && HD == 64) {
-      wg_smem_attr(wg_dq_pipe_kernel<E, HD>, sq3);
-      wg_smem_attr(wg_dkv_pipe_kernel<E, HD>, skv3);
+      wg_smem_attr(wg_dq_pipe_kernel<E, HD, 3>, 1024 + 7 * TILE);
+      wg_smem_attr(wg_dkv_pipe_kernel<E, HD, 3>, 1024 + 6 * TILE + 3 * 512);
+      wg_smem_attr(wg_dq_pipe_kernel<E, HD, 4>, 1024 + 9 * TILE);
+      wg_smem_attr(wg_dkv_pipe_kernel<E, HD, 4>, 1024 + 8 * TILE + 4 * 512);
     }
     attr = true;
   }
@@ -156,18 +169,24 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
   /* dK/dV first: its blocks walk the most query tiles (the longest first),
    * and dQ's, longest first too, fill the tail behind (or beside) them */
   if constexpr (NWG == 1 && HD == 64) {
-    if (pipe)
-      wg_dkv_pipe_kernel<E, HD><<<kvgrid, 128, skv3>>>((E *)dqkv, (const E *)qkv,
-                                                       (const E *)dout, lse, D, T, NH, NKV, hx);
+    if (pipe && ns == 4)
+      wg_dkv_pipe_kernel<E, HD, 4><<<kvgrid, 128, skvp>>>((E *)dqkv, (const E *)qkv,
+                                                          (const E *)dout, lse, D, T, NH, NKV, hx);
+    else if (pipe)
+      wg_dkv_pipe_kernel<E, HD, 3><<<kvgrid, 128, skvp>>>((E *)dqkv, (const E *)qkv,
+                                                          (const E *)dout, lse, D, T, NH, NKV, hx);
   }
   if (!pipe)
     wg_dkv_kernel<E, HD, NWG><<<kvgrid, 128 * NWG, skv>>>((E *)dqkv, (const E *)qkv,
                                                           (const E *)dout, lse, D, T, NH, NKV, hx);
   ST_CUDA_LAUNCHED();
   if constexpr (NWG == 1 && HD == 64) {
-    if (pipe)
-      wg_dq_pipe_kernel<E, HD><<<qgrid, 128, sq3, qs>>>((E *)dqkv, (const E *)qkv,
-                                                        (const E *)dout, lse, D, T, NH, NKV, hx);
+    if (pipe && ns == 4)
+      wg_dq_pipe_kernel<E, HD, 4><<<qgrid, 128, sqp, qs>>>((E *)dqkv, (const E *)qkv,
+                                                           (const E *)dout, lse, D, T, NH, NKV, hx);
+    else if (pipe)
+      wg_dq_pipe_kernel<E, HD, 3><<<qgrid, 128, sqp, qs>>>((E *)dqkv, (const E *)qkv,
+                                                           (const E *)dout, lse, D, T, NH, NKV, hx);
   }
   if (!pipe)
     wg_dq_kernel<E, HD, NWG><<<qgrid, 128 * NWG, sq, qs>>>((E *)dqkv, (const E *)qkv,

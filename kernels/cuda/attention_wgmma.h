@@ -51,6 +51,12 @@ void cuda_attention_wgmma_set_groups(int groups);
  * for tests and benchmarks. (The forward has one kernel, pipelined.) */
 void cuda_attention_wgmma_set_pipeline(int on);
 
+/* Tile buffers of the pipelined backward: 3 (the default; each tile loaded
+ * two steps ahead) or 4 (three steps ahead, 16 KiB more shared memory a
+ * block, the same blocks an SM); anything else the default. The same
+ * arithmetic in the same order either way; for tests and benchmarks. */
+void cuda_attention_wgmma_set_stages(int stages);
+
 /* The backward's two kernels at once: 1 (the default) runs dQ's on a
  * second stream beside dK/dV's, with events ordering it after the work
  * before the call and the legacy default stream after it; 0 runs them one

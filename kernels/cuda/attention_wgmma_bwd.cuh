@@ -13,8 +13,8 @@
  * Two forms: software-pipelined (wg_dq_pipe_kernel, wg_dkv_pipe_kernel;
  * one warpgroup a block, head size 64, the block's own Q (dq) or K and V
  * (dkv) as register A operands of the score products, the streamed tiles
- * triple-buffered: 7 (dq: dO stays a tile) or 6 (dkv) HD/64 8 KiB of
- * shared memory, +1.5 KiB for dkv's lse and D), the default there; plain
+ * NS-buffered: 2 NS + 1 (dq: dO stays a tile) or 2 NS (dkv) HD/64 8 KiB
+ * of shared memory, +NS/2 KiB for dkv's lse and D), the default there; plain
  * (wg_dq_kernel, wg_dkv_kernel; double-buffered, (2 NWG + 4) HD/64 8 KiB,
  * +1 KiB), for head size 128, where the second set of fragments the
  * pipeline needs does not fit the registers, and with NWG = 2 warpgroups a
@@ -244,19 +244,21 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
  * issues the NEXT step's S and dP products (a wgmma commit group), then this
  * step's gradient products, and waits only for the former, so the next
  * step's exponentials and dS run while the tensor cores do this step's dQ
- * (or dV and dK). Streamed tiles are triple-buffered: step m's in buffer
- * m % 3, loaded two steps ahead. The arithmetic of every element is that of
- * wg_dq_kernel / wg_dkv_kernel, in the same order. */
+ * (or dV and dK). Streamed tiles are NS-buffered: step m's in buffer
+ * m % NS, loaded NS - 1 steps ahead, one cp.async group a step (empty past
+ * the last step, so that every wait counts the same groups). The arithmetic
+ * of every element is that of wg_dq_kernel / wg_dkv_kernel, in the same
+ * order, whatever NS. */
 
 /* dQ, pipelined: a block per 64 query rows, key tiles 0..diagonal */
-template <typename E, int HD>
+template <typename E, int HD, int NS>
 __global__ void __launch_bounds__(128)
 wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
                   int NH, int NKV, int hx) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
-  char *sdO = sm, *sK = sm + TILE, *sV = sK + 3 * TILE;
+  char *sdO = sm, *sK = sm + TILE, *sV = sK + NS * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const wg_slot pos = wg_block_slot(hx);
   const int qt = pos.n - 1 - pos.i, bh = pos.bh, b = bh / NH, h = bh % NH;
@@ -265,14 +267,16 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
   const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
   const int row0 = qt * 64, steps = qt + 1; /* step j: key tile j */
   auto load_step = [&](int j) {
-    const size_t k1 = (size_t)j * 64;
-    wg_load<HD, 128>(sK + (j % 3) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
-    wg_load<HD, 128>(sV + (j % 3) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
+    if (j < steps) {
+      const size_t k1 = (size_t)j * 64;
+      wg_load<HD, 128>(sK + (j % NS) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
+      wg_load<HD, 128>(sV + (j % NS) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
+    }
     st_cp_commit();
   };
   wg_load<HD, 128>(sdO, ob + (size_t)row0 * C + h * HD, C, T - row0, tid);
-  load_step(0);
-  if (steps > 1) load_step(1);
+#pragma unroll
+  for (int j = 0; j < NS - 1; j++) load_step(j);
   /* this block's Q rows: the A operand of every S (dO's too would cost the
    * registers of a third block an SM) */
   uint32_t qa[HD / 16][4];
@@ -290,8 +294,8 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
   for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
   auto issue_sdp = [&](int j) {
     wg_fence();
-    wg_qk_rs<E, HD>(s, qa, st_saddr(sK + (j % 3) * TILE));
-    wg_qk<E, HD>(dp, st_saddr(sdO), st_saddr(sV + (j % 3) * TILE));
+    wg_qk_rs<E, HD>(s, qa, st_saddr(sK + (j % NS) * TILE));
+    wg_qk<E, HD>(dp, st_saddr(sdO), st_saddr(sV + (j % NS) * TILE));
     wg_commit();
   };
   auto ds_step = [&](int j, uint32_t (*a)[4]) {
@@ -313,27 +317,26 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
     wg_frags<E>(dp, a);
   };
   uint32_t a[4][4];
-  if (steps > 1) st_cp_wait<1>();
-  else st_cp_wait<0>();
+  st_cp_wait<NS - 2>(); /* group 0: dO and step 0's tiles */
   wg_proxy_fence();
   __syncthreads();
   issue_sdp(0);
   wg_wait0();
   ds_step(0, a);
   auto issue_dq = [&](int j) {
-    const uint32_t k0 = st_saddr(sK + (j % 3) * TILE);
+    const uint32_t k0 = st_saddr(sK + (j % NS) * TILE);
     wg_fence();
 #pragma unroll
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
     wg_commit();
   };
   for (int j = 0; j + 1 < steps; j++) {
-    st_cp_wait<0>();
+    st_cp_wait<NS - 3>(); /* groups up to j + 1 of the j + NS - 1 committed */
     wg_proxy_fence();
     /* tile j+1 visible to all; every thread's step j-1 products are done,
-     * so buffer (j+2) % 3 is free */
+     * so buffer (j + NS - 1) % NS, step j-1's, is free */
     __syncthreads();
-    if (j + 2 < steps) load_step(j + 2);
+    load_step(j + NS - 1);
     issue_sdp(j + 1);
     issue_dq(j);
     uint32_t an[4][4];
@@ -360,15 +363,15 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
 
 /* dK and dV, pipelined: a block per (kv head, 64 keys), the query heads of
  * its group in order, for each the query tiles from the diagonal down */
-template <typename E, int HD>
+template <typename E, int HD, int NS>
 __global__ void __launch_bounds__(128)
 wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl,
                    int T, int NH, int NKV, int hx) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
-  char *sQ = sm, *sdO = sQ + 3 * TILE;
-  float *sL = (float *)(sdO + 3 * TILE), *sD = sL + 192; /* [3][64] each */
+  char *sQ = sm, *sdO = sQ + NS * TILE;
+  float *sL = (float *)(sdO + NS * TILE), *sD = sL + NS * 64; /* [NS][64] each */
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
   const wg_slot pos = wg_block_slot(hx);
   const int kt = pos.i, bk = pos.bh, b = bk / NKV, kvh = bk % NKV;
@@ -379,14 +382,17 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   const int key0 = kt * 64, nq = (T + 63) / 64, per = nq - kt, steps = G * per;
   /* step m: query head kvh G + m / per, query tile kt + m % per */
   auto load_step = [&](int m) {
-    const int hm = kvh * G + m / per, q = (kt + m % per) * 64, bf = m % 3;
-    wg_load<HD, 128>(sQ + bf * TILE, base + (size_t)q * ld + hm * HD, ld, T - q, tid);
-    wg_load<HD, 128>(sdO + bf * TILE, ob + (size_t)q * C + hm * HD, C, T - q, tid);
-    wg_load_stats(sL + bf * 64, sD + bf * 64, lb + (size_t)hm * T, db + (size_t)hm * T, q, T, tid);
+    if (m < steps) {
+      const int hm = kvh * G + m / per, q = (kt + m % per) * 64, bf = m % NS;
+      wg_load<HD, 128>(sQ + bf * TILE, base + (size_t)q * ld + hm * HD, ld, T - q, tid);
+      wg_load<HD, 128>(sdO + bf * TILE, ob + (size_t)q * C + hm * HD, C, T - q, tid);
+      wg_load_stats(sL + bf * 64, sD + bf * 64, lb + (size_t)hm * T, db + (size_t)hm * T, q, T,
+                    tid);
+    }
     st_cp_commit();
   };
-  load_step(0);
-  if (steps > 1) load_step(1);
+#pragma unroll
+  for (int m = 0; m < NS - 1; m++) load_step(m);
   /* this block's keys and values: the A operands of every S^T and dP^T */
   uint32_t ka[HD / 16][4], va[HD / 16][4];
   wg_load_frags<HD>(ka, base + (size_t)key0 * ld + kc, ld, T - key0, w, l);
@@ -398,13 +404,13 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   const int kr0 = key0 + 16 * w + (l >> 2); /* this thread's keys: kr0, kr0 + 8 */
   auto issue_sdp = [&](int m) {
     wg_fence();
-    wg_qk_rs<E, HD>(s, ka, st_saddr(sQ + (m % 3) * TILE));
-    wg_qk_rs<E, HD>(dp, va, st_saddr(sdO + (m % 3) * TILE));
+    wg_qk_rs<E, HD>(s, ka, st_saddr(sQ + (m % NS) * TILE));
+    wg_qk_rs<E, HD>(dp, va, st_saddr(sdO + (m % NS) * TILE));
     wg_commit();
   };
   auto p_ds_step = [&](int m, uint32_t (*pa)[4], uint32_t (*sa)[4]) {
     const int qi = kt + m % per;
-    const float *L = sL + (m % 3) * 64, *Dd = sD + (m % 3) * 64;
+    const float *L = sL + (m % NS) * 64, *Dd = sD + (m % NS) * 64;
     if (qi == kt) {
 #pragma unroll
       for (int i = 0; i < 32; i++) {
@@ -426,15 +432,14 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     wg_frags<E>(dp, sa);
   };
   uint32_t ap[4][4], as[4][4];
-  if (steps > 1) st_cp_wait<1>();
-  else st_cp_wait<0>();
+  st_cp_wait<NS - 2>(); /* group 0: step 0's tiles */
   wg_proxy_fence();
   __syncthreads();
   issue_sdp(0);
   wg_wait0();
   p_ds_step(0, ap, as);
   auto issue_dkv = [&](int n) {
-    const uint32_t q0 = st_saddr(sQ + (n % 3) * TILE), o0 = st_saddr(sdO + (n % 3) * TILE);
+    const uint32_t q0 = st_saddr(sQ + (n % NS) * TILE), o0 = st_saddr(sdO + (n % NS) * TILE);
     wg_fence();
 #pragma unroll
     for (int t = 0; t < 4; t++) wg_rs<E, HD>(dv, ap[t], o0 + t * 2048);
@@ -445,10 +450,10 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   /* the last step peeled off: ptxas serializes the wgmmas when the issue
    * of the next step's products and the wait for them sit in branches */
   for (int n = 0; n + 1 < steps; n++) {
-    st_cp_wait<0>();
+    st_cp_wait<NS - 3>();
     wg_proxy_fence();
     __syncthreads(); /* as in wg_dq_pipe_kernel */
-    if (n + 2 < steps) load_step(n + 2);
+    load_step(n + NS - 1);
     issue_sdp(n + 1);
     issue_dkv(n);
     uint32_t apn[4][4], asn[4][4];
