@@ -13,7 +13,8 @@
  * its own output or gradient products, and waits only for the former
  * (wgmma.wait_group 1), so that the next tile's softmax runs on the CUDA
  * cores while the tensor cores finish this one (FlashAttention-3's
- * intra-warpgroup overlap). Tiles are triple-buffered. ptxas serializes
+ * intra-warpgroup overlap). Tiles are triple-buffered (the backward's 3 or
+ * 4 buffers: cuda_attention_wgmma_set_stages). ptxas serializes
  * every wgmma of a kernel when it cannot prove that no other instruction
  * touches an in-flight wgmma's registers; the loops are written so that it
  * can (the last step peeled out of the loop, wg_keep on the fragments of
