@@ -240,7 +240,8 @@ static void *dev_alloc_guarded(size_t bytes) {
 /* Kernel configurations: 0-5 the wgmma family (Hopper; one forward) with
  * the pipelined backward (head size 64; the plain one at 128), its dQ on a
  * second stream beside dK/dV (the default), the same with the grid tiles
- * first (head after head) rather than heads first, the same with 4 tile
+ * first (head after head) rather than the default's order (heads first
+ * at B x NH <= 32, which the small cases here are), the same with 4 tile
  * buffers rather than 3, dQ after dK/dV on one stream, the plain backward,
  * and the plain backward with 2 warpgroups a block; 6 the mma.sync family
  * (everywhere). Configurations 1 and 2 must give configuration 0's bits
@@ -251,7 +252,7 @@ static int g_conf = N_CONF - 1;
 static void use_conf(int k) {
   g_conf = k;
   cuda_attention_tc_use_wgmma(k < 6);
-  cuda_attention_wgmma_set_grid(k != 1);
+  cuda_attention_wgmma_set_grid(k == 1 ? 0 : -1);
   cuda_attention_wgmma_set_stages(k == 2 ? 4 : 3);
   cuda_attention_wgmma_set_groups(k == 5 ? 2 : 1);
   cuda_attention_wgmma_set_pipeline(k <= 3);

@@ -65,11 +65,12 @@ void cuda_attention_wgmma_set_stages(int stages);
 void cuda_attention_wgmma_set_streams(int two);
 
 /* The order blocks go out in, for every kernel here: 1 heads fastest
- * (each head's longest tile of 64 rows in the first wave; the default), 0
- * tiles fastest (head after head, so the last head's longest tile runs
- * alone at the end), negative back to ST_ATTENTION_GRID ("heads" or
- * "tiles"; unset is heads). The same bits either way; for tests and
- * benchmarks. */
+ * (each head's longest tile of 64 rows in the first wave), 0 tiles fastest
+ * (head after head: the blocks running at once share few heads' tiles in
+ * L2), negative back to ST_ATTENTION_GRID ("heads", "tiles" or "auto";
+ * unset is auto: heads first while B x NH <= 32, where it measured faster;
+ * attention_wgmma.cu has the timings). The same bits either way; for tests
+ * and benchmarks. */
 void cuda_attention_wgmma_set_grid(int heads_first);
 
 #ifdef __cplusplus
