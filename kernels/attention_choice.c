@@ -105,3 +105,16 @@ int st_attention_cudnn_min_group(int B, int T, int NH) {
     if (B % g == 0 && (uint64_t)g * tiles >= ST_CUDNN_MIN_TILES) return g;
   return B;
 }
+
+int st_attention_heads_first(int setting, int64_t bnh, int64_t tiles) {
+  if (tiles > 65535) return 0;
+  if (setting == 0 || setting == 1) return setting;
+  return bnh <= ST_ATTENTION_HEADS_FIRST_MAX;
+}
+
+int st_attention_grid_parse(const char *e) {
+  if (!e || !*e || strcmp(e, "auto") == 0) return -1;
+  if (strcmp(e, "heads") == 0) return 1;
+  if (strcmp(e, "tiles") == 0) return 0;
+  return -2;
+}

@@ -100,6 +100,23 @@ int st_attention_cudnn_group(int B, int cap);
 #define ST_CUDNN_MIN_TILES 768
 int st_attention_cudnn_min_group(int B, int T, int NH);
 
+/* The block order of the Hopper flash-attention kernels
+ * (attention_wgmma.cu) for bnh = B x NH heads of `tiles` 64-row tiles: 1
+ * heads first (the grid (heads, tiles): every head's longest tile in the
+ * first wave of blocks), 0 tiles first (head after head: the blocks running
+ * at once share few heads' K and V in L2). setting 1 or 0 forces that
+ * order; anything else is auto, heads first while bnh <=
+ * ST_ATTENTION_HEADS_FIRST_MAX (the timings behind it are in
+ * attention_wgmma.cu). Tiles first whenever tiles > 65535, a grid's y
+ * limit. */
+#define ST_ATTENTION_HEADS_FIRST_MAX 32
+int st_attention_heads_first(int setting, int64_t bnh, int64_t tiles);
+
+/* ST_ATTENTION_GRID's value e as a setting for st_attention_heads_first: 1
+ * "heads", 0 "tiles", -1 auto (NULL, "" or "auto"), -2 anything else (the
+ * caller warns and takes auto). */
+int st_attention_grid_parse(const char *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,10 @@
  *    group --attention auto considers (768 tiles of 128 rows a call).
  * 4. The head sizes nothing runs, refused by plan and train's setup in the
  *    same words.
+ * 5. The Hopper kernels' block order: auto takes heads first up to 32
+ *    heads of the micro-batch (B x NH) and tiles first past it; a forced
+ *    order holds except past 65535 tiles, a grid's y limit, where tiles
+ *    first is the only one that launches; ST_ATTENTION_GRID's words.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -169,11 +173,33 @@ static void test_names_and_auto(void **state) {
   assert_int_equal(st_attention_auto_mixed(32, 1), 0);
 }
 
+static void test_grid_order(void **state) {
+  (void)state;
+  assert_int_equal(st_attention_heads_first(-1, 12, 128), 1);  /* 124M, 1 x 8192 */
+  assert_int_equal(st_attention_heads_first(-1, 32, 64), 1);   /* 2 x 16 heads */
+  assert_int_equal(st_attention_heads_first(-1, 33, 64), 0);
+  assert_int_equal(st_attention_heads_first(-1, 48, 128), 0);  /* 124M, 4 x 8192 */
+  assert_int_equal(st_attention_heads_first(-1, 384, 16), 0);  /* 124M, 32 x 1024 */
+  assert_int_equal(st_attention_heads_first(1, 384, 16), 1);   /* forced */
+  assert_int_equal(st_attention_heads_first(0, 12, 128), 0);
+  assert_int_equal(st_attention_heads_first(1, 12, 65535), 1);
+  assert_int_equal(st_attention_heads_first(1, 12, 65536), 0); /* y would overflow */
+  assert_int_equal(st_attention_heads_first(-1, 1, 65536), 0);
+  assert_int_equal(st_attention_grid_parse(NULL), -1);
+  assert_int_equal(st_attention_grid_parse(""), -1);
+  assert_int_equal(st_attention_grid_parse("auto"), -1);
+  assert_int_equal(st_attention_grid_parse("heads"), 1);
+  assert_int_equal(st_attention_grid_parse("tiles"), 0);
+  assert_int_equal(st_attention_grid_parse("Heads"), -2);
+  assert_int_equal(st_attention_grid_parse("1"), -2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_tc), cmocka_unit_test(test_simt),
                                      cmocka_unit_test(test_names_and_auto),
                                      cmocka_unit_test(test_cudnn_group),
                                      cmocka_unit_test(test_cudnn_min_group),
-                                     cmocka_unit_test(test_head_refusal)};
+                                     cmocka_unit_test(test_head_refusal),
+                                     cmocka_unit_test(test_grid_order)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@
  * walked in a fixed order, no atomics: bit-identical from run to run.
  */
 #include "kernels/cuda/attention_wgmma.h"
+#include "kernels/attention_choice.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,22 +93,22 @@ void cuda_attention_wgmma_set_streams(int two) { g_two_streams = two != 0; }
  * 32 (2 x 16, head size 128) at 4096, 1.036 against 1.063; 48 at 4096,
  * 0.897 against 0.909; 48 at 8192, 3.376 against 3.342 (and 1.7% fewer
  * tokens/s in training); 384 at 1024, 0.868 against 0.632. Hence the
- * default, heads first only while B x NH <= 32. ST_ATTENTION_GRID =
+ * default, heads first only while B x NH <= 32
+ * (st_attention_heads_first, kernels/attention_choice.c). ST_ATTENTION_GRID =
  * "heads" or "tiles" forces one (anything else is reported once and
  * leaves the default). Either order gives the same bits: each block's
  * work does not depend on when it runs. */
-#define WG_HEADS_FIRST_MAX 32
-static int g_grid = -2; /* -2 env not read; -1 auto; 0 tiles; 1 heads */
+static int g_grid = -2; /* -2 env not read; else st_attention_grid_parse's */
 
 static int grid_setting(void) {
   if (g_grid == -2) {
     const char *e = getenv("ST_ATTENTION_GRID");
-    g_grid = -1;
-    if (e && strcmp(e, "heads") == 0) g_grid = 1;
-    else if (e && strcmp(e, "tiles") == 0) g_grid = 0;
-    else if (e && *e && strcmp(e, "auto") != 0)
+    g_grid = st_attention_grid_parse(e);
+    if (g_grid == -2) {
       fprintf(stderr, "shardtrain: warning: ST_ATTENTION_GRID=%s is not heads, tiles or auto; "
               "auto it is\n", e);
+      g_grid = -1;
+    }
   }
   return g_grid;
 }
@@ -116,14 +117,10 @@ void cuda_attention_wgmma_set_grid(int heads_first) {
   g_grid = heads_first < 0 ? -2 : heads_first != 0;
 }
 
-/* 1 for the grid (heads, tiles), 0 for (tiles, heads), for a problem of
- * B x NH heads and `tiles` tiles a head: the setting, the default's rule,
- * and tiles first whenever tiles exceed a y dimension (T past 4.19M at 64
- * rows a tile; takes() keeps heads within one). */
+/* 1 for the grid (heads, tiles), 0 for (tiles, heads): the rule is
+ * st_attention_heads_first's, unit-tested on the CPU. */
 static int wg_heads_first(int64_t bnh, unsigned tiles) {
-  const int g = grid_setting();
-  const int want = g < 0 ? bnh <= WG_HEADS_FIRST_MAX : g;
-  return want && tiles <= 65535u;
+  return st_attention_heads_first(grid_setting(), bnh, tiles);
 }
 
 static dim3 wg_grid(unsigned tiles, unsigned heads, int hx) {
