@@ -255,6 +255,7 @@ template <typename E, int HD, int NS>
 __global__ void __launch_bounds__(128)
 wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
                   int NH, int NKV, int hx) {
+  static_assert(HD == 64, "the pipelined backward is for head size 64 (wg_load64)");
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
@@ -266,11 +267,12 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
   const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
   const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
   const int row0 = qt * 64, steps = qt + 1; /* step j: key tile j */
+  const wg_rows rk = wg_rows_at(tid, ld);
   auto load_step = [&](int j) {
     if (j < steps) {
       const size_t k1 = (size_t)j * 64;
-      wg_load<HD, 128>(sK + (j % NS) * TILE, base + k1 * ld + kc, ld, T - (int)k1, tid);
-      wg_load<HD, 128>(sV + (j % NS) * TILE, base + k1 * ld + vc, ld, T - (int)k1, tid);
+      wg_load64(st_saddr(sK + (j % NS) * TILE), base + k1 * ld + kc, ld, T - (int)k1, rk);
+      wg_load64(st_saddr(sV + (j % NS) * TILE), base + k1 * ld + vc, ld, T - (int)k1, rk);
     }
     st_cp_commit();
   };
@@ -367,6 +369,7 @@ template <typename E, int HD, int NS>
 __global__ void __launch_bounds__(128)
 wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl,
                    int T, int NH, int NKV, int hx) {
+  static_assert(HD == 64, "the pipelined backward is for head size 64 (wg_load64)");
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
@@ -380,14 +383,20 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
   const float *lb = lse + (size_t)b * NH * T, *db = Dl + (size_t)b * NH * T;
   const int key0 = kt * 64, nq = (T + 63) / 64, per = nq - kt, steps = G * per;
-  /* step m: query head kvh G + m / per, query tile kt + m % per */
+  /* step m: query head kvh G + m / per, query tile kt + m % per. Both
+   * walks below (the loads, NS - 1 steps ahead, and the exponentials) visit
+   * the steps in order, so each keeps its (head, tile) as a counter: a
+   * division a step by the run-time per cost about 30 instructions. */
+  int ld_h = kvh * G, ld_t = kt; /* the step the next load_step fills */
+  const wg_rows rq = wg_rows_at(tid, ld), ro = wg_rows_at(tid, C);
   auto load_step = [&](int m) {
     if (m < steps) {
-      const int hm = kvh * G + m / per, q = (kt + m % per) * 64, bf = m % NS;
-      wg_load<HD, 128>(sQ + bf * TILE, base + (size_t)q * ld + hm * HD, ld, T - q, tid);
-      wg_load<HD, 128>(sdO + bf * TILE, ob + (size_t)q * C + hm * HD, C, T - q, tid);
+      const int hm = ld_h, q = ld_t * 64, bf = m % NS;
+      wg_load64(st_saddr(sQ + bf * TILE), base + (size_t)q * ld + hm * HD, ld, T - q, rq);
+      wg_load64(st_saddr(sdO + bf * TILE), ob + (size_t)q * C + hm * HD, C, T - q, ro);
       wg_load_stats(sL + bf * 64, sD + bf * 64, lb + (size_t)hm * T, db + (size_t)hm * T, q, T,
                     tid);
+      if (++ld_t == nq) ld_t = kt, ld_h++;
     }
     st_cp_commit();
   };
@@ -408,8 +417,10 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     wg_qk_rs<E, HD>(dp, va, st_saddr(sdO + (m % NS) * TILE));
     wg_commit();
   };
+  int ds_t = kt; /* the query tile of the next p_ds_step */
   auto p_ds_step = [&](int m, uint32_t (*pa)[4], uint32_t (*sa)[4]) {
-    const int qi = kt + m % per;
+    const int qi = ds_t;
+    if (++ds_t == nq) ds_t = kt;
     const float *L = sL + (m % NS) * 64, *Dd = sD + (m % NS) * 64;
     if (qi == kt) {
 #pragma unroll

@@ -19,6 +19,11 @@ __device__ __forceinline__ void st_cp16(void *dst, const void *src, int bytes) {
                "r"(bytes)
                : "memory");
 }
+/* st_cp16 to a 32-bit shared-state-space address (st_saddr's). */
+__device__ __forceinline__ void st_cp16s(uint32_t dst, const void *src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void st_cp4(void *dst, const void *src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(st_saddr(dst)), "l"(src),
                "r"(bytes)

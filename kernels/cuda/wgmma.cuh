@@ -173,6 +173,35 @@ __device__ __forceinline__ void wg_load(char *s, const void *g, int ld, int nval
   }
 }
 
+/* wg_load of one [64][64] tile by 128 threads, with each thread's share
+ * worked out once a kernel (wg_rows_at) rather than at every tile: thread
+ * t copies 16-byte chunk t % 8 of rows t / 8 + 16 i, i < 4, which all
+ * share one swizzle (16 i leaves r % 8 alone). For the pipelined kernels,
+ * whose loop reloads a tile every step: there the per-chunk arithmetic of
+ * wg_load, recomputed each step for want of registers, was most of the
+ * loop's integer work. */
+struct wg_rows {
+  uint32_t s; /* byte offset of the thread's first chunk in the tile */
+  int g;      /* its byte offset in global memory from the tile's row 0 */
+  int r;      /* its first row */
+};
+__device__ __forceinline__ wg_rows wg_rows_at(int tid, int ld) {
+  const int r = tid >> 3, c = tid & 7;
+  return wg_rows{(uint32_t)wg_swz(r, c), (r * ld + c * 8) * 2, r};
+}
+/* Rows [0, 64) x 64 columns of a row-major global matrix of 16-bit
+ * elements (row stride ld elements; p = wg_rows_at(tid, ld)) into the
+ * swizzled tile at shared address s; rows >= nvalid read as 0. */
+__device__ __forceinline__ void wg_load64(uint32_t s, const void *g, int ld, int nvalid,
+                                          const wg_rows &p) {
+  const char *gb = (const char *)g;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const bool ok = p.r + 16 * i < nvalid;
+    st_cp16s(s + p.s + 2048 * i, gb + (ok ? p.g + (size_t)i * 32 * ld : 0), ok ? 16 : 0);
+  }
+}
+
 /* Accumulator element i of a warpgroup's m64nN tile: its row in the 64 and
  * its column. */
 __device__ __forceinline__ int wg_row(int w, int l, int i) { return 16 * w + (l >> 2) + 8 * ((i >> 1) & 1); }
