@@ -106,8 +106,7 @@ wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float
       uint32_t a[4][4];
       wg_frags<E>(dp, a);
       wg_fence();
-#pragma unroll
-      for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
+      wg_rs4<E, HD>(dq, a, k0);
       wg_commit();
       wg_wait0();
     }
@@ -217,10 +216,8 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
       wg_frags<E>(s, ap);
       wg_frags<E>(dp, as);
       wg_fence();
-#pragma unroll
-      for (int t = 0; t < 4; t++) wg_rs<E, HD>(dv, ap[t], o0 + t * 2048);
-#pragma unroll
-      for (int t = 0; t < 4; t++) wg_rs<E, HD>(dk, as[t], q0 + t * 2048);
+      wg_rs4<E, HD>(dv, ap, o0);
+      wg_rs4<E, HD>(dk, as, q0);
       wg_commit();
       wg_wait0();
     }
@@ -328,8 +325,7 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
   auto issue_dq = [&](int j) {
     const uint32_t k0 = st_saddr(sK + (j % NS) * TILE);
     wg_fence();
-#pragma unroll
-    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dq, a[t], k0 + t * 2048);
+    wg_rs4<E, HD>(dq, a, k0);
     wg_commit();
   };
   for (int j = 0; j + 1 < steps; j++) {
@@ -452,10 +448,8 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   auto issue_dkv = [&](int n) {
     const uint32_t q0 = st_saddr(sQ + (n % NS) * TILE), o0 = st_saddr(sdO + (n % NS) * TILE);
     wg_fence();
-#pragma unroll
-    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dv, ap[t], o0 + t * 2048);
-#pragma unroll
-    for (int t = 0; t < 4; t++) wg_rs<E, HD>(dk, as[t], q0 + t * 2048);
+    wg_rs4<E, HD>(dv, ap, o0);
+    wg_rs4<E, HD>(dk, as, q0);
     wg_commit();
   };
   /* the last step peeled off: ptxas serializes the wgmmas when the issue

@@ -101,8 +101,7 @@ wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV, int hx) 
   auto issue_pv = [&](int j, uint32_t (*a)[4]) {
     const uint32_t v0 = st_saddr(sV + (j % 3) * TILE);
     wg_fence();
-#pragma unroll
-    for (int t = 0; t < 4; t++) wg_rs<E, HD>(o, a[t], v0 + t * 2048);
+    wg_rs4<E, HD>(o, a, v0);
     wg_commit();
   };
   uint32_t a[4][4];

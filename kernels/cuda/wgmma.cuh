@@ -51,6 +51,22 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
   return d;
 }
 
+/* wg_desc of saddr + off from the two words of wg_desc(saddr, lbo, sbo):
+ * off moves only the address field (bits 0-13, the address / 16), and
+ * never carries out of it while saddr + off < 2^18 (shared memory is 228
+ * KiB), so one 32-bit add replaces rebuilding the descriptor; the kernels
+ * issue 16 wgmmas a step. */
+struct wg_dsc {
+  uint32_t lo, hi;
+};
+__device__ __forceinline__ wg_dsc wg_dsc_at(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  const uint64_t d = wg_desc(saddr, lbo, sbo);
+  return wg_dsc{(uint32_t)d, (uint32_t)(d >> 32)};
+}
+__device__ __forceinline__ uint64_t wg_dsc_off(wg_dsc d, uint32_t off) {
+  return ((uint64_t)d.hi << 32) | (d.lo + (off >> 4));
+}
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -107,13 +123,26 @@ __device__ __forceinline__ void wg_rs(float *d, const uint32_t *a, uint32_t b) {
   else wg_elem<E>::rs128(d, a, wg_desc(b, 8192, 1024), 1);
 }
 
+/* O (+)= A B over 64 k-rows: A four k16 slices in registers (wg_frags), B
+ * a row-major [64][HD] tile (MN-major): wg_rs of slice t at b + 2048 t. */
+template <typename E, int HD>
+__device__ __forceinline__ void wg_rs4(float *d, const uint32_t (*a)[4], uint32_t b) {
+  const wg_dsc d0 = wg_dsc_at(b, 8192, 1024);
+#pragma unroll
+  for (int t = 0; t < 4; t++) {
+    if (HD == 64) wg_elem<E>::rs64(d, a[t], wg_dsc_off(d0, t * 2048), 1);
+    else wg_elem<E>::rs128(d, a[t], wg_dsc_off(d0, t * 2048), 1);
+  }
+}
+
 /* S = A B^T, A and B [64][HD] row-major tiles (K-major): m64n64, HD/16 k-steps. */
 template <typename E, int HD>
 __device__ __forceinline__ void wg_qk(float *s, uint32_t a, uint32_t b) {
+  const wg_dsc da = wg_dsc_at(a, 16, 1024), db = wg_dsc_at(b, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) {
     const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
-    wg_elem<E>::ss(s, wg_desc(a + off, 16, 1024), wg_desc(b + off, 16, 1024), kk > 0);
+    wg_elem<E>::ss(s, wg_dsc_off(da, off), wg_dsc_off(db, off), kk > 0);
   }
 }
 
@@ -122,10 +151,11 @@ __device__ __forceinline__ void wg_qk(float *s, uint32_t a, uint32_t b) {
  * shared memory of wg_qk, whose A comes from a tile too. */
 template <typename E, int HD>
 __device__ __forceinline__ void wg_qk_rs(float *s, const uint32_t (*a)[4], uint32_t b) {
+  const wg_dsc db = wg_dsc_at(b, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) {
     const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
-    wg_elem<E>::rsk(s, a[kk], wg_desc(b + off, 16, 1024), kk > 0);
+    wg_elem<E>::rsk(s, a[kk], wg_dsc_off(db, off), kk > 0);
   }
 }
 
