@@ -379,20 +379,19 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   const E *base = qkv + (size_t)b * T * ld, *ob = dout + (size_t)b * T * C;
   const float *lb = lse + (size_t)b * NH * T, *db = Dl + (size_t)b * NH * T;
   const int key0 = kt * 64, nq = (T + 63) / 64, per = nq - kt, steps = G * per;
-  /* step m: query head kvh G + m / per, query tile kt + m % per. Both
-   * walks below (the loads, NS - 1 steps ahead, and the exponentials) visit
-   * the steps in order, so each keeps its (head, tile) as a counter: a
-   * division a step by the run-time per cost about 30 instructions. */
-  int ld_h = kvh * G, ld_t = kt; /* the step the next load_step fills */
+  /* step m: query head kvh G + m / per, query tile kt + m % per; the
+   * loads (NS - 1 steps ahead) and the exponentials each walk the steps in
+   * order (wg_walk) */
+  wg_walk lw{kvh * G, kt}; /* the step the next load_step fills */
   const wg_rows rq = wg_rows_at(tid, ld), ro = wg_rows_at(tid, C);
   auto load_step = [&](int m) {
     if (m < steps) {
-      const int hm = ld_h, q = ld_t * 64, bf = m % NS;
+      const int hm = lw.h, q = lw.t * 64, bf = m % NS;
       wg_load64(st_saddr(sQ + bf * TILE), base + (size_t)q * ld + hm * HD, ld, T - q, rq);
       wg_load64(st_saddr(sdO + bf * TILE), ob + (size_t)q * C + hm * HD, C, T - q, ro);
       wg_load_stats(sL + bf * 64, sD + bf * 64, lb + (size_t)hm * T, db + (size_t)hm * T, q, T,
                     tid);
-      if (++ld_t == nq) ld_t = kt, ld_h++;
+      wg_walk_next(lw, kt, nq);
     }
     st_cp_commit();
   };
@@ -413,10 +412,10 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     wg_qk_rs<E, HD>(dp, va, st_saddr(sdO + (m % NS) * TILE));
     wg_commit();
   };
-  int ds_t = kt; /* the query tile of the next p_ds_step */
+  wg_walk dw{kvh * G, kt}; /* the step of the next p_ds_step */
   auto p_ds_step = [&](int m, uint32_t (*pa)[4], uint32_t (*sa)[4]) {
-    const int qi = ds_t;
-    if (++ds_t == nq) ds_t = kt;
+    const int qi = dw.t;
+    wg_walk_next(dw, kt, nq);
     const float *L = sL + (m % NS) * 64, *Dd = sD + (m % NS) * 64;
     if (qi == kt) {
 #pragma unroll

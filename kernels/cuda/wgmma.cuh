@@ -41,8 +41,9 @@
 
 /* ---- PTX helpers */
 
-/* Shared-memory matrix descriptor, 128-byte swizzle; lbo and sbo in bytes. */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+/* Shared-memory matrix descriptor, 128-byte swizzle; lbo and sbo in bytes.
+ * The address arithmetic below is __host__ too, for tests/test_wgmma_index.cu. */
+__host__ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
   uint64_t d = 0;
   d |= (uint64_t)((saddr & 0x3FFFF) >> 4);
   d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;
@@ -59,11 +60,11 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
 struct wg_dsc {
   uint32_t lo, hi;
 };
-__device__ __forceinline__ wg_dsc wg_dsc_at(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+__host__ __device__ __forceinline__ wg_dsc wg_dsc_at(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
   const uint64_t d = wg_desc(saddr, lbo, sbo);
   return wg_dsc{(uint32_t)d, (uint32_t)(d >> 32)};
 }
-__device__ __forceinline__ uint64_t wg_dsc_off(wg_dsc d, uint32_t off) {
+__host__ __device__ __forceinline__ uint64_t wg_dsc_off(wg_dsc d, uint32_t off) {
   return ((uint64_t)d.hi << 32) | (d.lo + (off >> 4));
 }
 
@@ -88,7 +89,7 @@ __device__ __forceinline__ void wg_proxy_fence() {
 }
 
 /* byte offset of 16-byte chunk c of row r in a swizzled [64][64] tile */
-__device__ __forceinline__ int wg_swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+__host__ __device__ __forceinline__ int wg_swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
 /* ---- the storage type: its MMA wrappers and packing */
 template <typename E> struct wg_elem;
@@ -189,6 +190,16 @@ __device__ __forceinline__ float wg_exp2(float x) {
   return y;
 }
 
+/* 16-byte chunk idx of wg_load (column block idx / 512, row idx / 8 % 64,
+ * chunk idx % 8): its row, its byte offset in the tiles and in global
+ * memory (row stride ld 16-bit elements). */
+__host__ __device__ __forceinline__ int wg_chunk_row(int idx) { return (idx >> 3) & 63; }
+__host__ __device__ __forceinline__ int wg_chunk_dst(int idx) {
+  return (idx >> 9) * 8192 + wg_swz(wg_chunk_row(idx), idx & 7);
+}
+__host__ __device__ __forceinline__ size_t wg_chunk_src(int idx, int ld) {
+  return ((size_t)wg_chunk_row(idx) * ld + (idx >> 9) * 64 + (idx & 7) * 8) * 2;
+}
 /* Rows [0, 64) x HD columns of a row-major global matrix (row stride ld
  * elements) into HD/64 swizzled tiles, NT threads; rows >= nvalid read as 0. */
 template <int HD, int NT>
@@ -196,10 +207,9 @@ __device__ __forceinline__ void wg_load(char *s, const void *g, int ld, int nval
   const char *gb = (const char *)g;
 #pragma unroll
   for (int i = 0; i < 512 * (HD / 64) / NT; i++) {
-    const int idx = tid + i * NT, cb = idx >> 9, r = (idx >> 3) & 63, c = idx & 7;
-    const bool ok = r < nvalid;
-    st_cp16(s + cb * 8192 + wg_swz(r, c), gb + (ok ? ((size_t)r * ld + cb * 64 + c * 8) * 2 : 0),
-            ok ? 16 : 0);
+    const int idx = tid + i * NT;
+    const bool ok = wg_chunk_row(idx) < nvalid;
+    st_cp16(s + wg_chunk_dst(idx), gb + (ok ? wg_chunk_src(idx, ld) : 0), ok ? 16 : 0);
   }
 }
 
@@ -215,9 +225,21 @@ struct wg_rows {
   int g;      /* its byte offset in global memory from the tile's row 0 */
   int r;      /* its first row */
 };
-__device__ __forceinline__ wg_rows wg_rows_at(int tid, int ld) {
+__host__ __device__ __forceinline__ wg_rows wg_rows_at(int tid, int ld) {
   const int r = tid >> 3, c = tid & 7;
   return wg_rows{(uint32_t)wg_swz(r, c), (r * ld + c * 8) * 2, r};
+}
+/* Chunk i (< 4) of a thread's share: whether its row is below nvalid, its
+ * byte offset in the tile and in global memory (0 when not ok: the copy
+ * then reads nothing but needs a mapped address). */
+__host__ __device__ __forceinline__ bool wg_rows_ok(const wg_rows &p, int i, int nvalid) {
+  return p.r + 16 * i < nvalid;
+}
+__host__ __device__ __forceinline__ uint32_t wg_rows_dst(const wg_rows &p, int i) {
+  return p.s + 2048 * i;
+}
+__host__ __device__ __forceinline__ size_t wg_rows_src(const wg_rows &p, int i, int ld, bool ok) {
+  return ok ? p.g + (size_t)i * 32 * ld : 0;
 }
 /* Rows [0, 64) x 64 columns of a row-major global matrix of 16-bit
  * elements (row stride ld elements; p = wg_rows_at(tid, ld)) into the
@@ -227,9 +249,20 @@ __device__ __forceinline__ void wg_load64(uint32_t s, const void *g, int ld, int
   const char *gb = (const char *)g;
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    const bool ok = p.r + 16 * i < nvalid;
-    st_cp16s(s + p.s + 2048 * i, gb + (ok ? p.g + (size_t)i * 32 * ld : 0), ok ? 16 : 0);
+    const bool ok = wg_rows_ok(p, i, nvalid);
+    st_cp16s(s + wg_rows_dst(p, i), gb + wg_rows_src(p, i, ld, ok), ok ? 16 : 0);
   }
+}
+
+/* A dK/dV block's walk over (query head, query tile): step m is head h0 +
+ * m / per and tile kt + m % per, per = nq - kt, visited in order, so a
+ * counter replaces the division by the run-time per (about 30
+ * instructions a step). */
+struct wg_walk {
+  int h, t;
+};
+__host__ __device__ __forceinline__ void wg_walk_next(wg_walk &w, int kt, int nq) {
+  if (++w.t == nq) w.t = kt, w.h++;
 }
 
 /* Accumulator element i of a warpgroup's m64nN tile: its row in the 64 and
