@@ -417,21 +417,31 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
     const int qi = dw.t;
     wg_walk_next(dw, kt, nq);
     const float *L = sL + (m % NS) * 64, *Dd = sD + (m % NS) * 64;
+    /* a thread's 16 columns are 8 even-odd pairs (wg_col): one 64-bit
+     * shared load brings a pair's lse (or D), half the loads of one a column */
+    float2 Lp[8], Dp[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const int c = wg_col(l, 4 * k);
+      Lp[k] = *reinterpret_cast<const float2 *>(L + c);
+      Dp[k] = *reinterpret_cast<const float2 *>(Dd + c);
+    }
     if (qi == kt) {
 #pragma unroll
       for (int i = 0; i < 32; i++) {
         const int c = wg_col(l, i), key = kr0 + 8 * ((i >> 1) & 1);
-        const float p = qi * 64 + c < key ? 0.f : wg_exp2(fmaf(s[i], sl2, -L[c] * WG_LOG2E));
+        const float Lc = i & 1 ? Lp[i >> 2].y : Lp[i >> 2].x, Dc = i & 1 ? Dp[i >> 2].y : Dp[i >> 2].x;
+        const float p = qi * 64 + c < key ? 0.f : wg_exp2(fmaf(s[i], sl2, -Lc * WG_LOG2E));
         s[i] = p;
-        dp[i] = p * (dp[i] - Dd[c]);
+        dp[i] = p * (dp[i] - Dc);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < 32; i++) {
-        const int c = wg_col(l, i);
-        const float p = wg_exp2(fmaf(s[i], sl2, -L[c] * WG_LOG2E));
+        const float Lc = i & 1 ? Lp[i >> 2].y : Lp[i >> 2].x, Dc = i & 1 ? Dp[i >> 2].y : Dp[i >> 2].x;
+        const float p = wg_exp2(fmaf(s[i], sl2, -Lc * WG_LOG2E));
         s[i] = p;
-        dp[i] = p * (dp[i] - Dd[c]);
+        dp[i] = p * (dp[i] - Dc);
       }
     }
     wg_frags<E>(s, pa);
