@@ -73,7 +73,6 @@ static int one_of(const char *flag, const char *v, const char *const *allowed) {
 static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_seen *seen) {
   static const char *const k_zero[] = {"0", "1", "2", "3", NULL};
   static const char *const k_prec[] = {"auto", "fp32", "bf16", "fp16", NULL};
-  static const char *const k_rec[] = {"none", "selective", "full", NULL};
   static const char *const k_dev[] = {"auto", "cpu", "cuda", NULL};
   long long x;
   if (strcmp(f, "--model") == 0) {
@@ -162,7 +161,7 @@ static int common_flag(const char *f, const char *v, st_run_config *rc, st_cli_s
     return copy_str(rc->base_dtype, sizeof rc->base_dtype, f, v) ? -1 : 1;
   }
   if (strcmp(f, "--recompute") == 0) {
-    if (one_of(f, v, k_rec)) return -1;
+    if (one_of(f, v, st_recompute_names)) return -1;
     seen->recompute = 1;
     return copy_str(rc->recompute, sizeof rc->recompute, f, v) ? -1 : 1;
   }
@@ -571,7 +570,7 @@ void st_cli_print_train_usage(void) {
       "          --global-batch G (sequences per optimizer step, default 16;\n"
       "            gradient accumulation = G / (B * ranks))\n"
       "  system  --zero 0|1|2|3 (default 1)  --device cpu|cuda|auto  --precision fp32|bf16|fp16|auto\n"
-      "          --recompute none|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
+      "          --recompute none|act|selective|full  --loss-scale-max S (fp16, default 2^24)\n"
       "          --attention auto|cudnn|mixed|flash (CUDA bf16/fp16; default auto) flash: ours,\n"
       "            O(T) memory, deterministic (warpgroup MMA on Hopper, mma.sync elsewhere);\n"
       "            cudnn: cuDNN's fused attention, deterministic backward with an O(T^2)\n"
@@ -687,7 +686,7 @@ void st_cli_print_plan_usage(void) {
       "  batch   --micro-batch B (default 8)  --global-batch G (default 16)\n"
       "  system  --ranks N (world size, default 1)  --zero 0|1|2|3 (default 1)\n"
       "          --precision fp32|bf16|fp16|auto (auto: bf16 on cuda, fp32 on cpu)\n"
-      "          --recompute none|selective|full (default none)\n"
+      "          --recompute none|act|selective|full (default none)\n"
       "          --device cuda|cpu|auto (default cuda; auto: as train would pick here)\n"
       "          --offload none|optimizer (optimizer: master weights, Adam m and v on the host;\n"
       "          their device rows are 0 and a host section lists them)\n"

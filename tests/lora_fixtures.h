@@ -178,16 +178,16 @@ static inline void fd_adapters(const st_model_config *c, const st_lora_config *l
   st_model_free(&m);
 }
 
-/* none, selective and full give the same loss and adapter gradients, bit
- * for bit, for the model l on c. */
+/* none, act, selective and full give the same loss and adapter gradients,
+ * bit for bit, for the model l on c. */
 static inline void recompute_agree(const st_model_config *c, const st_lora_config *l) {
   int64_t nb;
   float *w = base_weights(c, &nb, 31);
-  double loss[3];
-  float *grad[3];
+  double loss[ST_RECOMPUTE_POLICIES];
+  float *grad[ST_RECOMPUTE_POLICIES];
   st_rng r;
   int inp[16], tgt[16];
-  for (int p = 0; p < 3; p++) {
+  for (int p = 0; p < ST_RECOMPUTE_POLICIES; p++) {
     st_model m;
     lora_model(&m, c, l, w, 0.2f, (st_recompute)p, 37);
     st_rng_seed(&r, 41);
@@ -204,7 +204,7 @@ static inline void recompute_agree(const st_model_config *c, const st_lora_confi
     }
     st_model_free(&m);
   }
-  for (int p = 0; p < 3; p++) free(grad[p]);
+  for (int p = 0; p < ST_RECOMPUTE_POLICIES; p++) free(grad[p]);
   free(w);
 }
 

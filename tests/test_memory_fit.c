@@ -131,24 +131,31 @@ static void test_fit_774m(void **state) {
    * = 84 MB per layer): 3.0 GB. The logits are one LM-head chunk whatever
    * the batch: all 2,048 rows (206 MB) of one sequence, 2,560 rows (258 MB)
    * from two on, 4,096 (412 MB, inside backward's larger scratch) from 16 on. So 2 sequences fit (6.0 GiB of activations, 20.5 GiB in
-   * all) and 4 do not (11.8 GiB, 26.5). Selective keeps 10 per layer
-   * (52 MB): 4 sequences fit (7.7 GiB, 22.4), 8 do not (15.1 GiB, 30.5).
-   * Full recompute keeps 1 [T,C] per layer (5.2 MB) and the logits one
-   * chunk: 32 sequences fit (22.4 GiB in all). By cost, 4 sequences with
-   * selective (8192 rows: 1.08) beat 2 without recompute (4096 rows: 1.10)
-   * and 32 with full recompute (1.21). */
+   * all) and 4 do not (11.8 GiB, 26.5). act keeps 12 per layer (63 MB):
+   * 4 sequences fit (8.8 GiB, 21.0), 8 do not (29.6). Selective keeps 10
+   * (52 MB) and fits 4 too (19.6) but not 8 (26.8). Full recompute keeps
+   * 1 [T,C] per layer (5.2 MB) and the logits one chunk: 32 sequences fit
+   * (22.4 GiB in all). By cost, 4 sequences with act (8192 rows: 1.07)
+   * beat the same with selective (1.08), 2 without recompute (4096 rows:
+   * 1.10) and 32 with full recompute (1.21). */
   st_plan_fit_query q = fit_query("gpt2-774m", 1, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
   assert_int_equal(f.choice.in.micro_batch, 4);
   assert_int_equal(f.choice.accum, 8);
-  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_SELECTIVE);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_ACT);
   assert_int_equal(f.choice.in.zero_stage, 0); /* on one rank ZeRO 1/2 only add a shard */
   assert_true(f.has_larger_batch && f.has_cheaper_recompute && !f.has_lower_zero);
   assert_int_equal(f.larger_batch.in.micro_batch, 8);
-  assert_int_equal(f.larger_batch.in.recompute, ST_RECOMPUTE_SELECTIVE);
-  assert_true(!f.has_alt[ST_RECOMPUTE_SELECTIVE]);
+  assert_int_equal(f.larger_batch.in.recompute, ST_RECOMPUTE_ACT);
+  assert_int_equal(f.cheaper_recompute.in.recompute, ST_RECOMPUTE_NONE);
+  assert_int_equal(f.cheaper_recompute.in.micro_batch, 4);
+  assert_true(!f.has_alt[ST_RECOMPUTE_ACT]);
+  assert_true(f.has_alt[ST_RECOMPUTE_SELECTIVE]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 4);
+  assert_true(f.alt[ST_RECOMPUTE_SELECTIVE].cost > f.choice.cost);
+  assert_true(f.alt[ST_RECOMPUTE_SELECTIVE].plan.total < f.choice.plan.total);
   assert_true(f.has_alt[ST_RECOMPUTE_NONE] && f.has_alt[ST_RECOMPUTE_FULL]);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].in.micro_batch, 32);
   assert_int_equal(f.alt[ST_RECOMPUTE_FULL].accum, 1);
@@ -236,19 +243,24 @@ static void test_fit_1558m(void **state) {
    * with one LM-head chunk of 2,560 rows (246 MiB; the whole 8,192 rows
    * were 786 MiB); and 2.6 GiB of cuBLASLt and cuDNN workspace, scratch,
    * NCCL and context. At micro-batch 4 selective fits at ZeRO 2
-   * (6.9 + 12.5 + 2.6 = 22.0 GiB; cost 1.08) but not at ZeRO 1 (26.7 GiB),
-   * and beats 2 sequences without recompute (cost 1.10, at ZeRO 1 since
-   * the backward scratch moved into the logits chunk; 4 take 28.9 GiB
-   * even at ZeRO 2) and 4 with full recompute at ZeRO 1 (1.40). */
+   * (6.9 + 12.5 + 2.6 = 22.0 GiB; cost 1.08) but not at ZeRO 1 (26.7 GiB);
+   * act (14.4 GiB of activations) fits at ZeRO 2 too (22.35 GiB in all),
+   * costs less (1.07), and is chosen; both beat 2 sequences without
+   * recompute (cost 1.10, at ZeRO 1 since the backward scratch moved into
+   * the logits chunk; 4 take 28.9 GiB even at ZeRO 2) and 4 with full
+   * recompute at ZeRO 1 (1.40). */
   q = fit_query("gpt2-1558m", 8, 1);
   assert_int_equal(st_memory_plan_fit(&q, &f), 0);
   check_fit_contract(&f);
   check_fit_is_first(&q, &f);
   assert_int_equal(f.choice.in.micro_batch, 4);
-  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_SELECTIVE);
+  assert_int_equal(f.choice.in.recompute, ST_RECOMPUTE_ACT);
   assert_int_equal(f.choice.in.zero_stage, 2);
   assert_true(!f.has_larger_batch && f.has_cheaper_recompute && f.has_lower_zero);
   assert_int_equal(f.lower_zero.in.zero_stage, 1);
+  assert_true(f.has_alt[ST_RECOMPUTE_SELECTIVE]);
+  assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.micro_batch, 4);
+  assert_int_equal(f.alt[ST_RECOMPUTE_SELECTIVE].in.zero_stage, 2);
   assert_true(f.has_alt[ST_RECOMPUTE_NONE] && f.has_alt[ST_RECOMPUTE_FULL]);
   assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.micro_batch, 2);
   assert_int_equal(f.alt[ST_RECOMPUTE_NONE].in.zero_stage, 1);

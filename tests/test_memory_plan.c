@@ -16,7 +16,7 @@
  *    exactly.
  * 2. GPT-2 124M by hand (docs/memory.md derives every number): parameter
  *    count, bytes per parameter at ZeRO 0/1/2, activations per layer for
- *    recompute none/selective/full at B=32, T=1024, scratch, NCCL; the
+ *    recompute none/act/selective/full at B=32, T=1024, scratch, NCCL; the
  *    headroom and the flags bad input names.
  * 3. Sizes on the command line.
  */
@@ -366,7 +366,7 @@ static void test_plan_equals_allocation(void **state) {
         for (int bi = 0; bi < 2; bi++)
           for (int wi = 0; wi < 4; wi++)
             for (int z = 0; z < ST_PLAN_ZERO_STAGES; z++)
-              for (int r = 0; r < 3; r++) {
+              for (int r = 0; r < ST_RECOMPUTE_POLICIES; r++) {
                 const int w = worlds[wi];
                 /* every rank's state has the same size; check the first and
                  * last, with several micro-steps a step and (ZeRO 2/3,
@@ -384,7 +384,7 @@ static void test_plan_equals_allocation(void **state) {
               }
       }
   }
-  assert_int_equal(cases, nshapes * 4 * 2 * 4 * ST_PLAN_ZERO_STAGES * 3);
+  assert_int_equal(cases, nshapes * 4 * 2 * 4 * ST_PLAN_ZERO_STAGES * ST_RECOMPUTE_POLICIES);
 }
 
 /* LoRA (rank/model/lora.h) on the same shapes at ZeRO 0-2 (3 is refused),
@@ -417,7 +417,7 @@ static void test_lora_plan_equals_allocation(void **state) {
           if (be == ST_BACKEND_CPU && dt != ST_FP32) continue;
           for (int wi = 0; wi < 2; wi++)
             for (int z = 0; z < 3; z++)
-              for (int r = 0; r < 3; r++) {
+              for (int r = 0; r < ST_RECOMPUTE_POLICIES; r++) {
                 const int w = worlds[wi];
                 check_one(&shapes[s], 2, w, w - 1, z, (st_recompute)r, (st_backend)be,
                           (st_dtype)dt);
@@ -428,7 +428,7 @@ static void test_lora_plan_equals_allocation(void **state) {
   }
   g_lora = NULL;
   g_nf4 = 0;
-  assert_int_equal(cases, 4 * 4 * 4 * 2 * 3 * 3);
+  assert_int_equal(cases, 4 * 4 * 4 * 2 * 3 * ST_RECOMPUTE_POLICIES);
   /* ZeRO 3 and --offload are refused with LoRA (exit 2) */
   st_plan_input in = {.model = shapes[0], .micro_batch = 1, .world = 2, .zero_stage = 3,
                       .dtype = ST_FP32};
@@ -670,6 +670,16 @@ static void test_gpt2_124m_activations(void **state) {
   assert_int_equal(p.acts.total, 10253893632LL); /* 9.55 GiB */
   assert_int_equal(p.acts.total,
                    L * (16 * X + 4 * S + A) + X + X + 3 * S + logits + X + A);
+
+  /* act: fch_gelu (4 X) once for all layers: per layer 12 X + 4 S + A,
+   * plus those 4 X once. */
+  in = gpt2_124m(1, 0, ST_RECOMPUTE_ACT);
+  assert_int_equal(st_memory_plan_make(&in, &p), 0);
+  assert_int_equal(p.acts.blocks, L * (12 * X + 4 * S));
+  assert_int_equal(p.acts.recompute, 4 * X);
+  assert_int_equal(p.acts.attention, L * A + A);
+  assert_int_equal(p.acts.total, L * (12 * X + 4 * S + A) + 4 * X + X + X + 3 * S + logits + X + A);
+  assert_int_equal(p.acts.total, 8039301120LL); /* 7.49 GiB */
 
   /* selective: ln1, ln2 (1 X each) and fch_gelu (4 X) once for all layers:
    * per layer 10 X + 4 S + A = 505,413,632 (482 MiB), plus those 6 X once. */

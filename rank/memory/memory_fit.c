@@ -19,8 +19,10 @@
  * stopped short of the down projection). The factors are rounded to the
  * arithmetic (full: about two thirds of a forward more, a forward being a
  * third of forward + backward), so the rule does not hang on one
- * measurement. */
-static const double k_recompute_factor[3] = {1.00, 1.03, 1.20};
+ * measurement. act is an estimate from bandwidth, not yet a measurement:
+ * one more pointwise pass over the 4X-wide MLP activation a block (read fc,
+ * write its GELU), 2-3% of a 774M step. Indexed by st_recompute. */
+static const double k_recompute_factor[ST_RECOMPUTE_POLICIES] = {1.00, 1.02, 1.03, 1.20};
 /* A micro-step's fixed work in rows on CUDA: about 5% at 8 x 1024 rows. */
 #define FIT_CUDA_STEP_ROWS 410.0
 
@@ -60,7 +62,7 @@ double st_fit_zero3_cost(const st_plan_input *in, const st_memory_plan *p, int64
 
 double st_fit_cost(st_backend backend, int64_t rows, st_recompute recompute) {
   const double r0 = backend == ST_BACKEND_CUDA ? FIT_CUDA_STEP_ROWS : 0.0;
-  const int r = recompute >= 0 && recompute <= 2 ? (int)recompute : 0;
+  const int r = (int)recompute >= 0 && (int)recompute < ST_RECOMPUTE_POLICIES ? (int)recompute : 0;
   return k_recompute_factor[r] * (1.0 + r0 / (double)(rows > 0 ? rows : 1));
 }
 
@@ -292,7 +294,7 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
   const int cuda = q->base.backend == ST_BACKEND_CUDA;
   if (q->order == ST_FIT_BY_COST && cuda)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
-         "factor (none 1.00, selective 1.03, full 1.20) x (1 + 410 / (micro-batch x seq-len)) "
+         "factor (none 1.00, act 1.02, selective 1.03, full 1.20) x (1 + 410 / (micro-batch x seq-len)) "
          "for each micro-step's fixed overhead%s%s; ties to the larger micro-batch%s "
          "(docs/memory.md)",
          q->search_zero && !q->base.offload
@@ -305,7 +307,7 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
          q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
   else if (q->order == ST_FIT_BY_COST)
     line(out, cap, indent, "rule: the lowest estimated step time that fits, cost = recompute "
-         "factor (none 1.00, selective 1.03, full 1.20); on the CPU a smaller micro-batch costs "
+         "factor (none 1.00, act 1.02, selective 1.03, full 1.20); on the CPU a smaller micro-batch costs "
          "nothing extra; ties to the larger micro-batch%s (docs/memory.md)",
          q->search_zero == 1 ? ", then the lower ZeRO stage" : "; ZeRO as given");
   if (!f->found) return;

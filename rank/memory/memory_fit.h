@@ -57,12 +57,12 @@ typedef struct {
   /* For every other allowed recompute policy, the best-ranked candidate
    * with it that fits (it ranks below the choice: it costs more, or as
    * much); has_alt[r] is 0 when nothing with policy r fits. */
-  int has_alt[3];
-  st_plan_choice alt[3];
+  int has_alt[ST_RECOMPUTE_POLICIES];
+  st_plan_choice alt[ST_RECOMPUTE_POLICIES];
   /* For every allowed policy, the least memory it needs at any allowed
    * micro-batch and stage (what "does not fit at all" is measured by). */
-  int has_least_with[3];
-  st_plan_choice least_with[3];
+  int has_least_with[ST_RECOMPUTE_POLICIES];
+  st_plan_choice least_with[ST_RECOMPUTE_POLICIES];
   /* The candidate that needs the least memory (meaningful when !found). */
   st_plan_choice least;
   int candidates;         /* how many (micro-batch, recompute, stage) were planned */
@@ -71,8 +71,9 @@ typedef struct {
 /* Estimated time of one optimizer step, relative to an ideal GPU step with
  * no recompute and no per-micro-step overhead; dimensionless, >= 1.
  * cost = recompute factor x (1 + R0 / (micro_batch x seq_len)), with the
- * recompute factor 1.00 (none), 1.03 (selective: LayerNorm and GELU rerun),
- * 1.33 (full: one more forward, a third of forward + backward), and R0 the
+ * recompute factor 1.00 (none), 1.02 (act: the MLP activation rerun, an
+ * estimate), 1.03 (selective: the norms and the activation rerun), 1.20
+ * (full: the block's forward up to the down projection again), and R0 the
  * fixed work of a micro-step in rows: 410 on CUDA (kernel launches and
  * weight reads, 5% of a step at 8 sequences of 1024 tokens), 0 on the CPU
  * (no launch latency; its time is proportional to the rows). */

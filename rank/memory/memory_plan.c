@@ -23,14 +23,19 @@
 #include "util/envparse.h"
 #include "util/error.h"
 
+/* Indexed by st_recompute: the one list the parser, the printer and the
+ * CLI's allowed values read. */
+const char *const st_recompute_names[ST_RECOMPUTE_POLICIES + 1] = {"none", "act", "selective",
+                                                                   "full", NULL};
+
 st_recompute st_recompute_parse(const char *name) {
-  if (strcmp(name, "full") == 0) return ST_RECOMPUTE_FULL;
-  if (strcmp(name, "selective") == 0) return ST_RECOMPUTE_SELECTIVE;
+  for (int r = 0; r < ST_RECOMPUTE_POLICIES; r++)
+    if (strcmp(name, st_recompute_names[r]) == 0) return (st_recompute)r;
   return ST_RECOMPUTE_NONE;
 }
 
 const char *st_recompute_name(st_recompute r) {
-  return r == ST_RECOMPUTE_FULL ? "full" : r == ST_RECOMPUTE_SELECTIVE ? "selective" : "none";
+  return (int)r >= 0 && (int)r < ST_RECOMPUTE_POLICIES ? st_recompute_names[r] : "none";
 }
 
 /* NCCL's device.h: LL = NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS

@@ -255,7 +255,11 @@ uint64_t st_plan_cuda_scratch(int64_t rows, const st_model_config *c);
  * 0, or -1 with st_error naming flag (exit class ST_EXIT_USAGE). */
 int st_plan_parse_size(const char *flag, const char *text, uint64_t *out);
 
-/* none | selective | full (anything else: none). */
+/* The policies' names, indexed by st_recompute, NULL-terminated:
+ * none, act, selective, full. */
+extern const char *const st_recompute_names[ST_RECOMPUTE_POLICIES + 1];
+
+/* none | act | selective | full (anything else: none). */
 st_recompute st_recompute_parse(const char *name);
 const char *st_recompute_name(st_recompute r);
 

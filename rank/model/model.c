@@ -126,9 +126,10 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T, int r
     op->matmul_forward(a->fch, a->ln2, st_model_proj_w(m, l, 2), w->fc_b, BT, C, d.FC);
     st_model_lora_forward(m, l, ST_LORA_PROJ_FC, a->fch, a->ln2, BT);
     op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
-  } else if (m->recompute == ST_RECOMPUTE_SELECTIVE || lora_gelu_split(m)) {
-    /* Selective recompute rebuilds the GELU output from the stored (rounded)
-     * fch with gelu_forward; forward must produce it the same way, not in
+  } else if (m->recompute == ST_RECOMPUTE_ACT || m->recompute == ST_RECOMPUTE_SELECTIVE ||
+             lora_gelu_split(m)) {
+    /* act and selective recompute rebuild the GELU output from the stored
+     * (rounded) fch with gelu_forward; forward must produce it the same way, not in
      * the GEMM epilogue from the unrounded sum, or backward would see other
      * values than the loss was computed with. */
     op->matmul_forward(a->fch, a->ln2, st_model_proj_w(m, l, 2), w->fc_b, BT, C, d.F);
@@ -145,8 +146,8 @@ static void block_forward(st_model *m, int l, const void *x, int B, int T, int r
 
 /* Rebuild what the recompute policy did not keep for block l's backward:
  * full reruns the block from its input up to the down projection;
- * selective reruns the two norms and the
- * MLP activation (GELU or SwiGLU), whose inputs were kept. */
+ * selective reruns the two norms and the MLP activation (GELU or SwiGLU),
+ * whose inputs were kept; act reruns only the MLP activation. */
 static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
   const st_ops *op = m->ops;
   const dims d = dims_of(&m->cfg);
@@ -155,9 +156,11 @@ static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
   const st_block_params *w = &m->p.h[l];
   if (m->recompute == ST_RECOMPUTE_FULL) {
     block_forward(m, l, x, B, T, 1);
-  } else if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
-    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
-    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
+  } else if (m->recompute != ST_RECOMPUTE_NONE) {
+    if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
+      norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
+      norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
+    }
     if (d.swiglu)
       op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
     else

@@ -35,20 +35,32 @@ typedef struct {
 } st_block_acts;
 
 /* Activation recompute (Chen et al. 2016; Korthikanti et al. 2022 for the
- * selective form): none keeps every activation for backward; selective drops
- * the two norm outputs and the MLP activation's output (GPT-2: 6 of 16
- * B*T*C-sized tensors per block) and recomputes them from kept inputs; full
- * keeps only each block's output and reruns the whole block before its
- * backward. full gives bit-identical results to none; so does selective
- * with SwiGLU (never fused) and where the GELU is not fused into the GEMM
- * (CPU, fp32). In bf16/fp16 selective's forward takes GELU from the stored
- * fc output, as its recompute does, so it differs from none by that
- * rounding (backward is still the exact gradient of its own forward). */
+ * selective form), from the least memory saved to the most:
+ * - none keeps every activation for backward;
+ * - act drops only the MLP activation's output (GELU(fc) or SiLU(gate)*up,
+ *   GPT-2: 4 of 16 B*T*C-sized tensors per block) and rebuilds it with one
+ *   pointwise pass before the block's backward: no GEMM and no attention is
+ *   rerun. torch.compile's default partitioner (min-cut rematerialization)
+ *   makes the same trade for pointwise ops, so this is the policy to set
+ *   beside an unrecomputed PyTorch run;
+ * - selective also drops the two norm outputs (GPT-2: 6 of 16) and reruns
+ *   the norms;
+ * - full keeps only each block's output and reruns the whole block before
+ *   its backward.
+ * full gives bit-identical results to none; so do act and selective with
+ * SwiGLU (never fused) and where the GELU is not fused into the GEMM (CPU,
+ * fp32). In bf16/fp16 act's and selective's forward take GELU from the
+ * stored fc output, as their recompute does, so they differ from none by
+ * that rounding (backward is still the exact gradient of its own forward),
+ * and act equals selective bit for bit. */
 typedef enum {
   ST_RECOMPUTE_NONE = 0,
-  ST_RECOMPUTE_SELECTIVE = 1,
-  ST_RECOMPUTE_FULL = 2
+  ST_RECOMPUTE_ACT = 1,
+  ST_RECOMPUTE_SELECTIVE = 2,
+  ST_RECOMPUTE_FULL = 3
 } st_recompute;
+/* How many policies there are: loops over them run r < ST_RECOMPUTE_POLICIES. */
+#define ST_RECOMPUTE_POLICIES 4
 
 /* ZeRO 3: how a sharded model (st_model_init_sharded) gets block l's
  * working weights into its buffer wbuf[slot], slot = l % 2.

@@ -117,13 +117,15 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   m->encoded = take(cv, BT * C, es, P_EMBED);
   m->rope_cs = d.rope ? take(cv, (int64_t)m->T * d.HD, f4, P_EMBED) : NULL;
   /* Recompute: what backward rebuilds lives once, in the shared block
-   * blk[n_layer], instead of once per layer. selective shares the norm and
-   * MLP activation outputs; full shares everything but the block output,
+   * blk[n_layer], instead of once per layer. act shares the MLP
+   * activation's output; selective the norm outputs too; full shares
+   * everything but the block output,
    * which is the next block's input. The two projections have no buffer:
    * matmul_residual_forward writes them into the residual stream (backward
    * needs their inputs, never them). X(field, elements, element size,
    * exists?, shared?, part when kept per layer) */
-  const int sel = m->recompute != ST_RECOMPUTE_NONE, full = m->recompute == ST_RECOMPUTE_FULL;
+  const int act = m->recompute != ST_RECOMPUTE_NONE;
+  const int sel = m->recompute >= ST_RECOMPUTE_SELECTIVE, full = m->recompute == ST_RECOMPUTE_FULL;
 #define BLOCK_FIELDS(X)                                                                      \
   X(ln1, BT * C, es, 1, sel, P_BLOCKS) X(ln1_mean, BT, f4, d.ln, full, P_BLOCKS)               \
   X(ln1_rstd, BT, f4, 1, full, P_BLOCKS) X(qkv, BT * d.QKV, es, 1, full, P_BLOCKS)             \
@@ -131,7 +133,7 @@ static void layout_acts(st_model *m, int64_t natt, carver *cv) {
   X(residual2, BT * C, es, 1, full, P_BLOCKS)                                                 \
   X(ln2, BT * C, es, 1, sel, P_BLOCKS) X(ln2_mean, BT, f4, d.ln, full, P_BLOCKS)               \
   X(ln2_rstd, BT, f4, 1, full, P_BLOCKS) X(fch, BT * d.FC, es, 1, full, P_BLOCKS)              \
-  X(fch_act, BT * d.F, es, 1, sel, P_BLOCKS)
+  X(fch_act, BT * d.F, es, 1, act, P_BLOCKS)
 #define SHARED_PART(part) ((part) == P_ATTENTION ? P_ATTENTION : P_RECOMPUTE)
 #define SHARE(f, n, e, has, shared, part) \
   sh->f = (has) && (shared) ? take(cv, n, e, SHARED_PART(part)) : NULL;

@@ -27,8 +27,8 @@ def planned(B, rec, zero):
     return json.loads(r.stdout)["bytes"]["total"]
 
 
-P = {(B, r, z): planned(B, r, z) for B in (8, 4, 2, 1) for r in ("none", "selective", "full")
-     for z in (0, 1, 2)}
+POLICIES = ("none", "act", "selective", "full")
+P = {(B, r, z): planned(B, r, z) for B in (8, 4, 2, 1) for r in POLICIES for z in (0, 1, 2)}
 
 # A good run whose checkpoint the failing runs must leave alone.
 good = W("good")
@@ -70,20 +70,25 @@ r = train(a, NP, base + ["--micro-batch", 8, "--zero", 1, "--gpu-mem", cap, "--s
                          "--out", W("zero_fixed")])
 check("fits --gpu-mem" in r.stdout, "zero: the suggested --zero 1 passes the pre-flight and trains")
 
-# 2. Recompute: selective fits at micro-batch 8 where none does not (ZeRO 1
-#    kept); the message also offers the smaller micro-batch without recompute.
-check(P[4, "none", 1] < P[8, "selective", 1], "plan: micro-batch 4 without recompute is smaller")
-cap = mid(P[8, "selective", 1], min(P[8, "none", z] for z in (0, 1, 2)))
-expect_no_fit("recompute", ["--micro-batch", 8, "--zero", 1, "--gpu-mem", cap],
-              ["The smallest change that fits: --recompute none -> selective (plan",
-               "or, keeping --recompute none: --micro-batch 8 -> 4 (gradient accumulation 1 -> 2)"])
-r = train(a, NP, base + ["--micro-batch", 8, "--zero", 1, "--recompute", "selective",
-                         "--gpu-mem", cap, "--steps", 2, "--out", W("recompute_fixed")])
-check("fits --gpu-mem" in r.stdout, "recompute: --recompute selective passes and trains")
+# 2. Recompute: act fits at micro-batch 8 where none does not (ZeRO 1
+#    kept), and is the nearest policy; where act does not fit either,
+#    selective is named. The message also offers the smaller micro-batch
+#    without recompute.
+check(P[4, "none", 1] < P[8, "selective", 1] < P[8, "act", 1],
+      "plan: micro-batch 4 without recompute is smaller, selective smaller than act")
+for rec, cap in (("act", mid(P[8, "act", 1], min(P[8, "none", z] for z in (0, 1, 2)))),
+                 ("selective", mid(P[8, "selective", 1],
+                                   min(P[8, r, z] for r in ("none", "act") for z in (0, 1, 2))))):
+    expect_no_fit(f"recompute {rec}", ["--micro-batch", 8, "--zero", 1, "--gpu-mem", cap],
+                  [f"The smallest change that fits: --recompute none -> {rec} (plan",
+                   "or, keeping --recompute none: --micro-batch 8 -> 4 (gradient accumulation 1 -> 2)"])
+    r = train(a, NP, base + ["--micro-batch", 8, "--zero", 1, "--recompute", rec,
+                             "--gpu-mem", cap, "--steps", 2, "--out", W("recompute_fixed_" + rec)])
+    check("fits --gpu-mem" in r.stdout, f"recompute: --recompute {rec} passes and trains")
 
 # 3. Micro-batch: nothing at micro-batch 8 fits, micro-batch 4 without
 #    recompute at ZeRO 1 does.
-least8 = min(P[8, r, z] for r in ("none", "selective", "full") for z in (0, 1, 2))
+least8 = min(P[8, r, z] for r in POLICIES for z in (0, 1, 2))
 cap = mid(P[4, "none", 1], least8)
 expect_no_fit("micro-batch", ["--micro-batch", 8, "--zero", 1, "--gpu-mem", cap],
               ["The smallest change that fits: --micro-batch 8 -> 4 (gradient accumulation 1 -> 2) "

@@ -63,7 +63,7 @@ def expected(L, NH, C, T, V, B, N, zero, rec, es=2, cuda=True, cudnn=True, accum
     # (the two projections write into the residual stream: no buffer of their own)
     ln1, stats, qkv, atty, att, res2, ln2, fch, fch_gelu = X, 4 * S, X3, X, A, X, X, X4, X4
     every = ln1 + stats + qkv + atty + att + res2 + ln2 + fch + fch_gelu
-    shared = {"none": 0, "selective": ln1 + ln2 + fch_gelu, "full": every}[rec]
+    shared = {"none": 0, "act": fch_gelu, "selective": ln1 + ln2 + fch_gelu, "full": every}[rec]
     per_layer = X + (every - shared)
     # backward scratch: dres, dln, then one buffer for the MLP's dfch (4 X)
     # that the attention's dqkv (3 X, rounded to 256) and datty (X) reuse
@@ -113,7 +113,7 @@ base = ["--model", "gpt2-124m", "--seq-len", 1024, "--micro-batch", 32, "--devic
         "--precision", "bf16", "--attention", "cudnn"]
 for N, acc in ((1, 1), (2, 1), (2, 2)):
     for z in (0, 1, 2):
-        for rec in ("none", "selective", "full"):
+        for rec in ("none", "act", "selective", "full"):
             d = plan_json(base + ["--ranks", N, "--global-batch", 32 * N * acc, "--zero", z,
                                   "--recompute", rec])
             e = expected(12, 12, 768, 1024, 50257, 32, N, z, rec, accum=acc)
@@ -358,22 +358,24 @@ check("less 0% headroom" in r.stdout, "--headroom 0 shown")
 
 # 3. --fit: the choices the unit test derives, in the text and in JSON.
 fit = ["--seq-len", 2048, "--global-batch", 32, "--gpu-mem", "24GiB", "--fit"]
-# 774M on one rank: with cuDNN's workspace (640 MiB at 4 sequences) 4 with
-# selective recompute take 20.22 of 22.80 GiB usable (the logits one
-# LM-head chunk of 2,560 rows, the master split, no NCCL communicator);
-# 32 with full take 21.35.
+# 774M on one rank: 4 sequences with act recompute take 20.96 of 22.80 GiB
+# usable (the logits one LM-head chunk of 2,560 rows, the master split, no
+# NCCL communicator), with selective 19.59; 32 with full take 21.35.
 r = plan(["--model", "gpt2-774m"] + fit, rc=0)
-check("choice  micro-batch 4 x grad-accum 8, recompute selective, ZeRO 0 (cost 1.08)" in r.stdout,
-      "774M, 1 rank, 24 GiB: micro-batch 4 with selective recompute (cost 1.08), as the unit test")
+check("choice  micro-batch 4 x grad-accum 8, recompute act, ZeRO 0 (cost 1.07)" in r.stdout,
+      "774M, 1 rank, 24 GiB: micro-batch 4 with act recompute (cost 1.07), as the unit test")
 check("recompute none at micro-batch 4 would cost 1.05 but does not fit" in r.stdout,
       "774M: says why not micro-batch 4 without recompute")
 check("recompute none: the best that fits is micro-batch 2 x grad-accum 16, ZeRO 0" in r.stdout
-      and "cost 1.10, more than 1.08" in r.stdout,
+      and "cost 1.10, more than 1.07" in r.stdout,
       "774M: no recompute fits at 2 but costs more")
+check("recompute selective: the best that fits is micro-batch 4 x grad-accum 8, ZeRO 0" in r.stdout
+      and "cost 1.08, more than 1.07" in r.stdout,
+      "774M: selective fits at 4 too but costs more than act")
 check("recompute full: the best that fits is micro-batch 32 x grad-accum 1, ZeRO 0" in r.stdout
-      and "cost 1.21, more than 1.08" in r.stdout,
+      and "cost 1.21, more than 1.07" in r.stdout,
       "774M: full recompute fits at 32 (cuDNN's O(T^2) workspace grows with it) but costs more")
-check("train with: --micro-batch 4 --global-batch 32 --recompute selective --zero 0" in r.stdout
+check("train with: --micro-batch 4 --global-batch 32 --recompute act --zero 0" in r.stdout
       and "--auto-fit-zero" in r.stdout, "774M: prints the train flags")
 d = plan_json(["--model", "gpt2-774m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
@@ -396,9 +398,9 @@ check(c["offload"] == "optimizer" and c["fits"] is True and d["host"]["total"] >
       "1558M, 1 rank (JSON): offload optimizer, its host section holds master, m and v")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8] + fit)
 c = d["fit"]["choice"]
-check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "selective", 2),
-      "1558M, 8 ranks: micro-batch 4, selective recompute, ZeRO 2 (cost 1.08 < none at 2, 1.10, "
-      "and full at 4, 1.26)")
+check((c["micro_batch"], c["recompute"], c["zero"]) == (4, "act", 2),
+      "1558M, 8 ranks: micro-batch 4, act recompute, ZeRO 2 (cost 1.07 < selective at 4, 1.08, "
+      "none at 2, 1.10, and full at 4, 1.26)")
 d = plan_json(["--model", "gpt2-1558m", "--ranks", 8, "--zero", 2] + fit)
 check(d["fit"]["choice"]["zero"] == 2 and d["fit"]["zero_searched"] is False,
       "--zero given: kept, not searched")

@@ -1,4 +1,4 @@
-"""--recompute selective and full against none on the CPU backend (fp32):
+"""--recompute act, selective and full against none on the CPU backend (fp32):
 after 4 steps of 2 micro-steps the final weights (--dump-params) are
 bit-identical, for GPT-2 (LayerNorm, GELU), GPT-2 with LoRA adapters on
 every projection (the GELU split from its GEMMs, adapter dropout) and a
@@ -24,11 +24,11 @@ models = {
     "llama_lora": llama + ["--lora", "4,dropout=0.1,targets=q,k,v,o,gate,up,down"],
 }
 for name, args in models.items():
-    for rec in ("none", "selective", "full"):
+    for rec in ("none", "act", "selective", "full"):
         out = W(f"{name}_{rec}")
         train(a, 1, base + args + ["--recompute", rec, "--out", out, "--dump-params", out + ".f32"])
     ref = open(W(f"{name}_none.f32"), "rb").read()
-    for rec in ("selective", "full"):
+    for rec in ("act", "selective", "full"):
         got = open(W(f"{name}_{rec}.f32"), "rb").read()
         check(len(ref) > 0 and got == ref and losses(W(f"{name}_{rec}")) == losses(W(f"{name}_none")),
               f"{name}: --recompute {rec} bit-identical to none (weights after 4 steps, every loss)")
