@@ -10,7 +10,8 @@
 #    background beside 3-5, its verdict reported last;
 # 3. trains a few steps for every precision (bf16, fp16, fp32) x attention
 #    (cudnn, mixed, flash) x ZeRO stage (0, 1, 2) at the tiny shape, each recompute
-#    policy more than once (full's losses identical to none's), and a subset
+#    policy more than once (full's losses identical to none's, act's to
+#    selective's), and a subset
 #    at gpt2-124m; each run must exit 0 with finite losses that fall; fp32
 #    with --attention cudnn or mixed must be refused with exit 2 (cuDNN's
 #    fused attention is bf16/fp16 only);
@@ -232,7 +233,8 @@ for p in bf16 fp16 fp32; do
   done
 done
 for spec in "bf16 cudnn 1 selective" "bf16 flash 2 full" "fp16 cudnn 0 full" \
-            "fp16 flash 1 selective" "fp32 flash 2 selective" "fp32 flash 0 full"; do
+            "fp16 flash 1 selective" "fp32 flash 2 selective" "fp32 flash 0 full" \
+            "bf16 cudnn 1 act" "fp16 flash 1 act"; do
   set -- $spec
   name=tiny-$1-$2-z$3-$4
   check "$name" 12 "$B" train "${TINY[@]}" --precision $1 --attention $2 --zero $3 \
@@ -247,6 +249,20 @@ for run in bf16-flash-z2 fp16-cudnn-z0 fp32-flash-z0; do
   else
     bad "tiny-$run-full-equals-none" "--recompute full's losses differ from none's"
   fi
+done
+# act rebuilds only the MLP activation, from the same stored fc output and
+# with the same unfused GELU/SwiGLU as selective's forward and recompute:
+# every loss identical to selective's.
+same_losses() { # NAME RUN_A RUN_B
+  if [ -s "$W/$2/metrics.jsonl" ] && [ -s "$W/$3/metrics.jsonl" ] &&
+     [ "$(losses "$W/$2")" = "$(losses "$W/$3")" ]; then
+    ok "$1" "losses identical"
+  else
+    bad "$1" "$2's losses differ from $3's"
+  fi
+}
+for run in bf16-cudnn-z1 fp16-flash-z1; do
+  same_losses "tiny-$run-act-equals-selective" "tiny-$run-act" "tiny-$run-selective"
 done
 
 # The GPU-only diagnostics: a timeline of steps 3-4, memory samples every 2 steps.
@@ -264,7 +280,7 @@ fi
 G124=(--data "$DATA" --model gpt2-124m --vocab-size 50257 --seq-len 1024 --micro-batch 8
       --global-batch 8 --steps 6 --lr 6e-4 --warmup 2 --val-every 3 --val-seqs 8 --device cuda)
 for spec in "bf16 cudnn 1 none" "bf16 flash 2 selective" "fp16 cudnn 0 full" "fp16 flash 2 none" \
-            "fp32 flash 1 none"; do
+            "fp32 flash 1 none" "bf16 cudnn 2 act"; do
   set -- $spec
   name=gpt2-124m-$1-$2-z$3-$4
   check "$name" 6 "$B" train "${G124[@]}" --precision $1 --attention $2 --zero $3 \
@@ -632,12 +648,14 @@ LT=$R/tests/data/hf/llama-tiny
 FAM=(--data "$DATA" --init-from "$LT" --seq-len 64 --micro-batch 4 --global-batch 8 --steps 12
      --lr 2e-3 --warmup 2 --val-every 6 --val-seqs 16 --log-every 1 --device cuda)
 for spec in "bf16 cudnn 0 none" "bf16 flash 1 selective" "bf16 cudnn 2 full" \
-            "fp16 flash 2 selective" "fp32 flash 0 none"; do
+            "fp16 flash 2 selective" "fp32 flash 0 none" "bf16 flash 1 act"; do
   set -- $spec
   name=llama-tiny-$1-$2-z$3-$4
   check "$name" 12 "$B" train "${FAM[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
 done
+same_losses llama-tiny-bf16-flash-z1-act-equals-selective llama-tiny-bf16-flash-z1-act \
+  llama-tiny-bf16-flash-z1-selective
 LW=(--data "$DATA" --arch llama --layers 4 --heads 8 --kv-heads 2 --dim 512 --ffn-dim 1376
     --tied 0 --seq-len 256 --micro-batch 8 --global-batch 8 --steps 8 --lr 1e-3 --warmup 2
     --val-every 4 --val-seqs 8 --log-every 1 --device cuda)
@@ -656,7 +674,8 @@ sample_eval "$W/llama-tiny-fp32-flash-z0-none" llama-sample-eval-cuda " (RoPE, G
 LORA=(--data "$DATA" --init-from "$LT" --lora 8,alpha=16,dropout=0.1,targets=q,k,v,o,gate,up,down
       --seq-len 64 --micro-batch 4 --global-batch 8 --steps 12 --lr 1e-2 --warmup 2
       --val-every 6 --val-seqs 16 --log-every 1 --device cuda)
-for spec in "bf16 cudnn 1 none" "bf16 flash 2 full" "fp16 cudnn 0 selective" "fp32 flash 2 none"; do
+for spec in "bf16 cudnn 1 none" "bf16 flash 2 full" "fp16 cudnn 0 selective" "fp32 flash 2 none" \
+            "bf16 flash 1 act"; do
   set -- $spec
   name=lora-llama-tiny-$1-$2-z$3-$4
   check "$name" 12 "$B" train "${LORA[@]}" --precision $1 --attention $2 --zero $3 \
