@@ -19,9 +19,10 @@
  * stopped short of the down projection). The factors are rounded to the
  * arithmetic (full: about two thirds of a forward more, a forward being a
  * third of forward + backward), so the rule does not hang on one
- * measurement. act is an estimate from bandwidth, not yet a measurement:
- * one more pointwise pass over the 4X-wide MLP activation a block (read fc,
- * write its GELU), 2-3% of a 774M step. Indexed by st_recompute. */
+ * measurement. act: one more pointwise pass over the 4X-wide MLP
+ * activation a block (read fc, write its GELU); measured on an H100
+ * (2026-12-07, docs/memory.md) at 0.977-0.990 of none's speed for GPT-2
+ * 350M-1.5B and Llama 3.2 1B. Indexed by st_recompute. */
 static const double k_recompute_factor[ST_RECOMPUTE_POLICIES] = {1.00, 1.02, 1.03, 1.20};
 /* A micro-step's fixed work in rows on CUDA: about 5% at 8 x 1024 rows. */
 #define FIT_CUDA_STEP_ROWS 410.0

@@ -71,8 +71,8 @@ typedef struct {
 /* Estimated time of one optimizer step, relative to an ideal GPU step with
  * no recompute and no per-micro-step overhead; dimensionless, >= 1.
  * cost = recompute factor x (1 + R0 / (micro_batch x seq_len)), with the
- * recompute factor 1.00 (none), 1.02 (act: the MLP activation rerun, an
- * estimate), 1.03 (selective: the norms and the activation rerun), 1.20
+ * recompute factor 1.00 (none), 1.02 (act: the MLP activation rerun),
+ * 1.03 (selective: the norms and the activation rerun), 1.20
  * (full: the block's forward up to the down projection again), and R0 the
  * fixed work of a micro-step in rows: 410 on CUDA (kernel launches and
  * weight reads, 5% of a step at 8 sequences of 1024 tokens), 0 on the CPU
