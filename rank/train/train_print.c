@@ -102,11 +102,11 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
     const st_memory_plan *p = &tr->plan;
     char a[32], b[32], c[32], d[32], g[32], h[32];
     printf("  memory     planned %s per %s (weights %s, gradients %s, optimizer %s, activations "
-           "%s, other %s); ", st_format_bytes(p->total, a, sizeof a),
+           "%s with recompute %s, other %s); ", st_format_bytes(p->total, a, sizeof a),
            tr->device_index >= 0 ? "GPU" : "rank",
            st_format_bytes(p->weights, b, sizeof b), st_format_bytes(p->grads, g, sizeof g),
            st_format_bytes(p->grad_shard + p->master + p->adam_m + p->adam_v, h, sizeof h),
-           st_format_bytes(p->acts.total, c, sizeof c),
+           st_format_bytes(p->acts.total, c, sizeof c), st_recompute_name(tr->model.recompute),
            st_format_bytes(p->tokens + p->cublaslt + p->scratch + p->attn_workspace + p->nccl +
                                p->context, d, sizeof d));
     if (p->fits < 0) printf("not checked (no --gpu-mem on the CPU)\n");
