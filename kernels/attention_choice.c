@@ -1,5 +1,6 @@
 /* attention_choice.c - see attention_choice.h. */
 #include "kernels/attention_choice.h"
+#include "util/envparse.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -106,15 +107,24 @@ int st_attention_cudnn_min_group(int B, int T, int NH) {
   return B;
 }
 
-int st_attention_heads_first(int setting, int64_t bnh, int64_t tiles) {
-  if (tiles > 65535) return 0;
-  if (setting == 0 || setting == 1) return setting;
-  return bnh <= ST_ATTENTION_HEADS_FIRST_MAX;
+int st_attention_heads_group(int setting, int64_t bnh, int64_t tiles, int sms) {
+  if (bnh < 1) return 1;
+  int64_t g;
+  if (setting == ST_ATTENTION_GRID_HEADS) g = bnh;
+  else if (setting >= 1) g = setting;
+  else if (bnh <= ST_ATTENTION_HEADS_FIRST_MAX) g = bnh;
+  else {
+    const int64_t slots = 3 * (int64_t)(sms > 0 ? sms : 132);
+    g = (2 * slots + tiles) / (tiles + 1); /* ceil(2 slots / (tiles + 1)) */
+  }
+  return (int)(g < 1 ? 1 : g > bnh ? bnh : g);
 }
 
 int st_attention_grid_parse(const char *e) {
-  if (!e || !*e || strcmp(e, "auto") == 0) return -1;
-  if (strcmp(e, "heads") == 0) return 1;
-  if (strcmp(e, "tiles") == 0) return 0;
-  return -2;
+  if (!e || !*e || strcmp(e, "auto") == 0) return ST_ATTENTION_GRID_AUTO;
+  if (strcmp(e, "heads") == 0) return ST_ATTENTION_GRID_HEADS;
+  if (strcmp(e, "tiles") == 0) return 1;
+  long long v = 0;
+  if (st_envparse_uint(e, 65535, &v) != 0 || v < 1) return ST_ATTENTION_GRID_BAD;
+  return (int)v;
 }

@@ -101,20 +101,32 @@ int st_attention_cudnn_group(int B, int cap);
 int st_attention_cudnn_min_group(int B, int T, int NH);
 
 /* The block order of the Hopper flash-attention kernels
- * (attention_wgmma.cu) for bnh = B x NH heads of `tiles` 64-row tiles: 1
- * heads first (the grid (heads, tiles): every head's longest tile in the
- * first wave of blocks), 0 tiles first (head after head: the blocks running
- * at once share few heads' K and V in L2). setting 1 or 0 forces that
- * order; anything else is auto, heads first while bnh <=
- * ST_ATTENTION_HEADS_FIRST_MAX (the timings behind it are in
- * attention_wgmma.cu). Tiles first whenever tiles > 65535, a grid's y
- * limit. */
+ * (attention_wgmma.cu): how many heads a group (wg_slot_at,
+ * kernels/cuda/wgmma.cuh) for bnh heads (B x NH; B x NKV for dK/dV) of
+ * `tiles` 64-row tiles on a GPU of `sms` SMs (<= 0: 132, an H100's). Returns
+ * g in [1, bnh]: 1 is head after head (the blocks running at once share few
+ * heads' K and V in L2, but the last head's longest tile runs out the tail
+ * alone), bnh every head's longest tile in the first wave.
+ * setting: ST_ATTENTION_GRID_AUTO, ST_ATTENTION_GRID_HEADS (bnh) or a
+ * group size >= 1 (ST_ATTENTION_GRID=tiles is 1), which is forced.
+ * Auto: bnh while bnh <= ST_ATTENTION_HEADS_FIRST_MAX (measured faster:
+ * attention_wgmma.cu has the timings); above it the smallest group whose
+ * own work hides its longest tile under list scheduling, work / slots >=
+ * longest: g n (n + 1) / 2 / slots >= n, so g = ceil(2 slots / (n + 1)),
+ * with slots = 3 blocks an SM (the dQ kernel's; dK/dV holds 2). The
+ * resident blocks then span about g heads, whose tiles take about
+ * 2 slots 4 x 64 x 64 bytes (13 MB at head size 64) of L2 whatever T. */
 #define ST_ATTENTION_HEADS_FIRST_MAX 32
-int st_attention_heads_first(int setting, int64_t bnh, int64_t tiles);
+#define ST_ATTENTION_GRID_AUTO 0
+#define ST_ATTENTION_GRID_HEADS (-1)
+#define ST_ATTENTION_GRID_BAD (-2)
+int st_attention_heads_group(int setting, int64_t bnh, int64_t tiles, int sms);
 
-/* ST_ATTENTION_GRID's value e as a setting for st_attention_heads_first: 1
- * "heads", 0 "tiles", -1 auto (NULL, "" or "auto"), -2 anything else (the
- * caller warns and takes auto). */
+/* ST_ATTENTION_GRID's value e as a setting for st_attention_heads_group:
+ * ST_ATTENTION_GRID_AUTO for NULL, "" or "auto", ST_ATTENTION_GRID_HEADS
+ * for "heads", 1 for "tiles", N for a whole number N in [1, 65535] (heads a
+ * group), ST_ATTENTION_GRID_BAD for anything else (the caller warns and
+ * takes auto). */
 int st_attention_grid_parse(const char *e);
 
 #ifdef __cplusplus

@@ -175,23 +175,38 @@ static void test_names_and_auto(void **state) {
 
 static void test_grid_order(void **state) {
   (void)state;
-  assert_int_equal(st_attention_heads_first(-1, 12, 128), 1);  /* 124M, 1 x 8192 */
-  assert_int_equal(st_attention_heads_first(-1, 32, 64), 1);   /* 2 x 16 heads */
-  assert_int_equal(st_attention_heads_first(-1, 33, 64), 0);
-  assert_int_equal(st_attention_heads_first(-1, 48, 128), 0);  /* 124M, 4 x 8192 */
-  assert_int_equal(st_attention_heads_first(-1, 384, 16), 0);  /* 124M, 32 x 1024 */
-  assert_int_equal(st_attention_heads_first(1, 384, 16), 1);   /* forced */
-  assert_int_equal(st_attention_heads_first(0, 12, 128), 0);
-  assert_int_equal(st_attention_heads_first(1, 12, 65535), 1);
-  assert_int_equal(st_attention_heads_first(1, 12, 65536), 0); /* y would overflow */
-  assert_int_equal(st_attention_heads_first(-1, 1, 65536), 0);
-  assert_int_equal(st_attention_grid_parse(NULL), -1);
-  assert_int_equal(st_attention_grid_parse(""), -1);
-  assert_int_equal(st_attention_grid_parse("auto"), -1);
-  assert_int_equal(st_attention_grid_parse("heads"), 1);
-  assert_int_equal(st_attention_grid_parse("tiles"), 0);
-  assert_int_equal(st_attention_grid_parse("Heads"), -2);
-  assert_int_equal(st_attention_grid_parse("1"), -2);
+  const int A = ST_ATTENTION_GRID_AUTO;
+  /* one group (every head's longest tile first) up to 32 heads, measured */
+  assert_int_equal(st_attention_heads_group(A, 12, 128, 132), 12);  /* 124M, 1 x 8192 */
+  assert_int_equal(st_attention_heads_group(A, 32, 64, 132), 32);   /* 2 x 16 heads */
+  /* above: ceil(2 x 3 x 132 / (tiles + 1)) heads a group */
+  assert_int_equal(st_attention_heads_group(A, 48, 128, 132), 7);   /* 124M, 4 x 8192: 792 / 129 */
+  assert_int_equal(st_attention_heads_group(A, 384, 16, 132), 47);  /* 124M, 32 x 1024: 792 / 17 */
+  assert_int_equal(st_attention_heads_group(A, 33, 64, 132), 13);   /* 792 / 65 = 12.2 */
+  assert_int_equal(st_attention_heads_group(A, 48, 64, 132), 13);
+  assert_int_equal(st_attention_heads_group(A, 40, 1, 132), 40);    /* one tile: capped at bnh */
+  assert_int_equal(st_attention_heads_group(A, 48, 128, 0), 7);     /* SMs unknown: an H100's */
+  assert_int_equal(st_attention_heads_group(A, 48, 128, 78), 4);    /* fewer SMs, smaller groups */
+  assert_int_equal(st_attention_heads_group(A, 48, 4096, 132), 1);  /* long heads: head after head */
+  /* forced */
+  assert_int_equal(st_attention_heads_group(ST_ATTENTION_GRID_HEADS, 384, 16, 132), 384);
+  assert_int_equal(st_attention_heads_group(1, 12, 128, 132), 1);
+  assert_int_equal(st_attention_heads_group(6, 48, 128, 132), 6);
+  assert_int_equal(st_attention_heads_group(100, 48, 128, 132), 48); /* capped at bnh */
+  assert_int_equal(st_attention_heads_group(A, 0, 128, 132), 1);
+  assert_int_equal(st_attention_grid_parse(NULL), ST_ATTENTION_GRID_AUTO);
+  assert_int_equal(st_attention_grid_parse(""), ST_ATTENTION_GRID_AUTO);
+  assert_int_equal(st_attention_grid_parse("auto"), ST_ATTENTION_GRID_AUTO);
+  assert_int_equal(st_attention_grid_parse("heads"), ST_ATTENTION_GRID_HEADS);
+  assert_int_equal(st_attention_grid_parse("tiles"), 1);
+  assert_int_equal(st_attention_grid_parse("1"), 1);
+  assert_int_equal(st_attention_grid_parse("12"), 12);
+  assert_int_equal(st_attention_grid_parse("65535"), 65535);
+  assert_int_equal(st_attention_grid_parse("65536"), ST_ATTENTION_GRID_BAD);
+  assert_int_equal(st_attention_grid_parse("0"), ST_ATTENTION_GRID_BAD);
+  assert_int_equal(st_attention_grid_parse("-3"), ST_ATTENTION_GRID_BAD);
+  assert_int_equal(st_attention_grid_parse("8 "), ST_ATTENTION_GRID_BAD);
+  assert_int_equal(st_attention_grid_parse("Heads"), ST_ATTENTION_GRID_BAD);
 }
 
 int main(void) {

@@ -239,20 +239,21 @@ static void *dev_alloc_guarded(size_t bytes) {
 
 /* Kernel configurations: 0-5 the wgmma family (Hopper; one forward) with
  * the pipelined backward (head size 64; the plain one at 128), its dQ on a
- * second stream beside dK/dV (the default), the same with the grid tiles
- * first (head after head) rather than the default's order (heads first
- * at B x NH <= 32, which the small cases here are), the same with 4 tile
- * buffers rather than 3, dQ after dK/dV on one stream, the plain backward,
+ * second stream beside dK/dV (the default), the same with the blocks head
+ * after head (groups of one head) rather than the default's order (every
+ * head in one group at B x NH <= 32, which the small cases here are), the
+ * same with 4 tile buffers rather than 3 and groups of 5 heads (the last
+ * group 5 to 9), dQ after dK/dV on one stream, the plain backward,
  * and the plain backward with 2 warpgroups a block; 6 the mma.sync family
  * (everywhere). Configurations 1 and 2 must give configuration 0's bits
- * exactly (grid order and buffering move no arithmetic). */
+ * exactly (block order and buffering move no arithmetic). */
 #define N_CONF 7
 static int g_conf = N_CONF - 1;
 
 static void use_conf(int k) {
   g_conf = k;
   cuda_attention_tc_use_wgmma(k < 6);
-  cuda_attention_wgmma_set_grid(k == 1 ? 0 : -1);
+  cuda_attention_wgmma_set_grid(k == 1 ? 1 : k == 2 ? 5 : -2);
   cuda_attention_wgmma_set_stages(k == 2 ? 4 : 3);
   cuda_attention_wgmma_set_groups(k == 5 ? 2 : 1);
   cuda_attention_wgmma_set_pipeline(k <= 3);
@@ -262,8 +263,8 @@ static void use_conf(int k) {
 /* the kernels the calls run now, for the printed lines */
 static const char *family(int B, int C, int NH, st_dtype dt) {
   static const char *names[6] = {"wgmma, pipelined backward, dQ beside dK/dV",
-                                 "wgmma, pipelined backward, dQ beside dK/dV, grid tiles first",
-                                 "wgmma, pipelined backward, dQ beside dK/dV, 4 tile buffers",
+                                 "wgmma, pipelined backward, dQ beside dK/dV, head after head",
+                                 "wgmma, pipelined backward, dQ beside dK/dV, 4 tile buffers, groups of 5 heads",
                                  "wgmma, pipelined backward, one stream",
                                  "wgmma, plain backward",
                                  "wgmma, plain backward, 2 warpgroups a block"};
@@ -436,8 +437,11 @@ static void bench(st_dtype dt, int B, int T, int C, int NH) {
 }
 
 int main(int argc, char **argv) {
-  /* --checks-only: no timings (for compute-sanitizer) */
+  /* --checks-only: no timings (for compute-sanitizer); --timings-only: no
+   * checks, and only the default configuration's timings (which follow
+   * ST_ATTENTION_GRID: a benchmark's A/B of block orders) */
   const int timings = !(argc > 1 && strcmp(argv[1], "--checks-only") == 0);
+  const int checks = !(argc > 1 && strcmp(argv[1], "--timings-only") == 0);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     printf("skipped: no CUDA device\n");
@@ -470,6 +474,7 @@ int main(int argc, char **argv) {
       {1, 300, 256, 2, 1.0f},  /* hs = 128 */
       {2, 130, 256, 2, 2.0f},  /* hs = 128, peaked */
       {1, 333, 512, 8, 2.0f},  /* hs = 64, 8 heads, peaked, the last tile partial */
+      {4, 200, 512, 8, 1.0f},  /* 32 heads: configuration 2's groups of 5, the last of 7 */
       {2, 1024, 768, 12, 1.0f} /* GPT-2 124M head layout */
   };
   const st_dtype dts[2] = {ST_BF16, ST_FP16};
@@ -480,7 +485,7 @@ int main(int argc, char **argv) {
     printf("wgmma kernels: not run (they need compute capability 9.0 and ST_ATTENTION_WGMMA "
            "not 0; this device is sm_%d%d)\n", prop.major, prop.minor);
   g_first_conf = hopper ? 0 : N_CONF - 1;
-  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+  for (size_t c = 0; checks && c < sizeof cases / sizeof *cases; c++)
     for (int d = 0; d < 2; d++) {
       if (!cuda_attention_tc_supported(cases[c].C, cases[c].NH, dts[d])) continue;
       test_case(dts[d], cases[c].B, cases[c].T, cases[c].C, cases[c].NH, cases[c].qk);
@@ -489,10 +494,10 @@ int main(int argc, char **argv) {
   if (timings) printf("timings (no assertions)\n");
   struct {
     int B, T, C, NH;
-  } shapes[] = {{32, 1024, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12},
+  } shapes[] = {{32, 1024, 768, 12}, {16, 2048, 768, 12}, {4, 4096, 768, 12}, {1, 8192, 768, 12},
                 {4, 8192, 768, 12},  {2, 4096, 2048, 16}};
   for (size_t c = 0; timings && c < sizeof shapes / sizeof *shapes; c++)
-    for (int conf = g_first_conf; conf < N_CONF; conf++) {
+    for (int conf = g_first_conf; conf < (checks ? N_CONF : g_first_conf + 1); conf++) {
       use_conf(conf);
       bench(ST_BF16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);
       if (c == 0) bench(ST_FP16, shapes[c].B, shapes[c].T, shapes[c].C, shapes[c].NH);

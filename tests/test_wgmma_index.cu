@@ -10,7 +10,11 @@
  *   - the per-thread tile load (wg_rows_at, wg_rows_ok/dst/src) against
  *     wg_load's per-chunk form (wg_chunk_row/dst/src) at head size 64 and
  *     128 threads, and that the 512 chunks fill the tile once each;
- *   - the dK/dV walk's counters (wg_walk_next) against m / per, m % per.
+ *   - the dK/dV walk's counters (wg_walk_next) against m / per, m % per;
+ *   - the block order (wg_slot_at): every (tile, head) once for every
+ *     group size, groups of one head the grid's own order (x the tile, y
+ *     the head), one group of all heads the transposed order (x the head),
+ *     and within a group each tile of every head before the next tile.
  * Exit 0 when every check passes, 1 otherwise.
  */
 #include <stdio.h>
@@ -92,10 +96,37 @@ static void test_walk(void) {
   check(bad == 0, "the walk's counters equal m / per and m % per", bad, 0, 0);
 }
 
+static void test_block_order(void) {
+  static unsigned char seen[70 * 70];
+  int bad = 0, order = 0;
+  for (unsigned n = 1; n <= 70; n += 3)
+    for (unsigned heads = 1; heads <= 70; heads++)
+      for (unsigned g = 1; g <= heads + 2; g++) {
+        memset(seen, 0, (size_t)n * heads);
+        int prev_bh = -1, prev_i = -1;
+        for (unsigned L = 0; L < n * heads; L++) {
+          const wg_slot s = wg_slot_at(L, n, heads, g);
+          const int in = s.i >= 0 && s.i < (int)n && s.bh >= 0 && s.bh < (int)heads && s.n == (int)n;
+          bad += !in || seen[s.bh * n + s.i]++;
+          if (g == 1) order += s.i != (int)(L % n) || s.bh != (int)(L / n);
+          if (g >= heads) order += s.i != (int)(L / heads) || s.bh != (int)(L % heads);
+          /* inside a group (not the last, which may be longer): the same
+           * tile of the next head, or the next tile of the group's first */
+          if (L > 0 && s.bh / (int)g == prev_bh / (int)g && (unsigned)s.bh / g + 1 < heads / g)
+            order += !((s.i == prev_i && s.bh == prev_bh + 1) ||
+                       (s.i == prev_i + 1 && s.bh == s.bh / (int)g * (int)g));
+          prev_bh = s.bh, prev_i = s.i;
+        }
+      }
+  check(bad == 0, "every (tile, head) once, for every group size", bad, 0, 0);
+  check(order == 0, "the order within groups, and of groups of 1 and of all heads", order, 0, 0);
+}
+
 int main(void) {
   test_descriptors();
   test_tile_load();
   test_walk();
+  test_block_order();
   printf("test_wgmma_index: %d checks, %d failed\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }

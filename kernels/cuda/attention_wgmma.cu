@@ -84,47 +84,51 @@ static int g_two_streams = 1;
 
 void cuda_attention_wgmma_set_streams(int two) { g_two_streams = two != 0; }
 
-/* Grid order of every kernel here (wg_block_slot): heads fastest, so that
- * each head's longest tile is in the first wave of blocks, or tiles
- * fastest, head after head (the only order until 2026-12-06), which keeps
- * the blocks running at once on few heads and so their K/V tiles in L2.
- * Timed on an H100 (2026-12-06, test_cuda_attention_tc, backward ms, heads
- * first against tiles first): B x NH 12 at T 8192, 0.821 against 0.884;
- * 32 (2 x 16, head size 128) at 4096, 1.036 against 1.063; 48 at 4096,
- * 0.897 against 0.909; 48 at 8192, 3.376 against 3.342 (and 1.7% fewer
- * tokens/s in training); 384 at 1024, 0.868 against 0.632. Hence the
- * default, heads first only while B x NH <= 32
- * (st_attention_heads_first, kernels/attention_choice.c). ST_ATTENTION_GRID =
- * "heads" or "tiles" forces one (anything else is reported once and
- * leaves the default). Either order gives the same bits: each block's
- * work does not depend on when it runs. */
-static int g_grid = -2; /* -2 env not read; else st_attention_grid_parse's */
+/* Block order of every kernel here (wg_block_slot): heads in groups, the
+ * group's longest tiles of every head first (st_attention_heads_group,
+ * kernels/attention_choice.c, unit-tested on the CPU, picks the group).
+ * Timed on an H100 (2026-12-06, test_cuda_attention_tc, backward ms, every
+ * head in one group against head after head, the only orders then): B x NH
+ * 12 at T 8192, 0.821 against 0.884; 32 (2 x 16, head size 128) at 4096,
+ * 1.036 against 1.063; 48 at 4096, 0.897 against 0.909; 48 at 8192, 3.376
+ * against 3.342 (and 1.7% fewer tokens/s in training); 384 at 1024, 0.868
+ * against 0.632: with every head in the first wave the resident blocks
+ * span every head's K and V, and L2 stops holding them. Hence one group
+ * while B x NH <= 32, and above it groups just large enough to hide their
+ * own longest tile (their blocks span about 13 MB of tiles at head size 64).
+ * ST_ATTENTION_GRID = "heads", "tiles" (groups of one head) or a number of
+ * heads a group forces an order (anything else is reported once and leaves
+ * the default). Every order gives the same bits: each block's work does
+ * not depend on when it runs. */
+static int g_grid = -3; /* -3 env not read; else st_attention_grid_parse's */
 
 static int grid_setting(void) {
-  if (g_grid == -2) {
+  if (g_grid == -3) {
     const char *e = getenv("ST_ATTENTION_GRID");
     g_grid = st_attention_grid_parse(e);
-    if (g_grid == -2) {
-      fprintf(stderr, "shardtrain: warning: ST_ATTENTION_GRID=%s is not heads, tiles or auto; "
-              "auto it is\n", e);
-      g_grid = -1;
+    if (g_grid == ST_ATTENTION_GRID_BAD) {
+      fprintf(stderr, "shardtrain: warning: ST_ATTENTION_GRID=%s is not heads, tiles, auto or "
+              "a number of heads a group (1-65535); auto it is\n", e);
+      g_grid = ST_ATTENTION_GRID_AUTO;
     }
   }
   return g_grid;
 }
 
-void cuda_attention_wgmma_set_grid(int heads_first) {
-  g_grid = heads_first < 0 ? -2 : heads_first != 0;
+void cuda_attention_wgmma_set_grid(int group) {
+  g_grid = group == -1 ? ST_ATTENTION_GRID_HEADS : group < 0 ? -3 : group;
 }
 
-/* 1 for the grid (heads, tiles), 0 for (tiles, heads): the rule is
- * st_attention_heads_first's, unit-tested on the CPU. */
-static int wg_heads_first(int64_t bnh, unsigned tiles) {
-  return st_attention_heads_first(grid_setting(), bnh, tiles);
-}
-
-static dim3 wg_grid(unsigned tiles, unsigned heads, int hx) {
-  return hx ? dim3(heads, tiles) : dim3(tiles, heads);
+/* The heads a group for bnh heads of `tiles` tiles on this GPU. */
+static int wg_heads_group(int64_t bnh, unsigned tiles) {
+  static int sms;
+  if (!sms) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      sms = -1; /* st_attention_heads_group's default */
+  }
+  return st_attention_heads_group(grid_setting(), bnh, tiles, sms);
 }
 
 /* The side stream and its two events, made once; 0 when any of them could
@@ -166,9 +170,8 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
     attr = true;
   }
   const unsigned tiles = (unsigned)((T + 64 * NWG - 1) / (64 * NWG));
-  const int hx = wg_heads_first((int64_t)B * NH, tiles);
-  const dim3 kvgrid = wg_grid(tiles, (unsigned)(B * NKV), hx),
-             qgrid = wg_grid(tiles, (unsigned)(B * NH), hx);
+  const int gkv = wg_heads_group((int64_t)B * NKV, tiles), gq = wg_heads_group((int64_t)B * NH, tiles);
+  const dim3 kvgrid(tiles, (unsigned)(B * NKV)), qgrid(tiles, (unsigned)(B * NH));
   const int pipe = NWG == 1 && HD == 64 && g_pipe_bwd;
   /* dQ waits for what came before on the caller's stream (D, the forward's
    * lse and output), and the caller's stream for dQ */
@@ -185,26 +188,26 @@ static void wg_backward(void *dqkv, const float *D, const void *dout, const void
   if constexpr (NWG == 1 && HD == 64) {
     if (pipe && ns == 4)
       wg_dkv_pipe_kernel<E, HD, 4><<<kvgrid, 128, skvp>>>((E *)dqkv, (const E *)qkv,
-                                                          (const E *)dout, lse, D, T, NH, NKV, hx);
+                                                          (const E *)dout, lse, D, T, NH, NKV, gkv);
     else if (pipe)
       wg_dkv_pipe_kernel<E, HD, 3><<<kvgrid, 128, skvp>>>((E *)dqkv, (const E *)qkv,
-                                                          (const E *)dout, lse, D, T, NH, NKV, hx);
+                                                          (const E *)dout, lse, D, T, NH, NKV, gkv);
   }
   if (!pipe)
     wg_dkv_kernel<E, HD, NWG><<<kvgrid, 128 * NWG, skv>>>((E *)dqkv, (const E *)qkv,
-                                                          (const E *)dout, lse, D, T, NH, NKV, hx);
+                                                          (const E *)dout, lse, D, T, NH, NKV, gkv);
   ST_CUDA_LAUNCHED();
   if constexpr (NWG == 1 && HD == 64) {
     if (pipe && ns == 4)
       wg_dq_pipe_kernel<E, HD, 4><<<qgrid, 128, sqp, qs>>>((E *)dqkv, (const E *)qkv,
-                                                           (const E *)dout, lse, D, T, NH, NKV, hx);
+                                                           (const E *)dout, lse, D, T, NH, NKV, gq);
     else if (pipe)
       wg_dq_pipe_kernel<E, HD, 3><<<qgrid, 128, sqp, qs>>>((E *)dqkv, (const E *)qkv,
-                                                           (const E *)dout, lse, D, T, NH, NKV, hx);
+                                                           (const E *)dout, lse, D, T, NH, NKV, gq);
   }
   if (!pipe)
     wg_dq_kernel<E, HD, NWG><<<qgrid, 128 * NWG, sq, qs>>>((E *)dqkv, (const E *)qkv,
-                                                           (const E *)dout, lse, D, T, NH, NKV, hx);
+                                                           (const E *)dout, lse, D, T, NH, NKV, gq);
   ST_CUDA_LAUNCHED();
   if (two) {
     ST_CUDA_CHECK(cudaEventRecord(join, side));
@@ -221,9 +224,9 @@ static void wg_forward(void *out, float *lse, const void *qkv, int B, int T, int
     attr = true;
   }
   const unsigned tiles = (unsigned)((T + 63) / 64);
-  const int hx = wg_heads_first((int64_t)B * NH, tiles);
-  const dim3 grid = wg_grid(tiles, (unsigned)(B * NH), hx);
-  wg_fwd_kernel<E, HD><<<grid, 128, sm>>>((const E *)qkv, (E *)out, lse, T, NH, NKV, hx);
+  const int g = wg_heads_group((int64_t)B * NH, tiles);
+  wg_fwd_kernel<E, HD><<<dim3(tiles, (unsigned)(B * NH)), 128, sm>>>((const E *)qkv, (E *)out,
+                                                                     lse, T, NH, NKV, g);
   ST_CUDA_LAUNCHED();
 }
 

@@ -64,14 +64,15 @@ void cuda_attention_wgmma_set_stages(int stages);
  * kernels write disjoint parts of dqkv); for tests and benchmarks. */
 void cuda_attention_wgmma_set_streams(int two);
 
-/* The order blocks go out in, for every kernel here: 1 heads fastest
- * (each head's longest tile of 64 rows in the first wave), 0 tiles fastest
- * (head after head: the blocks running at once share few heads' tiles in
- * L2), negative back to ST_ATTENTION_GRID ("heads", "tiles" or "auto";
- * unset is auto: heads first while B x NH <= 32, where it measured faster;
- * attention_wgmma.cu has the timings). The same bits either way; for tests
- * and benchmarks. */
-void cuda_attention_wgmma_set_grid(int heads_first);
+/* The order blocks go out in, for every kernel here: heads in groups of
+ * `group` (>= 1), each group's longest tile of every head first (1: head
+ * after head, whose resident blocks share few heads' tiles in L2; -1 every
+ * head in one group, its longest tile in the first wave); any other
+ * negative value goes back to ST_ATTENTION_GRID ("heads", "tiles", a
+ * number of heads a group, or "auto"; unset is auto:
+ * st_attention_heads_group). The same bits in every order; for tests and
+ * benchmarks. */
+void cuda_attention_wgmma_set_grid(int group);
 
 #ifdef __cplusplus
 }

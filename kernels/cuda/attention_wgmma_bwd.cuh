@@ -31,13 +31,13 @@
 template <typename E, int HD, int NWG>
 __global__ void __launch_bounds__(128 * NWG)
 wg_dq_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
-             int NH, int NKV, int hx) {
+             int NH, int NKV, int hg) {
   constexpr int NT = 128 * NWG, TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sQ = sm, *sdO = sm + NWG * TILE, *sK = sdO + NWG * TILE, *sV = sK + 2 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
-  const wg_slot pos = wg_block_slot(hx);
+  const wg_slot pos = wg_block_slot(hg);
   const int qt = pos.n - 1 - pos.i, bh = pos.bh, b = bh / NH, h = bh % NH;
   const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
   const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, l = tid & 31;
@@ -137,14 +137,14 @@ __device__ __forceinline__ void wg_load_stats(float *sL, float *sD, const float 
 template <typename E, int HD, int NWG>
 __global__ void __launch_bounds__(128 * NWG)
 wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
-              int NH, int NKV, int hx) {
+              int NH, int NKV, int hg) {
   constexpr int NT = 128 * NWG, TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sK = sm, *sV = sm + NWG * TILE, *sQ = sV + NWG * TILE, *sdO = sQ + 2 * TILE;
   float *sL = (float *)(sdO + 2 * TILE), *sD = sL + 128; /* [2][64] each */
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
-  const wg_slot pos = wg_block_slot(hx);
+  const wg_slot pos = wg_block_slot(hg);
   const int kt = pos.i, bk = pos.bh, b = bk / NKV, kvh = bk % NKV;
   const int kc = C + kvh * HD, vc = kc + NKV * HD;
   const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, l = tid & 31;
@@ -251,14 +251,14 @@ wg_dkv_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const floa
 template <typename E, int HD, int NS>
 __global__ void __launch_bounds__(128)
 wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl, int T,
-                  int NH, int NKV, int hx) {
+                  int NH, int NKV, int hg) {
   static_assert(HD == 64, "the pipelined backward is for head size 64 (wg_load64)");
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sdO = sm, *sK = sm + TILE, *sV = sK + NS * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
-  const wg_slot pos = wg_block_slot(hx);
+  const wg_slot pos = wg_block_slot(hg);
   const int qt = pos.n - 1 - pos.i, bh = pos.bh, b = bh / NH, h = bh % NH;
   const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
   const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
@@ -364,7 +364,7 @@ wg_dq_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const 
 template <typename E, int HD, int NS>
 __global__ void __launch_bounds__(128)
 wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const float *Dl,
-                   int T, int NH, int NKV, int hx) {
+                   int T, int NH, int NKV, int hg) {
   static_assert(HD == 64, "the pipelined backward is for head size 64 (wg_load64)");
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
@@ -372,7 +372,7 @@ wg_dkv_pipe_kernel(E *dqkv, const E *qkv, const E *dout, const float *lse, const
   char *sQ = sm, *sdO = sQ + NS * TILE;
   float *sL = (float *)(sdO + NS * TILE), *sD = sL + NS * 64; /* [NS][64] each */
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
-  const wg_slot pos = wg_block_slot(hx);
+  const wg_slot pos = wg_block_slot(hg);
   const int kt = pos.i, bk = pos.bh, b = bk / NKV, kvh = bk % NKV;
   const int kc = C + kvh * HD, vc = kc + NKV * HD;
   const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;

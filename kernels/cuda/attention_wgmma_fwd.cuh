@@ -22,13 +22,13 @@
  * tiles of 64 keys triple-buffered, loaded two tiles ahead. */
 template <typename E, int HD>
 __global__ void __launch_bounds__(128)
-wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV, int hx) {
+wg_fwd_kernel(const E *qkv, E *out, float *lse, int T, int NH, int NKV, int hg) {
   constexpr int TILE = (HD / 64) * 8192;
   extern __shared__ char smem_raw[];
   char *sm = smem_raw + ((1024 - (st_saddr(smem_raw) & 1023)) & 1023);
   char *sK = sm, *sV = sK + 3 * TILE;
   const int C = NH * HD, ld = C + 2 * NKV * HD, G = NH / NKV;
-  const wg_slot pos = wg_block_slot(hx);
+  const wg_slot pos = wg_block_slot(hg);
   const int qt = pos.n - 1 - pos.i, bh = pos.bh, b = bh / NH, h = bh % NH;
   const int kc = C + (h / G) * HD, vc = kc + NKV * HD;
   const int tid = threadIdx.x, w = tid >> 5, l = tid & 31;

@@ -280,17 +280,32 @@ __device__ __forceinline__ void wg_frags(const float *x, uint32_t (*a)[4]) {
 }
 
 /* A block's place in its launch: i-th of n tiles in the kernel's own
- * longest-first count, and its batch-head (or batch-kv-head) bh. The grid is
- * (tiles, heads) when hx is 0 and (heads, tiles) when 1. Blocks go out x
- * fastest, so with (tiles, heads) the last head's longest tile starts only
- * after every earlier head's tiles have, and waits out the tail alone; with
- * (heads, tiles) every head's longest tile goes out in the first wave. */
+ * longest-first count, and its batch-head (or batch-kv-head) bh. The grid
+ * is (tiles, heads) and blocks go out in the order of their linear index L
+ * (x fastest). That order is remapped in groups of g heads: the group's
+ * first tile of every head, then its second of every head, and so on, then
+ * the next group. g = 1 is head after head (the blocks running at once
+ * share a head's K and V in L2, but the last head's longest tile starts
+ * last and waits out the tail alone); g >= heads sends every head's
+ * longest tile out in the first wave (no tail, but the resident blocks
+ * span every head); a group in between keeps both (st_attention_heads_group
+ * picks g). When g does not divide the heads, the last group takes the
+ * rest (g to 2g - 1 heads), so that no group is too small to hide its own
+ * longest tile. A bijection of [0, n heads) onto (i, bh), checked on the
+ * host by test_wgmma_index. */
 struct wg_slot {
   int i, n, bh;
 };
-__device__ __forceinline__ wg_slot wg_block_slot(int hx) {
-  return hx ? wg_slot{(int)blockIdx.y, (int)gridDim.y, (int)blockIdx.x}
-            : wg_slot{(int)blockIdx.x, (int)gridDim.x, (int)blockIdx.y};
+__host__ __device__ __forceinline__ wg_slot wg_slot_at(unsigned L, unsigned n, unsigned heads,
+                                                       unsigned g) {
+  const unsigned groups = heads / g ? heads / g : 1, k = L / (g * n);
+  const unsigned grp = k < groups - 1 ? k : groups - 1, first = grp * g;
+  const unsigned gl = grp == groups - 1 ? heads - first : g; /* heads in this group */
+  const unsigned r = L - first * n, i = r / gl;
+  return wg_slot{(int)i, (int)n, (int)(first + r - i * gl)};
+}
+__device__ __forceinline__ wg_slot wg_block_slot(int g) {
+  return wg_slot_at(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, gridDim.y, (unsigned)g);
 }
 
 /* The dynamic shared memory a kernel may ask for (host side). */
