@@ -154,18 +154,20 @@ static void block_recompute(st_model *m, int l, const void *x, int B, int T) {
   const int BT = B * T;
   st_block_acts *a = &m->blk[l];
   const st_block_params *w = &m->p.h[l];
+  if (m->recompute == ST_RECOMPUTE_NONE) return;
   if (m->recompute == ST_RECOMPUTE_FULL) {
     block_forward(m, l, x, B, T, 1);
-  } else if (m->recompute != ST_RECOMPUTE_NONE) {
-    if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
-      norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
-      norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
-    }
-    if (d.swiglu)
-      op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
-    else
-      op->gelu_forward(a->fch_act, a->fch, (int64_t)BT * d.F);
+    return;
   }
+  if (m->recompute == ST_RECOMPUTE_SELECTIVE) {
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b, BT);
+    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w->ln2_w, w->ln2_b, BT);
+  }
+  /* act and selective: the MLP activation's output from its saved input */
+  if (d.swiglu)
+    op->swiglu_forward(a->fch_act, a->fch, BT, d.F);
+  else
+    op->gelu_forward(a->fch_act, a->fch, (int64_t)BT * d.F);
 }
 
 /* The LM head's weight: lm_head when untied, else wte. */
