@@ -116,6 +116,7 @@ int st_attention_heads_group(int setting, int64_t bnh, int64_t tiles, int sms) {
   else {
     const int64_t slots = 3 * (int64_t)(sms > 0 ? sms : 132);
     g = (2 * slots + tiles) / (tiles + 1); /* ceil(2 slots / (tiles + 1)) */
+    if (g > ST_ATTENTION_HEADS_GROUP_MAX) g = ST_ATTENTION_HEADS_GROUP_MAX;
   }
   return (int)(g < 1 ? 1 : g > bnh ? bnh : g);
 }

@@ -106,17 +106,21 @@ int st_attention_cudnn_min_group(int B, int T, int NH);
  * `tiles` 64-row tiles on a GPU of `sms` SMs (<= 0: 132, an H100's). Returns
  * g in [1, bnh]: 1 is head after head (the blocks running at once share few
  * heads' K and V in L2, but the last head's longest tile runs out the tail
- * alone), bnh every head's longest tile in the first wave.
+ * alone), bnh every head's longest tile in the first wave (no tail, but
+ * the resident blocks span every head).
  * setting: ST_ATTENTION_GRID_AUTO, ST_ATTENTION_GRID_HEADS (bnh) or a
  * group size >= 1 (ST_ATTENTION_GRID=tiles is 1), which is forced.
  * Auto: bnh while bnh <= ST_ATTENTION_HEADS_FIRST_MAX (measured faster:
  * attention_wgmma.cu has the timings); above it the smallest group whose
  * own work hides its longest tile under list scheduling, work / slots >=
  * longest: g n (n + 1) / 2 / slots >= n, so g = ceil(2 slots / (n + 1)),
- * with slots = 3 blocks an SM (the dQ kernel's; dK/dV holds 2). The
- * resident blocks then span about g heads, whose tiles take about
- * 2 slots 4 x 64 x 64 bytes (13 MB at head size 64) of L2 whatever T. */
+ * with slots = 3 blocks an SM (the dQ kernel's; dK/dV holds 2), and at
+ * most ST_ATTENTION_HEADS_GROUP_MAX heads: at T <= 2048 the model asks for
+ * 24-47 heads, and those measured slower than 7 (their resident blocks
+ * span more heads' K and V than L2 keeps), while 7 was the fastest or
+ * within 0.3% of it at every shape timed (attention_wgmma.cu). */
 #define ST_ATTENTION_HEADS_FIRST_MAX 32
+#define ST_ATTENTION_HEADS_GROUP_MAX 7
 #define ST_ATTENTION_GRID_AUTO 0
 #define ST_ATTENTION_GRID_HEADS (-1)
 #define ST_ATTENTION_GRID_BAD (-2)

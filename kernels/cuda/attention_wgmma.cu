@@ -95,7 +95,14 @@ void cuda_attention_wgmma_set_streams(int two) { g_two_streams = two != 0; }
  * against 0.632: with every head in the first wave the resident blocks
  * span every head's K and V, and L2 stops holding them. Hence one group
  * while B x NH <= 32, and above it groups just large enough to hide their
- * own longest tile (their blocks span about 13 MB of tiles at head size 64).
+ * own longest tile, at most 7 heads. Timed on an H100 (2026-12-07, the
+ * same call, two runs each, backward ms, head after head / groups of 4, 7,
+ * 12, 24 / every head): B x NH 384 at T 1024, 0.599 / 0.595, 0.593, 0.593,
+ * 0.600 / 0.858 (groups of 47, the model's uncapped choice, 0.631); 192 at
+ * 2048, 0.935 / 0.933, 0.931, 0.942, 0.935 / 1.110; 48 at 4096, 0.830 /
+ * 0.828, 0.808, 0.814, 0.812 / 0.828; 48 at 8192, 3.007 / 2.994, 2.964,
+ * 2.976, 2.999 / 3.114. In training (GPT-2 124M, bf16, bench/ab_tokens.sh)
+ * groups of 7 against head after head: +0.8% tokens/s at 4 x 8192.
  * ST_ATTENTION_GRID = "heads", "tiles" (groups of one head) or a number of
  * heads a group forces an order (anything else is reported once and leaves
  * the default). Every order gives the same bits: each block's work does
