@@ -49,6 +49,7 @@
 #include "rank/model/model.h"
 #include "rank/model/params.h"
 #include "rank/model/rope.h"
+#include "tests/recompute_check.h"
 #include "tests/tiny_config.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -393,27 +394,15 @@ static void run_steps(int which, st_recompute rec, double *loss, float *grad, si
   st_model_free(&m);
 }
 
+static void run_steps_ctx(void *ctx, st_recompute rec, double *loss, float *grad, size_t *act) {
+  run_steps(*(const int *)ctx, rec, loss, grad, act);
+}
+
 static void test_recompute(void **state) {
   (void)state;
   for (int which = 0; which < 2; which++) {
     const st_model_config cfg = cfg_of(which);
-    const size_t n = (size_t)st_model_num_params(&cfg);
-    enum { NP = ST_RECOMPUTE_POLICIES };
-    float *g[NP];
-    double loss[NP];
-    size_t bytes[NP];
-    for (int p = 0; p < NP; p++) {
-      g[p] = calloc(n, sizeof(float));
-      run_steps(which, (st_recompute)p, &loss[p], g[p], &bytes[p]);
-    }
-    for (int p = 1; p < NP; p++) {
-      assert_true(loss[p] == loss[0]);
-      assert_memory_equal(g[p], g[0], n * sizeof(float));
-    }
-    printf("   %s activation bytes: none %zu, act %zu, selective %zu, full %zu\n",
-           name_of(which), bytes[0], bytes[1], bytes[2], bytes[3]);
-    for (int p = 1; p < NP; p++) assert_true(bytes[p] < bytes[p - 1]);
-    for (int p = 0; p < NP; p++) free(g[p]);
+    recompute_check(name_of(which), (size_t)st_model_num_params(&cfg), run_steps_ctx, &which);
   }
 }
 

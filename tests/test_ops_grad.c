@@ -15,6 +15,7 @@
 #include "kernels/ops.h"
 #include "rank/model/model.h"
 #include "tests/fd_check.h"
+#include "tests/recompute_check.h"
 #include "util/rng.h"
 
 static const st_ops *ops;
@@ -264,24 +265,15 @@ static void run_policy(st_recompute rec, double *loss, float *grad, size_t *act_
   st_model_free(&m);
 }
 
+static void run_policy_ctx(void *ctx, st_recompute rec, double *loss, float *grad,
+                           size_t *act_bytes) {
+  (void)ctx;
+  run_policy(rec, loss, grad, act_bytes);
+}
+
 static void test_recompute(void **state) {
   (void)state;
-  enum { NP = ST_RECOMPUTE_POLICIES };
-  size_t n = 1 << 16, bytes[NP];
-  double loss[NP];
-  float *g[NP];
-  for (int p = 0; p < NP; p++) {
-    g[p] = calloc(n, sizeof(float));
-    run_policy((st_recompute)p, &loss[p], g[p], &bytes[p]);
-  }
-  for (int p = 1; p < NP; p++) {
-    assert_true(loss[p] == loss[0]);
-    assert_memory_equal(g[p], g[0], n * sizeof(float));
-  }
-  printf("activation bytes: none %zu, act %zu, selective %zu, full %zu\n", bytes[0], bytes[1],
-         bytes[2], bytes[3]);
-  for (int p = 1; p < NP; p++) assert_true(bytes[p] < bytes[p - 1]);
-  for (int p = 0; p < NP; p++) free(g[p]);
+  recompute_check("gpt2", 1 << 16, run_policy_ctx, NULL);
 }
 
 int main(void) {

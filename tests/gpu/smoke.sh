@@ -240,20 +240,8 @@ for spec in "bf16 cudnn 1 selective" "bf16 flash 2 full" "fp16 cudnn 0 full" \
   check "$name" 12 "$B" train "${TINY[@]}" --precision $1 --attention $2 --zero $3 \
     --recompute $4 --resume none --out "$W/$name"
 done
-# Full recompute reruns each block up to its down projection with the same
-# kernels as the forward: every loss identical to --recompute none's.
-for run in bf16-flash-z2 fp16-cudnn-z0 fp32-flash-z0; do
-  if [ -s "$W/tiny-$run-full/metrics.jsonl" ] && [ -s "$W/tiny-$run/metrics.jsonl" ] &&
-     [ "$(losses "$W/tiny-$run-full")" = "$(losses "$W/tiny-$run")" ]; then
-    ok "tiny-$run-full-equals-none" "12 losses identical"
-  else
-    bad "tiny-$run-full-equals-none" "--recompute full's losses differ from none's"
-  fi
-done
-# act rebuilds only the MLP activation, from the same stored fc output and
-# with the same unfused GELU/SwiGLU as selective's forward and recompute:
-# every loss identical to selective's.
-same_losses() { # NAME RUN_A RUN_B
+# Two runs' losses, every one identical (NAME RUN_A RUN_B, runs under $W).
+same_losses() {
   if [ -s "$W/$2/metrics.jsonl" ] && [ -s "$W/$3/metrics.jsonl" ] &&
      [ "$(losses "$W/$2")" = "$(losses "$W/$3")" ]; then
     ok "$1" "losses identical"
@@ -261,6 +249,14 @@ same_losses() { # NAME RUN_A RUN_B
     bad "$1" "$2's losses differ from $3's"
   fi
 }
+# Full recompute reruns each block up to its down projection with the same
+# kernels as the forward: every loss identical to --recompute none's.
+for run in bf16-flash-z2 fp16-cudnn-z0 fp32-flash-z0; do
+  same_losses "tiny-$run-full-equals-none" "tiny-$run-full" "tiny-$run"
+done
+# act rebuilds only the MLP activation, from the same stored fc output and
+# with the same unfused GELU/SwiGLU as selective's forward and recompute:
+# every loss identical to selective's.
 for run in bf16-cudnn-z1 fp16-flash-z1; do
   same_losses "tiny-$run-act-equals-selective" "tiny-$run-act" "tiny-$run-selective"
 done
