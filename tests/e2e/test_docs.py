@@ -1,6 +1,6 @@
 """What a new user meets in README.md and docs/: no path that points outside
 the repository, every repository path they name exists, docs/tests.md names
-every test of the suite, commands call the
+every test of the suite, `train --help` names every flag train takes, commands call the
 binary where the build puts it (build/shardtrain), and two examples run as
 written: the 4-rank mpirun block (with a small --steps) and the h5py line
 against a real checkpoint, printing what the README says it prints."""
@@ -52,6 +52,17 @@ for tok in re.findall(r"`([\w{},]+)`", text["docs/tests.md"]):
 check(len(suite) > 50, f"ctest -N in the build directory lists the suite ({len(suite)} tests)")
 missing = [t for t in suite if t not in named]
 check(not missing, f"docs/tests.md names every ctest test (missing: {missing[:6]})")
+
+# 1c. `train --help` names every flag train takes (launcher/cli.c's k_flags,
+# the list "did you mean" suggests from): a flag it omits exists only for
+# those who read the source (--enforce-gpu-mem did until 2026-12-07).
+cli = open(os.path.join(ROOT, "launcher", "cli.c")).read()
+k = re.search(r"k_flags\[\] = \{(.*?)NULL\};", cli, re.S)
+flags = re.findall(r'"(--[\w-]+)"', k.group(1)) if k else []
+check(len(flags) > 50, f"launcher/cli.c's k_flags lists train's flags ({len(flags)})")
+helptext = run([a.bin, "train", "--help"]).stdout
+absent = [f for f in flags if f != "--help" and not re.search(re.escape(f) + r"(?![\w-])", helptext)]
+check(not absent, f"train --help names every flag train takes (missing: {absent[:6]})")
 
 readme = text["README.md"]
 # 2. Commands call build/shardtrain: a fresh clone has no shardtrain on PATH.
