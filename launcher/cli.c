@@ -610,7 +610,7 @@ void st_cli_print_train_usage(void) {
       "            once every rank has flushed, as with off; default on; docs/checkpoints.md)\n"
       "          --keep-last N (keep the newest N complete checkpoints and every one holding a\n"
       "            file named keep; 0: keep all, the default)\n"
-      "          --val-seqs N (256)  --log-every N (1)  --seed S (1337)\n"
+      "          --val-seqs N (256; 0: none)  --log-every N (1)  --seed S (1337)\n"
       "          --val-data FILE (for .bin data)  --stop-after STEP  --dump-params FILE  --json\n"
       "          --dump-grads EVERY[:PATTERN] (every EVERY-th step's reduced gradients, before and\n"
       "            after clipping, with per-tensor norms, into RUN/grads/step_N/ in the checkpoint\n"

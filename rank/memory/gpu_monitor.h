@@ -49,8 +49,13 @@ void st_gpu_monitor_sample(st_gpu_monitor *m, st_mem_sample *s);
 /* The memory the warning threshold is checked on, in order of preference:
  * NVML's used/total, cudaMemGetInfo's, then the process's RSS against the
  * machine's physical memory. *what names it ("GPU memory (NVML)"). 0 when
- * nothing could be read. */
-int st_mem_sample_usage(const st_mem_sample *s, uint64_t *used, uint64_t *total,
+ * nothing could be read.
+ * held: bytes of the device that --enforce-gpu-mem holds above --gpu-mem
+ * (0 without it). A GPU reading then leaves them out of both used and
+ * total, so that the fraction is of the cap, as on a card of that size:
+ * the hold is not use, and counted as use it put every capped run above
+ * 0.9 from its first step. RSS readings are not touched. */
+int st_mem_sample_usage(const st_mem_sample *s, uint64_t held, uint64_t *used, uint64_t *total,
                         const char **what);
 
 /* Unload NVML (nvmlShutdown, dlclose). Safe on a monitor never opened. */

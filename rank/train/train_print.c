@@ -142,7 +142,8 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
   if (tr->train.n > 1)
     printf(" in %d shards, %s", tr->train.n, tr->shuffle ? "shuffled (seeded, per epoch)"
                                                           : "in order (--shuffle off)");
-  if (tr->val.n && !rc->val_data[0])
+  if (tr->val.n && rc->val_seqs == 0) printf(", validation off (--val-seqs 0)");
+  else if (tr->val.n && !rc->val_data[0])
     printf(", %lld val tokens (%s /val split)", (long long)tr->nval,
            tr->val.n > 1 ? "their" : "its");
   else if (tr->val.n) printf(", %lld val tokens (%s)", (long long)tr->nval, rc->val_data);

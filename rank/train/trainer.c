@@ -579,7 +579,8 @@ static void log_step(trainer *tr, double loss, double norm, float lr, int skippe
 }
 
 static int run_validation(trainer *tr) {
-  if (!tr->val.n) return 0;
+  /* --val-seqs 0 asks for none: a mean over no tokens is not a loss */
+  if (!tr->val.n || tr->rc->val_seqs == 0) return 0;
   double vl;
   int code = validate(tr, &vl);
   if (code) return code;
@@ -688,7 +689,7 @@ static void monitor_sample(trainer *tr) {
   const float limit = tr->rc->mem_warn_fraction;
   uint64_t used, total;
   const char *what;
-  if (limit <= 0 || !st_mem_sample_usage(m, &used, &total, &what)) return;
+  if (limit <= 0 || !st_mem_sample_usage(m, tr->gpu_mem_held, &used, &total, &what)) return;
   const int over = (double)used > limit * (double)total;
   if (over && !tr->mem_over) {
     char a[32], b[32], c[32];
@@ -796,6 +797,8 @@ int st_train(st_run_config *rc, const st_env *env, st_comm *comm) {
       char frac[32]; /* as typed: 0.9, not 0.899999976 */
       snprintf(frac, sizeof frac, "%.6g", rc->mem_warn_fraction);
       cJSON_AddNumberToObject(mon, "mem_warn_fraction", strtod(frac, NULL));
+      /* the device readings below count it as used: say how much it is */
+      if (tr.gpu_mem_held) cJSON_AddNumberToObject(mon, "held_bytes", (double)tr.gpu_mem_held);
       char *ms = cJSON_PrintUnformatted(mon);
       if (ms) fprintf(tr.metrics, ",\"monitor\":%s", ms);
       cJSON_free(ms);

@@ -8,8 +8,8 @@ backend allocates everything at setup, so what remains is the C library's
 and HDF5's own bookkeeping (page-granular, settled during the first epoch's
 first checkpoint). The check is shown to work: the same run with
 ST_FAULT_LEAK_KIB (64 KiB leaked per step, ~2 MiB per epoch) must fail it.
-Also: the monitor says once what it reports, and --mem-warn-fraction warns
-once per crossing, not every step."""
+Also: the monitor says once what it reports, --mem-warn-fraction warns
+once per crossing, not every step, and --val-seqs 0 runs no validation."""
 import json
 import os
 import re
@@ -100,3 +100,16 @@ check("above --mem-warn-fraction 1e-06" in r.stderr and "the plan was" in r.stde
 r = train(a, NP, cmd(W("nowarn"), ["--mem-warn-fraction", "0", "--steps", 3]))
 check("warning" not in r.stderr and "no warning (--mem-warn-fraction 0)" in r.stdout,
       "--mem-warn-fraction 0: no warning")
+
+# 4. --val-seqs 0 turns validation off: no validation line, no val_loss in
+#    metrics.jsonl, and the end says n/a (it once printed a "val loss 0.0000"
+#    over no tokens).
+out = W("noval")
+r = train(a, NP, cmd(out, ["--val-seqs", "0", "--steps", 3, "--val-every", 1]))
+lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+check("validation off (--val-seqs 0)" in r.stdout, "the configuration block says validation is off")
+check("val    step" not in r.stdout and not any("val_loss" in d and d["val_loss"] is not None
+                                                for d in lines),
+      "--val-seqs 0: no validation ran, none logged")
+check(re.search(r"^done: step 3, train loss [0-9.]+, val loss n/a", r.stdout, re.M) is not None,
+      "--val-seqs 0: the done line says val loss n/a")
