@@ -45,16 +45,29 @@ static int g_groups = 1;
 
 void cuda_attention_wgmma_set_groups(int groups) { g_groups = groups == 2 ? 2 : 1; }
 
+/* The device's properties the kernels depend on, read once: whether it is
+ * sm_90 (the wgmma and setmaxnreg instructions) and its SM count (the
+ * block order, below). sms is -1 when it could not be read. */
+static struct {
+  int read, hopper, sms;
+} g_dev;
+
+static void device_props(void) {
+  if (g_dev.read) return;
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  const int have = cudaGetDevice(&dev) == cudaSuccess;
+  g_dev.hopper = have &&
+                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                 major == 9 && minor == 0;
+  g_dev.sms = have && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess
+                  ? sms : -1;
+  g_dev.read = 1;
+}
+
 int cuda_attention_wgmma_takes(int B, int hs, int NH, st_dtype dt) {
-  static int hopper = -1;
-  if (hopper < 0) {
-    int dev = 0, major = 0, minor = 0;
-    hopper = cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-             major == 9 && minor == 0;
-  }
-  return hopper && (dt == ST_BF16 || dt == ST_FP16) && (hs == 64 || hs == 128) &&
+  device_props();
+  return g_dev.hopper && (dt == ST_BF16 || dt == ST_FP16) && (hs == 64 || hs == 128) &&
          (int64_t)B * NH <= 65535;
 }
 
@@ -107,10 +120,11 @@ void cuda_attention_wgmma_set_streams(int two) { g_two_streams = two != 0; }
  * heads a group forces an order (anything else is reported once and leaves
  * the default). Every order gives the same bits: each block's work does
  * not depend on when it runs. */
-static int g_grid = -3; /* -3 env not read; else st_attention_grid_parse's */
+#define GRID_UNREAD (-3) /* ST_ATTENTION_GRID not read yet */
+static int g_grid = GRID_UNREAD; /* else st_attention_grid_parse's result */
 
 static int grid_setting(void) {
-  if (g_grid == -3) {
+  if (g_grid == GRID_UNREAD) {
     const char *e = getenv("ST_ATTENTION_GRID");
     g_grid = st_attention_grid_parse(e);
     if (g_grid == ST_ATTENTION_GRID_BAD) {
@@ -123,19 +137,14 @@ static int grid_setting(void) {
 }
 
 void cuda_attention_wgmma_set_grid(int group) {
-  g_grid = group == -1 ? ST_ATTENTION_GRID_HEADS : group < 0 ? -3 : group;
+  /* ST_ATTENTION_GRID_HEADS is -1: it and every group size stand as given */
+  g_grid = group < ST_ATTENTION_GRID_HEADS ? GRID_UNREAD : group;
 }
 
 /* The heads a group for bnh heads of `tiles` tiles on this GPU. */
 static int wg_heads_group(int64_t bnh, unsigned tiles) {
-  static int sms;
-  if (!sms) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      sms = -1; /* st_attention_heads_group's default */
-  }
-  return st_attention_heads_group(grid_setting(), bnh, tiles, sms);
+  device_props(); /* sms -1: st_attention_heads_group's default */
+  return st_attention_heads_group(grid_setting(), bnh, tiles, g_dev.sms);
 }
 
 /* The side stream and its two events, made once; 0 when any of them could
