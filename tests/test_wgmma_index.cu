@@ -96,30 +96,34 @@ static void test_walk(void) {
   check(bad == 0, "the walk's counters equal m / per and m % per", bad, 0, 0);
 }
 
+/* The order wg_slot_at must give, built from its definition: heads / g
+ * groups of g heads (at least one; the last takes the rest), one after the
+ * other; inside a group, tile 0 of every head, then tile 1 of every head,
+ * and so on. Groups of 1 are the old "tiles first", one group of every
+ * head the old "heads first". */
 static void test_block_order(void) {
-  static unsigned char seen[70 * 70];
+  static int want_i[70 * 70], want_bh[70 * 70];
   int bad = 0, order = 0;
   for (unsigned n = 1; n <= 70; n += 3)
     for (unsigned heads = 1; heads <= 70; heads++)
       for (unsigned g = 1; g <= heads + 2; g++) {
-        memset(seen, 0, (size_t)n * heads);
-        int prev_bh = -1, prev_i = -1;
-        for (unsigned L = 0; L < n * heads; L++) {
+        const unsigned groups = heads / g ? heads / g : 1;
+        unsigned L = 0;
+        for (unsigned k = 0; k < groups; k++) {
+          const unsigned h0 = k * g, h1 = k + 1 == groups ? heads : h0 + g;
+          for (unsigned i = 0; i < n; i++)
+            for (unsigned h = h0; h < h1; h++, L++) want_i[L] = (int)i, want_bh[L] = (int)h;
+        }
+        bad += L != n * heads;
+        for (L = 0; L < n * heads; L++) {
           const wg_slot s = wg_slot_at(L, n, heads, g);
-          const int in = s.i >= 0 && s.i < (int)n && s.bh >= 0 && s.bh < (int)heads && s.n == (int)n;
-          bad += !in || seen[s.bh * n + s.i]++;
-          if (g == 1) order += s.i != (int)(L % n) || s.bh != (int)(L / n);
-          if (g >= heads) order += s.i != (int)(L / heads) || s.bh != (int)(L % heads);
-          /* inside a group (not the last, which may be longer): the same
-           * tile of the next head, or the next tile of the group's first */
-          if (L > 0 && s.bh / (int)g == prev_bh / (int)g && (unsigned)s.bh / g + 1 < heads / g)
-            order += !((s.i == prev_i && s.bh == prev_bh + 1) ||
-                       (s.i == prev_i + 1 && s.bh == s.bh / (int)g * (int)g));
-          prev_bh = s.bh, prev_i = s.i;
+          bad += s.n != (int)n;
+          order += s.i != want_i[L] || s.bh != want_bh[L];
         }
       }
-  check(bad == 0, "every (tile, head) once, for every group size", bad, 0, 0);
-  check(order == 0, "the order within groups, and of groups of 1 and of all heads", order, 0, 0);
+  check(bad == 0, "every group size covers every (tile, head) of the grid", bad, 0, 0);
+  check(order == 0, "every block in the order of its group (of 1, of g, of all heads)", order, 0,
+        0);
 }
 
 int main(void) {
