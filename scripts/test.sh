@@ -18,10 +18,10 @@ usage: scripts/test.sh [CTEST_ARGS...]
   analysis (clang-tidy's analyzer over every C file), sanitizers (an
   ASan + UBSan build of the CPU backend in build-asan/, its tests).
   ST_SKIP_ANALYSIS=1, ST_SKIP_SANITIZERS=1: leave that stage out.
-  About 16-27 minutes on two cores from a clean clone, packages already
-  installed: 965 s with CI=true on idle cores (build 34 s, ctest 467 s,
-  static analysis 48 s, sanitizers 416 s) up to 1,614 s for a clean
-  clone's CI=true run (README, "Tests").
+  About 16-30 minutes on two otherwise idle cores from a clean clone,
+  packages already installed: 965 s with CI=true (build 34 s, ctest 467 s,
+  static analysis 48 s, sanitizers 416 s) up to 1,711 s for CI's own run;
+  longer when the cores are shared (README, "Tests").
 EOF_HELP
   exit 0
 fi
