@@ -2,7 +2,8 @@
  * (rank/train/resume_config.c), from the real flag parser (launcher/cli.c) and
  * the real config writer (rank/train/run_config.c): settings not given come from
  * the checkpoint, given ones override and are listed, the cosine horizon
- * follows --steps unless it was set apart, model-defining settings are
+ * follows --steps unless it was set apart, a warmup capped to the horizon
+ * stays capped, model-defining settings are
  * refused with exit 3 naming the flag, auto-fit keeps choosing what it
  * chooses, --steps below the checkpoint's step is a usage error, and the
  * source's bos/eos/pad ids are the checkpoint's.
@@ -110,6 +111,36 @@ static void test_a_horizon_set_apart_is_kept(void **state) {
   assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, &note), 0);
   assert_int_equal((int)rc.optim.total_steps, 20);
   assert_null(strstr(note.text, "cosine"));
+  free(note.json);
+}
+
+/* A warmup the run capped to its horizon (README, --warmup) is what the run
+ * trained with, and a resume with more --steps keeps it: the checkpoint's
+ * config holds the capped length. --warmup on the resume sets another and is
+ * listed like any override. */
+static void test_a_capped_warmup_stays_capped(void **state) {
+  (void)state;
+  st_ckpt_meta meta;
+  written("--data d.h5 --model tiny --seq-len 32 --micro-batch 2 --global-batch 8 "
+          "--warmup 10 --steps 6", 6, 1, &meta);
+  assert_non_null(strstr(meta.config_json, "\"warmup_steps\":6"));
+  st_run_config rc;
+  parse("--data d.h5 --steps 12", &rc);
+  st_resume_note note;
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, &note), 0);
+  assert_int_equal(rc.optim.warmup_steps, 6);
+  assert_int_equal((int)rc.optim.total_steps, 12);
+  assert_null(strstr(note.text, "--warmup"));
+  free(note.json);
+  parse("--data d.h5 --steps 12 --warmup 10", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, &note), 0);
+  assert_int_equal(rc.optim.warmup_steps, 10);
+  assert_non_null(strstr(note.text, "--steps 6 -> 12, --warmup 6 -> 10"));
+  free(note.json);
+  /* given, but longer than the resumed horizon too: capped to it again */
+  parse("--data d.h5 --steps 8 --warmup 10", &rc);
+  assert_int_equal(st_resume_config_apply(&rc, &meta, "S", 1, &note), 0);
+  assert_int_equal(rc.optim.warmup_steps, 8);
   free(note.json);
 }
 
@@ -304,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_settings_not_given_come_from_the_checkpoint),
       cmocka_unit_test(test_given_settings_override_and_are_listed),
       cmocka_unit_test(test_a_horizon_set_apart_is_kept),
+      cmocka_unit_test(test_a_capped_warmup_stays_capped),
       cmocka_unit_test(test_model_defining_settings_are_refused),
       cmocka_unit_test(test_architecture_comes_from_the_checkpoint),
       cmocka_unit_test(test_old_checkpoint_resumes_as_gpt2),
