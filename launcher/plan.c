@@ -341,6 +341,11 @@ static void print_table(const st_plan_options *o, const st_plan_input *in,
     row("host total", p->host_total, "train checks it against MemAvailable / ranks per node");
     printf("\n");
   }
+  if (p->capped != p->total) { /* the CPU backend: the offloaded state is the rank's own memory */
+    row("counted against --gpu-mem", p->capped,
+        "total + host total: on the CPU both are this rank's memory");
+    printf("\n");
+  }
   if (p->fits < 0) {
     if (cuda)
       printf("GPU memory: not checked (give --gpu-mem SIZE; no GPU is visible here to read it "
@@ -372,18 +377,19 @@ static int print_smallest_change(const st_plan_input *in, int global_batch) {
   if (f.found) {
     st_plan_describe_change(in, &f.choice.in, global_batch, change, sizeof change);
     printf("The smallest change that fits: %s (plan %s).\n", change,
-           human(f.choice.plan.total, h, sizeof h));
+           human(f.choice.plan.capped, h, sizeof h));
   } else {
     printf("Nothing fits on %d rank(s): even micro-batch %d, recompute %s, ZeRO %d needs %s. Use "
            "more --ranks, a shorter --seq-len, a smaller model or %s.\n", in->world,
            f.least.in.micro_batch, st_recompute_name(f.least.in.recompute),
-           f.least.in.zero_stage, human(f.least.plan.total, h, sizeof h),
+           f.least.in.zero_stage, human(f.least.plan.capped, h, sizeof h),
            in->backend == ST_BACKEND_CUDA ? "a larger GPU" : "a larger --gpu-mem");
     printf("Add --fit to these flags to see what each choice needs (docs/memory.md).\n");
     return 0;
   }
-  printf("Add --fit to these flags to choose micro-batch, recompute, ZeRO stage and offload by "
-         "estimated step time (train --auto-fit applies the same choice; docs/memory.md).\n");
+  printf("Add --fit to these flags to choose micro-batch, recompute, ZeRO stage%s by estimated "
+         "step time (train --auto-fit applies the same choice; docs/memory.md).\n",
+         in->backend == ST_BACKEND_CUDA ? " and offload" : "");
   return 0;
 }
 
@@ -426,8 +432,9 @@ static void print_fit(const st_plan_fit_query *q, const st_plan_fit *f, const ch
   if (!f->found) {
     st_plan_choice_describe(&f->least, d, sizeof d);
     printf("        NOTHING FITS. The least memory any choice needs: %s, over by %s.\n"
-           "        Use more ranks (ZeRO 1 and 2 divide the optimizer state, ZeRO 2 the "
-           "gradients too),\n        a shorter --seq-len, a smaller model or %s.\n\n",
+           "        Use more ranks (ZeRO 1-3 divide the optimizer state, ZeRO 2 and 3 the "
+           "gradients too, ZeRO 3 the weights),\n        a shorter --seq-len, a smaller model "
+           "or %s.\n\n",
            d, human((uint64_t)-f->least.plan.spare, h1, sizeof h1),
            cuda ? "a larger GPU" : "a larger --gpu-mem");
     if (q->base.grad_bf16)

@@ -823,6 +823,18 @@ static void test_sizes(void **state) {
     assert_non_null(strstr(st_error_msg(), "--gpu-mem"));
     assert_int_equal(st_error_exit_code(), ST_EXIT_USAGE);
   }
+  /* the message names what is wrong: the number, the missing unit, the unit */
+  const struct {
+    const char *text, *says;
+  } why[] = {{"0GiB", "more than 0"},        {"-5GiB", "more than 0"},
+             {"24gib", "does not read"},     {"16EiB", "does not read"},
+             {"17179869184GiB", "64-bit"},   {"24", "with a unit"},
+             {"banana", "with a unit"}};
+  for (size_t i = 0; i < sizeof why / sizeof why[0]; i++) {
+    assert_int_equal(st_plan_parse_size("--gpu-mem", why[i].text, &b), -1);
+    if (!strstr(st_error_msg(), why[i].says))
+      fail_msg("'%s': '%s' does not say '%s'", why[i].text, st_error_msg(), why[i].says);
+  }
 }
 
 int main(void) {

@@ -179,24 +179,23 @@ void st_gpu_monitor_sample(st_gpu_monitor *m, st_mem_sample *s) {
 
 /* Leave the hold out of a device reading; a reading below the hold (a
  * hold that failed to stay, or counters read at different times) is 0. */
-static void less_held(uint64_t held, uint64_t *used, uint64_t *total) {
-  *used = *used > held ? *used - held : 0;
-  *total = *total > held ? *total - held : 0;
-}
-
 int st_mem_sample_usage(const st_mem_sample *s, uint64_t held, uint64_t *used, uint64_t *total,
                         const char **what) {
+  /* The first GPU source whose total exceeds the hold; the hold comes off
+   * both numbers once, so the fraction is of the cap (a source's total at or
+   * below the hold would read nothing, hence the next source). */
+  uint64_t u = 0, t = 0;
+  const char *w = NULL;
   if (s->have_nvml && s->gpu_total_bytes > held) {
-    *used = s->gpu_used_bytes, *total = s->gpu_total_bytes;
-    *what = held ? "GPU memory (NVML) less --enforce-gpu-mem's hold" : "GPU memory (NVML)";
-    less_held(held, used, total);
-    return 1;
+    u = s->gpu_used_bytes, t = s->gpu_total_bytes;
+    w = held ? "GPU memory (NVML) less --enforce-gpu-mem's hold" : "GPU memory (NVML)";
+  } else if (s->have_cuda && s->cuda_total_bytes > held) {
+    u = s->cuda_used_bytes, t = s->cuda_total_bytes;
+    w = held ? "GPU memory (cudaMemGetInfo) less --enforce-gpu-mem's hold"
+             : "GPU memory (cudaMemGetInfo)";
   }
-  if (s->have_cuda && s->cuda_total_bytes > held) {
-    *used = s->cuda_used_bytes, *total = s->cuda_total_bytes;
-    *what = held ? "GPU memory (cudaMemGetInfo) less --enforce-gpu-mem's hold"
-                 : "GPU memory (cudaMemGetInfo)";
-    less_held(held, used, total);
+  if (w) {
+    *used = u > held ? u - held : 0, *total = t - held, *what = w;
     return 1;
   }
   if (s->rss_bytes && s->host_total_bytes) {

@@ -145,7 +145,7 @@ static int least_over_zero(const search *s, int B, int r, const st_plan_choice *
     st_plan_choice c;
     if (plan_at(s, B, r, s->stages[k], &c)) return -1;
     if (rank_cmp(s, &c, like) >= 0) continue;
-    if (!have || c.plan.total < best->plan.total) *best = c;
+    if (!have || c.plan.capped < best->plan.capped) *best = c;
     have = 1;
   }
   return have;
@@ -161,9 +161,9 @@ static int fit_search(const search *s, st_plan_fit *out) {
         st_plan_choice c;
         if (plan_at(s, s->batches[i], r, s->stages[k], &c)) return -1;
         out->candidates++;
-        if (!have_least || c.plan.total < out->least.plan.total) out->least = c;
+        if (!have_least || c.plan.capped < out->least.plan.capped) out->least = c;
         have_least = 1;
-        if (!out->has_least_with[r] || c.plan.total < out->least_with[r].plan.total)
+        if (!out->has_least_with[r] || c.plan.capped < out->least_with[r].plan.capped)
           out->least_with[r] = c;
         out->has_least_with[r] = 1;
         if (!c.plan.fits) continue;
@@ -270,7 +270,7 @@ void st_plan_choice_describe(const st_plan_choice *c, char *out, size_t cap) {
   snprintf(out, cap, "micro-batch %d x grad-accum %d, recompute %s, ZeRO %d%s (cost %.2f): %s",
            c->in.micro_batch, c->accum, st_recompute_name(c->in.recompute), c->in.zero_stage,
            c->in.offload ? ", offload optimizer" : "", c->cost,
-           st_format_bytes(c->plan.total, h, sizeof h));
+           st_format_bytes(c->plan.capped, h, sizeof h));
 }
 
 /* Append one line to out. */
@@ -318,7 +318,7 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
     c = &f->larger_batch;
     line(out, cap, indent, "micro-batch %d with recompute %s would cost %.2f but does not fit: "
          "%s at least (ZeRO %d), over by %s", c->in.micro_batch,
-         st_recompute_name(c->in.recompute), c->cost, st_format_bytes(c->plan.total, h1, sizeof h1),
+         st_recompute_name(c->in.recompute), c->cost, st_format_bytes(c->plan.capped, h1, sizeof h1),
          c->in.zero_stage, st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
   } else {
     line(out, cap, indent, "micro-batch %d is the largest %s", ch->in.micro_batch,
@@ -330,7 +330,7 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
     c = &f->cheaper_recompute;
     line(out, cap, indent, "recompute %s at micro-batch %d would cost %.2f but does not fit: %s "
          "at least (ZeRO %d), over by %s", st_recompute_name(c->in.recompute), c->in.micro_batch,
-         c->cost, st_format_bytes(c->plan.total, h1, sizeof h1), c->in.zero_stage,
+         c->cost, st_format_bytes(c->plan.capped, h1, sizeof h1), c->in.zero_stage,
          st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
   }
   for (int r = q->base.recompute; r <= ST_RECOMPUTE_FULL; r++) {
@@ -340,14 +340,14 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
       line(out, cap, indent, "recompute %s: the best that fits is micro-batch %d x grad-accum %d, "
            "ZeRO %d (%s), cost %.2f, %s %.2f", st_recompute_name((st_recompute)r),
            c->in.micro_batch, c->accum, c->in.zero_stage,
-           st_format_bytes(c->plan.total, h1, sizeof h1), c->cost,
+           st_format_bytes(c->plan.capped, h1, sizeof h1), c->cost,
            c->cost > ch->cost ? "more than" : "as much as (and ranks below)", ch->cost);
     } else if (f->has_least_with[r] &&
                !(f->has_cheaper_recompute && r == (int)ch->in.recompute - 1)) {
       c = &f->least_with[r];
       line(out, cap, indent, "recompute %s does not fit at any micro-batch: %s at least "
            "(micro-batch %d, ZeRO %d), over by %s", st_recompute_name((st_recompute)r),
-           st_format_bytes(c->plan.total, h1, sizeof h1), c->in.micro_batch, c->in.zero_stage,
+           st_format_bytes(c->plan.capped, h1, sizeof h1), c->in.micro_batch, c->in.zero_stage,
            st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
     }
   }
@@ -355,7 +355,7 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
     c = &f->lower_zero;
     line(out, cap, indent, "ZeRO %d%s does not fit: %s, over by %s", c->in.zero_stage,
          c->in.offload ? " with the optimizer offloaded" : "",
-         st_format_bytes(c->plan.total, h1, sizeof h1),
+         st_format_bytes(c->plan.capped, h1, sizeof h1),
          st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
   } else if (q->search_zero == 1) {
     line(out, cap, indent, "ZeRO %d is the lowest stage", ch->in.zero_stage);

@@ -276,12 +276,13 @@ int st_memory_plan_make(const st_plan_input *in, st_memory_plan *p) {
   p->arena = p->weights + p->grads + p->acts.total + p->grad_shard + p->master + p->adam_m +
              p->adam_v + p->tokens + p->cublaslt + p->scratch + p->attn_workspace;
   p->total = p->arena + p->nccl + p->context;
+  p->capped = p->total + (in->backend == ST_BACKEND_CPU ? p->host_total : 0);
   p->fits = -1;
   if (in->gpu_mem > 0) {
     const uint64_t keep = (uint64_t)ceil((double)in->gpu_mem * in->headroom_pct / 100.0);
     p->usable = in->gpu_mem > keep ? in->gpu_mem - keep : 0;
-    p->spare = (int64_t)p->usable - (int64_t)p->total;
-    p->fits = p->total <= p->usable;
+    p->spare = (int64_t)p->usable - (int64_t)p->capped;
+    p->fits = p->capped <= p->usable;
   }
   return 0;
 }
@@ -344,6 +345,20 @@ int st_plan_parse_size(const char *flag, const char *text, uint64_t *out) {
       st_parse_bytes(text, &b) == 0 && b > 0) {
     *out = b;
     return 0;
+  }
+  /* say which part is wrong: the number, the missing unit, or the unit */
+  if (end != text && isfinite(v) && v <= 0)
+    return st_error_setc(ST_EXIT_USAGE, "%s must be more than 0 bytes, e.g. 24GiB; got '%s'",
+                         flag, text);
+  if (end != text && isfinite(v) && strpbrk(end, "BKMGTbkmgt")) {
+    char unit_alone[32];
+    snprintf(unit_alone, sizeof unit_alone, "1%s", end);
+    if (st_parse_bytes(unit_alone, &b) == 0)
+      return st_error_setc(ST_EXIT_USAGE, "%s: '%s' is more bytes than a 64-bit count holds; "
+                           "give the memory to use, e.g. 24GiB", flag, text);
+    return st_error_setc(ST_EXIT_USAGE, "%s: '%s' has a unit shardtrain does not read; units "
+                         "are B, kB/KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB or K, M, "
+                         "G, T (powers of 1024), in that case; e.g. 24GiB", flag, text);
   }
   return st_error_setc(ST_EXIT_USAGE, "%s expects a size with a unit, e.g. 24GiB, 80GB, "
                                       "81559MiB or 24G (binary); got '%s'", flag, text);

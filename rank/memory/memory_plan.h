@@ -184,8 +184,11 @@ typedef struct {
    * offloaded optimizer's) */
   uint64_t host_ckpt_staging;
   /* against gpu_mem */
+  uint64_t capped;        /* the bytes gpu_mem caps: total, and on the CPU backend host_total
+                           * too (--offload optimizer there moves the state into the same
+                           * memory, the rank's own) */
   uint64_t usable;        /* gpu_mem less the headroom */
-  int64_t spare;          /* usable - total; negative when it does not fit */
+  int64_t spare;          /* usable - capped; negative when it does not fit */
   int fits;               /* 1 or 0; -1 when gpu_mem is 0 */
 } st_memory_plan;
 

@@ -193,7 +193,7 @@ static int setup_auto_fit(trainer *tr, st_plan_input *in, uint64_t cap) {
                          "docs/memory.md)", st_format_bytes(ch->plan.usable, a, sizeof a),
                          tr->plan_source, in->headroom_pct, rc->global_batch, tr->comm->world,
                          ch->in.micro_batch, st_recompute_name(ch->in.recompute),
-                         ch->in.zero_stage, st_format_bytes(ch->plan.total, b, sizeof b),
+                         ch->in.zero_stage, st_format_bytes(ch->plan.capped, b, sizeof b),
                          rc->auto_fit == 2 ? "" : ", --auto-fit-zero",
                          st_run_grad_bf16(rc) ? " (--grad-dtype bf16 allows only one micro-step "
                                                 "a step: --grad-dtype fp32 lets it accumulate)"
@@ -207,7 +207,7 @@ static int setup_auto_fit(trainer *tr, st_plan_input *in, uint64_t cap) {
            "             %s%s\n%s\n", ch->in.micro_batch, ch->accum,
            st_recompute_name(ch->in.recompute), ch->in.zero_stage,
            rc->auto_fit == 2 ? " (stage chosen: --auto-fit-zero)" : " (stage as given)",
-           st_format_bytes(ch->plan.total, a, sizeof a),
+           st_format_bytes(ch->plan.capped, a, sizeof a),
            st_format_bytes(ch->plan.usable, b, sizeof b), tr->plan_source, in->headroom_pct,
            st_format_bytes((uint64_t)ch->plan.spare, c, sizeof c),
            change[0] ? "changed from the flags: " : "the flags' own settings fit and cost least",
@@ -327,14 +327,14 @@ int st_trainer_memory_check(trainer *tr) {
   st_error_code(ST_EXIT_MEMORY);
   char what[512], change[300];
   snprintf(what, sizeof what, "the memory plan needs %s per rank, %s is usable (%s, less %g%% "
-           "headroom)", st_format_bytes(p->total, a, sizeof a),
+           "headroom)", st_format_bytes(p->capped, a, sizeof a),
            st_format_bytes(p->usable, b, sizeof b), tr->plan_source, in.headroom_pct);
   if (!f.found)
     return st_error_set("%s, and nothing fits: even micro-batch %d, recompute %s, ZeRO %d needs "
                         "%s. Use more ranks, a shorter --seq-len or a smaller model "
                         "(shardtrain plan shows the table; docs/memory.md)", what,
                         f.least.in.micro_batch, st_recompute_name(f.least.in.recompute),
-                        f.least.in.zero_stage, st_format_bytes(f.least.plan.total, c, sizeof c));
+                        f.least.in.zero_stage, st_format_bytes(f.least.plan.capped, c, sizeof c));
   st_plan_describe_change(&in, &f.choice.in, rc->global_batch, change, sizeof change);
   char alt[400] = "";
   if (f.has_alt[in.recompute]) { /* the same policy at a smaller micro-batch */
@@ -342,10 +342,10 @@ int st_trainer_memory_check(trainer *tr) {
     const st_plan_choice *ac = &f.alt[in.recompute];
     st_plan_describe_change(&in, &ac->in, rc->global_batch, d, sizeof d);
     snprintf(alt, sizeof alt, "; or, keeping --recompute %s: %s (plan %s)",
-             st_recompute_name(in.recompute), d, st_format_bytes(ac->plan.total, b, sizeof b));
+             st_recompute_name(in.recompute), d, st_format_bytes(ac->plan.capped, b, sizeof b));
   }
   return st_error_set("%s. The smallest change that fits: %s (plan %s)%s. shardtrain plan shows "
                       "the table and --fit the choices; train --auto-fit instead applies the "
                       "cheapest by estimated step time (docs/memory.md)", what, change,
-                      st_format_bytes(f.choice.plan.total, c, sizeof c), alt);
+                      st_format_bytes(f.choice.plan.capped, c, sizeof c), alt);
 }

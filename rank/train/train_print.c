@@ -110,8 +110,10 @@ void st_trainer_print_config(trainer *tr, int resumed, const char *from) {
            st_format_bytes(p->tokens + p->cublaslt + p->scratch + p->attn_workspace + p->nccl +
                                p->context, d, sizeof d));
     if (p->fits < 0) printf("not checked (no --gpu-mem on the CPU)\n");
-    else printf("fits %s less %g%% with %s to spare\n", tr->plan_source, rc->headroom_pct,
-                st_format_bytes((uint64_t)p->spare, a, sizeof a));
+    else printf("fits %s less %g%% with %s to spare%s\n", tr->plan_source, rc->headroom_pct,
+                st_format_bytes((uint64_t)p->spare, a, sizeof a),
+                p->capped != p->total ? " (the offloaded optimizer state counted too: on the "
+                                        "CPU it is this rank's memory)" : "");
     if (tr->offload.on) /* rank/optim/offload.h */
       printf("  offload    optimizer: fp32 master weights, Adam m and v on the host (%s pinned per "
              "rank with staging, chunks of %lld elements), AdamW on %d host thread(s); host "

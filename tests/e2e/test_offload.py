@@ -114,6 +114,32 @@ check(not os.path.exists(out), "nothing written")
 mpi_env(2, {"ST_FAULT_HOST_MEM_AVAILABLE": "4000000000"},
         base + ["--steps", 1, "--offload", "optimizer", "--out", W("host_ok")])
 
+# (d2) on the CPU the offloaded state is in the rank's own memory, so --gpu-mem
+# counts it: a cap between the plan without offload and the plan plus the host
+# section refuses offload (exit 6, nothing written) and takes the run without it
+with open(os.path.join(W("host_ok"), "metrics.jsonl")) as f:
+    mp = json.loads(f.readline())["memory_plan"]
+shape = [a.bin, "plan", "--model", "tiny", "--device", "cpu", "--ranks", "2", "--seq-len", "32",
+         "--micro-batch", "2", "--global-batch", "8", "--zero", str(mp["config"]["zero"]),
+         "--vocab-size", str(mp["model"]["vocab_size"]), "--json"]
+with_off = json.loads(run(shape + ["--offload", "optimizer"]).stdout)
+check(with_off["bytes"]["total"] == mp["bytes"]["total"], "plan and train agree on the shape")
+on_cpu = with_off["bytes"]["total"] + with_off["host"]["total"]
+no_off = json.loads(run(shape).stdout)["bytes"]["total"]
+check(no_off < on_cpu, f"on the CPU offload takes more of the rank's memory ({no_off} < {on_cpu})")
+cap = f"{((no_off + on_cpu) // 2 * 100 // 95 + 1023) // 1024}KiB"
+t = run(shape[:-1] + ["--offload", "optimizer", "--gpu-mem", cap], expect_rc=6).stdout
+check("counted against --gpu-mem" in t and "DOES NOT FIT" in t,
+      f"plan --offload optimizer --gpu-mem {cap}: the host section counted, does not fit")
+out = W("cap_offload")
+r = mpi_env(2, {}, base + ["--steps", 1, "--offload", "optimizer", "--gpu-mem", cap, "--out", out],
+            rc=6)
+err = [l for l in r.stderr.splitlines() if "shardtrain: error" in l]
+check(len(err) == 1 and "the memory plan needs" in err[0] and "--gpu-mem" in err[0],
+      f"--offload optimizer on the CPU under --gpu-mem {cap}: exit 6, one line: {err}")
+check(not os.path.exists(out), "nothing written")
+mpi_env(2, {}, base + ["--steps", 1, "--gpu-mem", cap, "--out", W("cap_device")])
+
 # (e) the plan
 R = lambda b: (b + 255) // 256 * 256
 for zero in (0, 1):
