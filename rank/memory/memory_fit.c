@@ -318,8 +318,9 @@ void st_plan_fit_explain(const st_plan_fit_query *q, const st_plan_fit *f, const
     c = &f->larger_batch;
     line(out, cap, indent, "micro-batch %d with recompute %s would cost %.2f but does not fit: "
          "%s at least (ZeRO %d), over by %s", c->in.micro_batch,
-         st_recompute_name(c->in.recompute), c->cost, st_format_bytes(c->plan.capped, h1, sizeof h1),
-         c->in.zero_stage, st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
+         st_recompute_name(c->in.recompute), c->cost,
+         st_format_bytes(c->plan.capped, h1, sizeof h1), c->in.zero_stage,
+         st_format_bytes((uint64_t)-c->plan.spare, h2, sizeof h2));
   } else {
     line(out, cap, indent, "micro-batch %d is the largest %s", ch->in.micro_batch,
          q->base.micro_batch > 0 && q->base.micro_batch < per_rank
