@@ -319,26 +319,9 @@ int main(void) {
     prob q = make(C, N, OC, 0, 0, C, OC, C, CUDA_R_16BF);
     cublasLtMatmulHeuristicResult_t qf;
     if (heur(&q, &qf, 1) == 1) {
-      const float alpha = 1.0f, beta = 0.0f;
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      float tt[20];
-      for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(e0));
-        LK(cublasLtMatmul(lt, q.desc, &alpha, w, q.la, dout, q.lb, &beta, dinp, q.ld, dinp, q.ld,
-                          &qf.algo, ws, WS, 0));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        if (i >= 3) CK(cudaEventElapsedTime(&tt[i - 3], e0, e1));
-      }
-      for (int i = 1; i < 20; i++)
-        for (int j = i; j > 0 && tt[j] < tt[j - 1]; j--) {
-          float x = tt[j];
-          tt[j] = tt[j - 1], tt[j - 1] = x;
-        }
+      const float t = run_ms(&q, &qf.algo, dinp, w, dout, 0.0f, 20);
       printf("%-8s %-10s %6s %6s %6s | dinp, heuristic's first %17s %8.4f %7.1f\n", "", "", "",
-             "", "", "", tt[10], flop / tt[10] / 1e9);
+             "", "", "", t, flop / t / 1e9);
     }
   }
   printf("done\n");
